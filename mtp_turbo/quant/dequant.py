@@ -1,0 +1,169 @@
+"""Dequantization of GGUF tensor bytes to float32, in vectorized torch (CPU or CUDA).
+
+Owns: turning the raw bytes of one GGUF tensor (as stored in the file) into a float32 tensor on
+the same device, for F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K and Q8_K.
+Every float operation mirrors `gguf.quants.dequantize` (numpy, float32) in the same order (one
+rounding per product, no fused multiply-add), so the results are bit-identical to it.
+Ignores: quantizing (formats.py), GEMV kernels and repacking (other modules of this package),
+file parsing (io/). Integer unpacking is done in int16/int32/uint8 ops torch supports on CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+from mtp_turbo.errors import ModelFileError
+
+QK_K = 256
+
+
+def _f16(b: torch.Tensor) -> torch.Tensor:
+    """[n, 2] uint8 (little-endian fp16 bytes) -> [n, 1] float32 (exact widening)."""
+    return b.contiguous().view(torch.float16).to(torch.float32)
+
+
+def _nibbles(qs: torch.Tensor, group: int) -> torch.Tensor:
+    """[n, g*group] uint8 -> [n, g*2*group]: per group of `group` bytes, low nibbles then high."""
+    n = qs.shape[0]
+    q = qs.reshape(n, -1, 1, group)
+    q = torch.cat([q & 0x0F, q >> 4], dim=2)
+    return q.reshape(n, -1)
+
+
+def _bits(b: torch.Tensor, nbits: int) -> torch.Tensor:
+    """[n, m] uint8 -> [n, 8/nbits, m]: field j (bits j*nbits.., LSB first) of every byte."""
+    shifts = torch.arange(0, 8, nbits, device=b.device, dtype=torch.uint8).reshape(1, -1, 1)
+    return (b.unsqueeze(1) >> shifts) & ((1 << nbits) - 1)
+
+
+def _q8_0(bl: torch.Tensor) -> torch.Tensor:
+    d = _f16(bl[:, :2])
+    x = bl[:, 2:].contiguous().view(torch.int8).to(torch.float32)
+    return x * d
+
+
+def _q4_0(bl: torch.Tensor) -> torch.Tensor:
+    d = _f16(bl[:, :2])
+    q = _nibbles(bl[:, 2:], 16).to(torch.int8) - 8
+    return d * q.to(torch.float32)
+
+
+def _q4_1(bl: torch.Tensor) -> torch.Tensor:
+    d, m = _f16(bl[:, :2]), _f16(bl[:, 2:4])
+    q = _nibbles(bl[:, 4:], 16).to(torch.float32)
+    return (d * q) + m
+
+
+def _qh32(b: torch.Tensor) -> torch.Tensor:
+    """[n, 4] uint8 (little-endian uint32 of high bits) -> [n, 32] uint8 bit i = element i."""
+    return _bits(b, 1).permute(0, 2, 1).reshape(b.shape[0], 32)
+
+
+def _q5_0(bl: torch.Tensor) -> torch.Tensor:
+    d = _f16(bl[:, :2])
+    q = _nibbles(bl[:, 6:], 16) | (_qh32(bl[:, 2:6]) << 4)
+    return d * (q.to(torch.int8) - 16).to(torch.float32)
+
+
+def _q5_1(bl: torch.Tensor) -> torch.Tensor:
+    d, m = _f16(bl[:, :2]), _f16(bl[:, 2:4])
+    q = _nibbles(bl[:, 8:], 16) | (_qh32(bl[:, 4:8]) << 4)
+    return (d * q.to(torch.float32)) + m
+
+
+def _scale_min_k4(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[n, 12] packed 6-bit scales/mins of Q4_K/Q5_K -> ([n, 8], [n, 8]) as float32."""
+    d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
+    sc = torch.cat([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], dim=1)
+    mn = torch.cat([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], dim=1)
+    return sc.to(torch.float32), mn.to(torch.float32)
+
+
+def _q4_k(bl: torch.Tensor) -> torch.Tensor:
+    n = bl.shape[0]
+    d, dmin = _f16(bl[:, 0:2]), _f16(bl[:, 2:4])
+    sc, mn = _scale_min_k4(bl[:, 4:16])
+    d = (d * sc).reshape(n, -1, 1)
+    dm = (dmin * mn).reshape(n, -1, 1)
+    q = _nibbles(bl[:, 16:], 32).reshape(n, -1, 32).to(torch.float32)
+    return (d * q - dm).reshape(n, QK_K)
+
+
+def _q5_k(bl: torch.Tensor) -> torch.Tensor:
+    n = bl.shape[0]
+    d, dmin = _f16(bl[:, 0:2]), _f16(bl[:, 2:4])
+    sc, mn = _scale_min_k4(bl[:, 4:16])
+    d = (d * sc).reshape(n, -1, 1)
+    dm = (dmin * mn).reshape(n, -1, 1)
+    qh = _bits(bl[:, 16:48], 1)  # [n, 8, 32]: bit j of qh byte i belongs to sub-block j
+    ql = _nibbles(bl[:, 48:], 32).reshape(n, 8, 32)
+    q = (ql | (qh << 4)).to(torch.float32)
+    return (d * q - dm).reshape(n, QK_K)
+
+
+def _q6_k(bl: torch.Tensor) -> torch.Tensor:
+    n = bl.shape[0]
+    ql, qh = bl[:, 0:128], bl[:, 128:192]
+    scales = bl[:, 192:208].contiguous().view(torch.int8).to(torch.float32)
+    d = (_f16(bl[:, 208:210]) * scales).reshape(n, QK_K // 16, 1)
+    lo = _nibbles(ql, 64).reshape(n, -1, 32)
+    hi = _bits(qh.reshape(n * 2, 32), 2).reshape(n, -1, 32)  # per 32-byte half: shifts 0,2,4,6
+    q = (lo | (hi << 4)).to(torch.int8) - 32
+    q = q.reshape(n, QK_K // 16, -1).to(torch.float32)
+    return (d * q).reshape(n, QK_K)
+
+
+def _q8_k(bl: torch.Tensor) -> torch.Tensor:
+    # ggml block_q8_K: float32 d, 256 int8 qs, 16 int16 bsums (unused here); y = d * q.
+    d = bl[:, 0:4].contiguous().view(torch.float32)
+    q = bl[:, 4:4 + QK_K].contiguous().view(torch.int8).to(torch.float32)
+    return d * q
+
+
+_BLOCK_FNS = {
+    T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1,
+    T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.Q8_K: _q8_k,
+}
+
+SUPPORTED_TYPES: frozenset[int] = frozenset([T.F32, T.F16, T.BF16, *_BLOCK_FNS])
+
+
+def nbytes_for(ggml_type: int, shape: tuple[int, ...]) -> int:
+    """Bytes a tensor of torch-order `shape` takes in `ggml_type` (last dim = GGUF row)."""
+    block, size = GGML_QUANT_SIZES[T(ggml_type)]
+    n = math.prod(shape)
+    assert shape[-1] % block == 0, f"row of {shape[-1]} not a multiple of block {block}"
+    return n // block * size
+
+
+def dequantize(raw: torch.Tensor, ggml_type: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """GGUF bytes -> float32 tensor of `shape`, on raw's device.
+
+    raw: uint8 tensor of the tensor's bytes as stored in GGUF (1-D; any contiguous shape is
+    flattened). shape: torch order (rows, cols) = reversed GGUF ne. Bit-exact with
+    gguf.quants.dequantize. Raises ModelFileError for a type it does not handle.
+    """
+    try:
+        t = T(int(ggml_type))
+    except ValueError:
+        raise ModelFileError(f"unknown ggml tensor type id {ggml_type}") from None
+    if t not in SUPPORTED_TYPES:
+        raise ModelFileError(f"unsupported ggml tensor type {t.name} (id {int(t)}) for dequantization")
+    assert raw.dtype == torch.uint8, f"raw must be uint8, got {raw.dtype}"
+    shape = tuple(int(s) for s in shape)
+    raw = raw.contiguous().reshape(-1)
+    want = nbytes_for(t, shape)
+    assert raw.numel() == want, f"{t.name} {shape}: expected {want} bytes, got {raw.numel()}"
+    if t == T.F32:
+        return raw.view(torch.float32).reshape(shape).clone()
+    if t == T.F16:
+        return raw.view(torch.float16).to(torch.float32).reshape(shape)
+    if t == T.BF16:
+        # bf16 bits are the high half of the float32 (as gguf's int16 << 16), NaN payloads kept.
+        return (raw.view(torch.int16).to(torch.int32) << 16).view(torch.float32).reshape(shape)
+    _, size = GGML_QUANT_SIZES[t]
+    blocks = raw.reshape(-1, size)
+    return _BLOCK_FNS[t](blocks).reshape(shape)

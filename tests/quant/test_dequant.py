@@ -1,0 +1,126 @@
+"""dequant.dequantize: bit-exact with gguf.quants.dequantize on random blocks and on the model."""
+
+import numpy as np
+import pytest
+import torch
+import gguf
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+
+from mtp_turbo.errors import ModelFileError
+from mtp_turbo.quant.dequant import SUPPORTED_TYPES, dequantize
+
+# byte offsets of the fp16 scale fields per block type (randomised to finite values below)
+_F16_FIELDS = {
+    T.Q8_0: [0], T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2],
+    T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
+}
+
+
+def _random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
+    """[n_blocks, type_size] random bytes with finite fp16 scales (incl. zero, subnormal, negative)."""
+    _, size = GGML_QUANT_SIZES[t]
+    raw = rng.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    for off in _F16_FIELDS[t]:
+        mag = np.ldexp(rng.random(n_blocks), rng.integers(-26, 6, n_blocks))
+        d = (mag * rng.choice([-1.0, 1.0], n_blocks)).astype(np.float16)
+        d[:3] = np.array([0.0, -0.0, 6e-8], dtype=np.float16)  # zero, -zero, subnormal
+        raw[:, off:off + 2] = d.view(np.uint8).reshape(n_blocks, 2)
+    return raw
+
+
+def _bits_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("t", sorted(_F16_FIELDS, key=int), ids=lambda t: t.name)
+def test_random_blocks_bit_exact(t):
+    rng = np.random.default_rng(int(t))
+    block, _ = GGML_QUANT_SIZES[t]
+    rows, per_row = 24, 3
+    raw = _random_blocks(t, rows * per_row, rng)
+    ref = gguf.quants.dequantize(raw.reshape(rows, -1), t)
+    out = dequantize(torch.from_numpy(raw.reshape(-1)), t, (rows, per_row * block))
+    assert out.dtype == torch.float32 and out.shape == (rows, per_row * block)
+    assert np.isfinite(ref).all()
+    assert _bits_equal(out.numpy(), ref)
+
+
+@pytest.mark.parametrize("t", [T.F32, T.F16, T.BF16], ids=lambda t: t.name)
+def test_float_types_bit_exact(t):
+    rng = np.random.default_rng(7)
+    nbytes = {T.F32: 4, T.F16: 2, T.BF16: 2}[t]
+    raw = rng.integers(0, 256, size=(5, 64 * nbytes), dtype=np.uint8)  # includes NaN/inf patterns
+    ref = gguf.quants.dequantize(raw.copy(), t).reshape(5, 64)
+    out = dequantize(torch.from_numpy(raw.reshape(-1)), t, (5, 64))
+    fin = np.isfinite(ref)
+    assert np.array_equal(fin, np.isfinite(out.numpy()))
+    assert _bits_equal(out.numpy()[fin], ref[fin])
+
+
+def test_q8_k_matches_ggml_definition():
+    # gguf has no Q8_K reference; ggml's dequantize_row_q8_K is y = d * q (float32 d, int8 q).
+    rng = np.random.default_rng(3)
+    n = 6
+    d = rng.standard_normal(n).astype(np.float32)
+    q = rng.integers(-128, 128, size=(n, 256), dtype=np.int8)
+    bsums = q.reshape(n, 16, 16).sum(-1).astype(np.int16)
+    raw = np.concatenate([d.view(np.uint8).reshape(n, 4), q.view(np.uint8),
+                          bsums.view(np.uint8).reshape(n, 32)], axis=1)
+    assert raw.shape[1] == GGML_QUANT_SIZES[T.Q8_K][1]
+    out = dequantize(torch.from_numpy(raw.reshape(-1)), T.Q8_K, (2, 768))
+    assert _bits_equal(out.numpy(), (q.astype(np.float32) * d[:, None]).reshape(2, 768))
+
+
+def test_every_model_tensor_bit_exact(model_reader):
+    seen = set()
+    for t in model_reader.tensors:
+        shape = tuple(int(s) for s in reversed(t.shape.tolist()))
+        data = np.asarray(t.data)
+        rows = data.reshape(shape[0], -1) if len(shape) > 1 else data.reshape(1, -1)
+        cols = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
+        step = 16384  # chunk rows of the embedding to bound memory; rows are independent
+        for r0 in range(0, rows.shape[0], step):
+            part = np.ascontiguousarray(rows[r0:r0 + step])
+            ref = gguf.quants.dequantize(part, t.tensor_type).reshape(part.shape[0], cols)
+            raw = torch.from_numpy(part.view(np.uint8).reshape(-1))
+            out = dequantize(raw, t.tensor_type, (part.shape[0], cols))
+            assert _bits_equal(out.numpy(), ref), t.name
+        seen.add(t.tensor_type)
+    assert {T.F32, T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K} <= seen
+
+
+def test_full_shape_roundtrip_1d_and_3d():
+    rng = np.random.default_rng(11)
+    raw = _random_blocks(T.Q8_0, 12, rng)
+    ref = gguf.quants.dequantize(raw.reshape(-1, 34), T.Q8_0).reshape(-1)
+    out3 = dequantize(torch.from_numpy(raw.reshape(-1)), T.Q8_0, (2, 3, 64))
+    out1 = dequantize(torch.from_numpy(raw.reshape(-1)), T.Q8_0, (384,))
+    assert _bits_equal(out3.numpy().reshape(-1), ref) and _bits_equal(out1.numpy(), ref)
+
+
+def test_unsupported_type_raises_naming_it():
+    assert T.IQ2_XS not in SUPPORTED_TYPES
+    with pytest.raises(ModelFileError, match="IQ2_XS"):
+        dequantize(torch.zeros(74, dtype=torch.uint8), T.IQ2_XS, (1, 256))
+    with pytest.raises(ModelFileError, match="9999"):
+        dequantize(torch.zeros(4, dtype=torch.uint8), 9999, (1, 1))
+
+
+def test_byte_count_mismatch_is_asserted():
+    with pytest.raises(AssertionError):
+        dequantize(torch.zeros(35, dtype=torch.uint8), T.Q8_0, (1, 32))
+    with pytest.raises(AssertionError):
+        dequantize(torch.zeros(34, dtype=torch.uint8), T.Q8_0, (1, 64))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("t", sorted(_F16_FIELDS, key=int), ids=lambda t: t.name)
+def test_cuda_matches_cpu(t):
+    rng = np.random.default_rng(int(t) + 100)
+    block, _ = GGML_QUANT_SIZES[t]
+    raw = torch.from_numpy(_random_blocks(t, 256, rng).reshape(-1))
+    cpu = dequantize(raw, t, (16, 16 * block))
+    gpu = dequantize(raw.cuda(), t, (16, 16 * block))
+    assert gpu.device.type == "cuda"
+    assert torch.equal(cpu.view(torch.int32), gpu.cpu().view(torch.int32))
