@@ -1,0 +1,347 @@
+"""The engine: load once, prefill in chunks, generate (plain or speculative), perplexity, sessions.
+
+Owns: the committed token sequence and its KV cache, the generate loop and its stop conditions,
+per-generation stats. Ignores: the model's math (models/), the sampler's math (sampling/), how a
+speculative round decides (spec/), HTTP and argument parsing.
+
+State invariant between calls: `self.tokens` is the committed sequence; the cache holds K/V for
+every token but the last (`kv.length == len(tokens) - 1`): the last one is fed by the next forward.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import torch
+from tqdm import tqdm
+
+from .cache.kv import KVCache
+from .errors import ConfigError, MtpTurboError
+from .io.gguf_file import GGUFFile, default_model_path
+from .io.tokenizer import GGUFTokenizer
+from .models.load import load_gemma3
+from .models.step import StepRunner
+from .sampling.chain import sample_dist
+from .sampling.config import SamplerConfig
+from .sampling.draw import draw
+from .sampling.rng import uniforms
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None  # GGUF path; None = the default Gemma-3-270M
+    device: str = "auto"  # auto | cpu | cuda
+    ctx_size: int = 4096  # cells of the static KV cache (prompt + generated)
+    prefill_chunk: int = 512  # rows per prefill forward
+    cuda_graphs: bool = True  # replay captured decode/verify steps on CUDA
+    compile: bool = True  # torch.compile the captured steps (fuses elementwise work)
+    progress: bool = True  # progress bars on loading and long prefills
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.ctx_size < 16:
+            raise ConfigError(f"ctx-size must be >= 16, got {self.ctx_size}")
+        if self.prefill_chunk < 1:
+            raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")
+
+
+@dataclass
+class Stats:
+    prompt_tokens: int = 0
+    prompt_cached: int = 0  # prompt tokens reused from the cache
+    prompt_s: float = 0.0
+    gen_tokens: int = 0
+    decode_s: float = 0.0
+    finish_reason: str = ""
+    spec: dict = field(default_factory=dict)
+
+    @property
+    def prompt_tps(self) -> float:
+        return (self.prompt_tokens - self.prompt_cached) / self.prompt_s if self.prompt_s > 0 else 0.0
+
+    @property
+    def decode_tps(self) -> float:
+        return self.gen_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    def summary(self) -> str:
+        s = (
+            f"prompt: {self.prompt_tokens} tokens ({self.prompt_cached} cached) in {self.prompt_s * 1e3:.1f} ms "
+            f"({self.prompt_tps:.1f} tok/s) | decode: {self.gen_tokens} tokens in {self.decode_s * 1e3:.1f} ms "
+            f"({self.decode_tps:.1f} tok/s) | finish: {self.finish_reason}"
+        )
+        if self.spec:
+            sp = self.spec
+            acc = ", ".join(f"{a:.2f}" for a in sp.get("acceptance_per_position", []))
+            s += (
+                f"\nspec: {sp['rounds']} rounds, {sp['drafted']} drafted, {sp['accepted']} accepted, "
+                f"{sp['tokens_per_round']:.2f} tokens/round, acceptance per position [{acc}] | "
+                f"draft {sp['draft_s'] * 1e3:.1f} ms, verify {sp['verify_s'] * 1e3:.1f} ms, "
+                f"sample {sp['sample_s'] * 1e3:.1f} ms"
+            )
+        return s
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One streamed piece of output: the text it completes and the token ids behind it."""
+
+    text: str
+    token_ids: tuple[int, ...]
+
+
+def pick_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("--device cuda asked for, but no CUDA device is available")
+    return torch.device(name)
+
+
+class Engine:
+    def __init__(self, cfg: EngineConfig = EngineConfig()):
+        self.cfg = cfg
+        self.device = pick_device(cfg.device)
+        path = Path(cfg.model) if cfg.model else default_model_path()
+        self.gguf = GGUFFile(path)
+        self.model = load_gemma3(self.gguf, self.device, progress=cfg.progress)
+        self.tokenizer = GGUFTokenizer(self.gguf)
+        c = self.model.cfg
+        ctx = min(cfg.ctx_size, c.context_length)
+        self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
+        self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile)
+        self.tokens: list[int] = []
+        # device copy of the committed tokens, for the sampler's penalty window (no host->device
+        # copy of the whole history per step)
+        self._tok_dev = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
+        self.last_stats = Stats()
+
+    @property
+    def ctx_size(self) -> int:
+        return self.kv.capacity
+
+    # ---- low level ------------------------------------------------------------------------------
+    def _set_tokens(self, toks: list[int], start: int) -> None:
+        """Replace self.tokens[start:] with toks[start:] (host and device copies)."""
+        self.tokens[start:] = toks[start:]
+        if len(toks) > start:
+            self._tok_dev[start : len(toks)] = torch.tensor(toks[start:], dtype=torch.int64).to(self.device)
+
+    def _prefill(self, upto: int, progress: bool) -> None:
+        """Encode tokens[kv.length:upto] in chunks of prefill_chunk rows."""
+        start = self.kv.length
+        n = upto - start
+        if n <= 0:
+            return
+        chunk = self.cfg.prefill_chunk
+        bar = tqdm(total=n, desc="prefill", unit="tok", disable=not (progress and n > 4 * chunk), leave=False)
+        with torch.inference_mode():
+            for c0 in range(start, upto, chunk):
+                c1 = min(upto, c0 + chunk)
+                self.model.forward(self._tok_dev[c0:c1], c0, self.kv)
+                self.kv.commit(c1)
+                bar.update(c1 - c0)
+        bar.close()
+
+    def encode_prompt(self, prompt: str | list[int], add_bos: bool = True) -> list[int]:
+        ids = list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt, add_bos=add_bos)
+        if not ids:
+            raise ConfigError("the prompt is empty")
+        bad = [t for t in ids if not (0 <= t < self.model.cfg.vocab_size)]
+        if bad:
+            raise ConfigError(f"token id {bad[0]} is outside the vocabulary [0, {self.model.cfg.vocab_size})")
+        return ids
+
+    def start(self, ids: list[int]) -> int:
+        """Make `ids` the committed sequence, reusing the longest cached prefix; prefill the rest
+        but the last token. Returns the number of prompt tokens reused from the cache."""
+        if len(ids) >= self.ctx_size:
+            raise ConfigError(
+                f"the prompt has {len(ids)} tokens but the context holds {self.ctx_size} "
+                f"(raise --ctx-size, up to {self.model.cfg.context_length})"
+            )
+        common = 0
+        limit = min(len(ids) - 1, self.kv.length)
+        while common < limit and self.tokens[common] == ids[common]:
+            common += 1
+        self.kv.rollback(common)
+        self._set_tokens(ids, common)
+        self._prefill(len(ids) - 1, progress=self.cfg.progress)
+        return common
+
+    def step_logits(self, rows: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward the pending last token followed by `rows` (drafts) at positions kv.length...
+        Does not commit. Returns (logits [1+len(rows), V], hidden)."""
+        n = len(self.tokens)
+        pending = self._tok_dev[n - 1 : n]
+        if isinstance(rows, list):
+            rows = torch.tensor(rows, dtype=torch.int64, device=self.device) if rows else pending[:0]
+        inp = torch.cat([pending, rows]) if rows.numel() else pending
+        if self.kv.length + inp.shape[0] > self.ctx_size:
+            raise AssertionError("step past the context")
+        return self.runner.forward(inp, self.kv.length)
+
+    def sample_next(self, logits: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
+        """Draw the token at position len(tokens) from logits [1, V]; stays on the device."""
+        n = len(self.tokens)
+        if sampler.greedy and not sampler.uses_penalties:
+            return logits[0].argmax().view(1)
+        p = sample_dist(logits, self._tok_dev[:n], sampler)
+        u = uniforms(sampler.seed, torch.tensor([n], device=self.device))
+        return draw(p, u)
+
+    def append(self, new: list[int]) -> None:
+        """Commit tokens produced after a forward whose first row was the pending token."""
+        n = len(self.tokens)
+        self.kv.commit(n)  # the pending token's K/V is now written
+        self._set_tokens(self.tokens + new, n)
+
+    # ---- generation -------------------------------------------------------------------------------
+    def generate(
+        self,
+        prompt: str | list[int],
+        sampler: SamplerConfig = SamplerConfig(),
+        max_tokens: int = 256,
+        spec=None,
+        stop_ids: tuple[int, ...] | None = None,
+        add_bos: bool = True,
+    ) -> Iterator[Piece]:
+        """Stream the continuation of `prompt` as text pieces. `spec` is a spec.SpecConfig, or None
+        for plain decoding. Stats of the call are in `self.last_stats` when the stream ends."""
+        if max_tokens < 0:
+            raise ConfigError(f"max-tokens must be >= 0, got {max_tokens}")
+        ids = self.encode_prompt(prompt, add_bos)
+        stats = Stats(prompt_tokens=len(ids))
+        self.last_stats = stats
+        stops = set(self.tokenizer.stop_ids if stop_ids is None else stop_ids)
+        t0 = time.perf_counter()
+        stats.prompt_cached = self.start(ids)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        stats.prompt_s = time.perf_counter() - t0
+        budget = min(max_tokens, self.ctx_size - len(ids))
+        if spec is not None and spec.draft != "none":
+            from .spec.round import speculative_tokens
+
+            token_iter = speculative_tokens(self, sampler, spec, budget, stats)
+        else:
+            token_iter = self._plain_tokens(sampler, budget)
+        yield from self._stream(token_iter, stops, stats, max_tokens, budget)
+
+    def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
+        for _ in range(budget):
+            logits, _ = self.step_logits([])
+            tok = int(self.sample_next(logits, sampler).item())  # the one host sync per token
+            self.append([tok])
+            yield [tok]
+
+    def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int) -> Iterator[Piece]:
+        dec = self.tokenizer.stream_decoder()
+        t0 = time.perf_counter()
+        stats.finish_reason = "length" if budget >= max_tokens else "context"
+        try:
+            for toks in token_iter:
+                out = []
+                for t in toks:
+                    if t in stops:
+                        stats.finish_reason = "stop"
+                        break
+                    out.append(t)
+                    if stats.gen_tokens + len(out) >= max_tokens:
+                        break
+                stats.gen_tokens += len(out)
+                text = "".join(dec.feed(t) for t in out)
+                if out:
+                    yield Piece(text, tuple(out))
+                if stats.finish_reason == "stop" or stats.gen_tokens >= max_tokens:
+                    # a round may have emitted past the stop: those tokens are not committed
+                    self._truncate_to(stats.prompt_tokens + stats.gen_tokens + (stats.finish_reason == "stop"))
+                    break
+            tail = dec.flush()
+            if tail:
+                yield Piece(tail, ())
+        finally:
+            stats.decode_s = time.perf_counter() - t0
+
+    def _truncate_to(self, n: int) -> None:
+        """Drop committed tokens past n (a round that emitted beyond a stop or the budget)."""
+        if n < len(self.tokens):
+            del self.tokens[n:]
+            self.kv.rollback(min(self.kv.length, n - 1))
+
+    def generate_text(self, prompt, **kw) -> str:
+        return "".join(p.text for p in self.generate(prompt, **kw))
+
+    def generate_ids(self, prompt, **kw) -> list[int]:
+        return [t for p in self.generate(prompt, **kw) for t in p.token_ids]
+
+    # ---- analysis ---------------------------------------------------------------------------------
+    def forward_logits(self, ids: list[int], chunk: int, tail_single: int = 0) -> torch.Tensor:
+        """Logits of every position of `ids` from a fresh cache: chunks of `chunk` rows, the last
+        `tail_single` tokens one row at a time (for tests and perplexity). fp32 [n, V] on CPU."""
+        self.kv.reset()
+        self.tokens = []
+        self._set_tokens(list(ids), 0)
+        n = len(ids)
+        out = []
+        with torch.inference_mode():
+            head = n - tail_single
+            for c0 in range(0, head, chunk):
+                c1 = min(head, c0 + chunk)
+                logits, _ = self.model.forward(self._tok_dev[c0:c1], c0, self.kv)
+                out.append(logits.float().cpu())
+            for p in range(head, n):
+                logits, _ = self.model.forward(self._tok_dev[p : p + 1], p, self.kv)
+                out.append(logits.float().cpu())
+        self.kv.reset()
+        self.tokens = []
+        return torch.cat(out)
+
+    def perplexity(self, text: str, ctx: int, max_chunks: int | None = None, progress: bool = True) -> dict:
+        """llama.cpp's llama-perplexity: chunks of ctx tokens, each starting with BOS, scoring the
+        second half of each chunk (positions ctx/2 .. ctx-2 predicting the next token)."""
+        if ctx < 8 or ctx > self.ctx_size:
+            raise ConfigError(f"perplexity --ctx must be in [8, {self.ctx_size}], got {ctx}")
+        ids = self.tokenizer.encode(text, add_bos=True)
+        n_chunks = len(ids) // ctx
+        if max_chunks:
+            n_chunks = min(n_chunks, max_chunks)
+        if n_chunks < 1:
+            raise ConfigError(f"the text has {len(ids)} tokens; perplexity at --ctx {ctx} needs at least {ctx}")
+        first = ctx // 2
+        nll, count = 0.0, 0
+        per_chunk = []
+        for i in tqdm(range(n_chunks), desc="perplexity", unit="chunk", disable=not progress):
+            chunk = ids[i * ctx : (i + 1) * ctx]
+            chunk[0] = self.tokenizer.bos_id
+            logits = self.forward_logits(chunk, chunk=self.cfg.prefill_chunk)  # [ctx, V]
+            lp = torch.log_softmax(logits[first : ctx - 1].double(), dim=-1)
+            tgt = torch.tensor(chunk[first + 1 : ctx])
+            nll += -lp.gather(1, tgt[:, None]).sum().item()
+            count += ctx - 1 - first
+            per_chunk.append(math.exp(nll / count))
+        return {"ppl": math.exp(nll / count), "tokens_scored": count, "chunks": n_chunks, "running": per_chunk}
+
+    # ---- sessions -------------------------------------------------------------------------------------
+    def identity(self) -> dict:
+        c = self.model.cfg
+        return {"model_sha256": self.gguf.sha256(), "n_layers": c.n_layers, "hidden": c.hidden,
+                "kv_dtype": str(self.kv.k.dtype)}
+
+    def save_session(self, path: str | Path) -> None:
+        """Save the committed tokens and their K/V; the pending last token rides in the header."""
+        if not self.tokens:
+            raise MtpTurboError("nothing to save: no tokens in the session")
+        self.kv.save_session(path, self.tokens[: self.kv.length], self.identity(), {"pending": self.tokens[-1]})
+
+    def load_session(self, path: str | Path) -> None:
+        toks, extra = self.kv.load_session(path, self.identity())
+        pending = extra.get("pending")
+        if not isinstance(pending, int):
+            raise MtpTurboError(f"session file {path} lacks its pending token")
+        self.tokens = []
+        self._set_tokens(toks + [pending], 0)

@@ -1,0 +1,72 @@
+"""Forwards of T rows, eager or replayed from captured CUDA graphs.
+
+Owns: the static-shape step kinds (decode 1 row, verify k+1 rows, ...) captured once per row count
+on CUDA (optionally through torch.compile for fusion), with their static input/output buffers.
+Ignores: what the rows mean (engine/spec decide), cache lengths (the caller commits/rolls back).
+
+A captured step reads the cache through position vectors that live on the device: global layers
+read every cell (masked by position), sliding layers gather the W-1+T cells ending at the last
+row. So one graph serves every position, and rollback needs no re-capture.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .gemma3 import Gemma3
+
+
+class StepRunner:
+    def __init__(self, model: Gemma3, kv, use_graphs: bool, compile: bool = False, max_rows: int = 8):
+        self.model, self.kv = model, kv
+        self.use_graphs = use_graphs and model.device.type == "cuda"
+        self.compile = compile
+        self.max_rows = max_rows
+        self._graphs: dict[int, tuple] = {}
+
+    def forward(self, tokens: torch.Tensor, pos0: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens [T] on the model's device, rows at positions [pos0, pos0+T).
+        Returns (logits [T, V] fp32, hidden [T, D]); with graphs these are static buffers valid
+        until the next call with the same T."""
+        T = int(tokens.shape[0])
+        if not self.use_graphs or T > self.max_rows:
+            with torch.inference_mode():
+                return self.model.forward(tokens, pos0, self.kv)
+        g = self._graphs.get(T) or self._capture(T)
+        graph, tok_buf, pos_buf, out = g
+        tok_buf.copy_(tokens, non_blocking=True)
+        pos_buf.copy_(torch.arange(pos0, pos0 + T, dtype=torch.int64), non_blocking=True)
+        graph.replay()
+        return out
+
+    # ---- capture ------------------------------------------------------------------------------
+    def _body(self, tokens: torch.Tensor, pos: torch.Tensor):
+        m = self.model
+        W = m.cfg.sliding_window
+        offs = torch.arange(-(W - 1), pos.shape[0], device=pos.device)  # [W-1+T]
+        key_pos = {True: None, False: pos[0] + offs}
+        h = m.forward_hidden(tokens, pos, self.kv, key_pos)
+        return m.lm_head(m.final_norm(h)), h
+
+    def _capture(self, T: int):
+        dev = self.model.device
+        tok_buf = torch.zeros(T, dtype=torch.int64, device=dev)
+        # warm-up and capture write cells at and past the committed length: those are stale
+        # anyway, and every later forward rewrites its cells before reading them
+        p0 = min(self.kv.length, self.kv.capacity - T)
+        assert p0 >= 0, "context smaller than the step"
+        pos_buf = torch.arange(p0, p0 + T, dtype=torch.int64, device=dev)
+        fn = self._body
+        if self.compile:
+            fn = torch.compile(self._body, dynamic=False, fullgraph=True)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s), torch.inference_mode():
+            for _ in range(3):
+                fn(tok_buf, pos_buf)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph):
+            out = fn(tok_buf, pos_buf)
+        self._graphs[T] = (graph, tok_buf, pos_buf, out)
+        return self._graphs[T]

@@ -1,0 +1,28 @@
+"""Shared fixtures: the default model file and one CPU engine per test session (loading is the
+expensive part, so every test that needs the real model shares it)."""
+
+import pytest
+import torch
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (run on the device machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def model_path():
+    from mtp_turbo.io.gguf_file import default_model_path
+
+    return default_model_path()
+
+
+@pytest.fixture(scope="session")
+def engine(model_path):
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    return Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False))
