@@ -1,0 +1,188 @@
+"""Repacking GGUF block-quantized matrices into separate, aligned arrays for the GEMV kernels.
+
+Owns: `PackedWeight` (one [N_out, K] weight matrix in Q8_0, Q5_0, Q4_0, or dense bf16/f32 for
+comparison), its construction from raw GGUF bytes or from a dense matrix, the exact inverse back
+to GGUF bytes, and a plain torch dequantization of the packed arrays (the reference the GEMV
+fallback uses). Ignores: the kernels (gemv_triton.py), dispatch (gemv.py), file parsing (io/).
+
+Layout (all arrays row-major, one row per output feature; K % 32 == 0, nb = K // 32 blocks/row):
+  q8_0: qs int8 [N, K]               element k of row n = scales[n, k//32] * qs[n, k]
+  q4_0: qs uint8 [N, K/2]            16 bytes per block, ggml's in-block order: byte j of block b
+                                     holds element b*32+j (low nibble) and b*32+16+j (high), -8
+  q5_0: qs uint8 [N, K/2] as q4_0,   plus qh int32 [N, nb]: bit j = 5th bit of element b*32+j
+                                     (the ggml uint32 bits, stored as int32: torch's uint32 is
+                                     thin on ops), value = (nibble | bit << 4) - 16
+  scales: float16 [N, nb] for every block format.
+A block's 16 (or 32) quant bytes are contiguous and 16-byte aligned (K/2 and K are multiples of
+16), so a kernel program reads each block with one 128-bit load per row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType as T
+
+from ..errors import ConfigError
+
+BLOCK_FORMATS = ("q8_0", "q5_0", "q4_0")
+DENSE_FORMATS = ("bf16", "f32")
+FORMATS = BLOCK_FORMATS + DENSE_FORMATS
+QK = 32  # elements per block of every block format here
+
+# ggml block sizes in bytes (32 elements): fp16 d + payload.
+BLOCK_BYTES = {"q8_0": 34, "q5_0": 22, "q4_0": 18}
+GGML_TYPES = {"q8_0": T.Q8_0, "q5_0": T.Q5_0, "q4_0": T.Q4_0, "bf16": T.BF16, "f32": T.F32}
+_DENSE_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def fmt_name(fmt: str | int | T) -> str:
+    """Normalise 'Q8_0' / GGMLQuantizationType.Q8_0 / 8 to 'q8_0'; ConfigError if unsupported."""
+    if isinstance(fmt, str):
+        name = fmt.lower()
+    else:
+        try:
+            name = T(int(fmt)).name.lower()
+        except ValueError:
+            name = str(fmt)
+    if name not in FORMATS:
+        raise ConfigError(f"unsupported weight format {fmt!r}; supported: {', '.join(FORMATS)}")
+    return name
+
+
+@dataclass(frozen=True, eq=False)
+class PackedWeight:
+    """One [N_out, K] matrix, repacked. Construct with `from_gguf_bytes` or `from_dense`."""
+
+    fmt: str
+    shape: tuple[int, int]  # (N_out, K)
+    qs: torch.Tensor  # see module docstring; dense formats: the matrix itself [N, K]
+    scales: torch.Tensor | None = None  # float16 [N, K/32] (block formats)
+    qh: torch.Tensor | None = None  # int32 [N, K/32] (q5_0 only)
+
+    def __post_init__(self) -> None:
+        n, k = self.shape
+        assert self.fmt in FORMATS, self.fmt
+        if self.fmt in DENSE_FORMATS:
+            assert self.qs.shape == (n, k) and self.qs.dtype == _DENSE_DTYPES[self.fmt]
+            return
+        assert k % QK == 0, f"K={k} must be a multiple of {QK}"
+        nb = k // QK
+        want = (n, k) if self.fmt == "q8_0" else (n, k // 2)
+        assert self.qs.shape == want and self.qs.dtype == (
+            torch.int8 if self.fmt == "q8_0" else torch.uint8
+        ), (self.qs.shape, self.qs.dtype)
+        assert self.scales is not None and self.scales.shape == (n, nb)
+        assert self.scales.dtype == torch.float16
+        if self.fmt == "q5_0":
+            assert self.qh is not None and self.qh.shape == (n, nb) and self.qh.dtype == torch.int32
+        else:
+            assert self.qh is None
+
+    # ---------------------------------------------------------------- construction
+    @staticmethod
+    def from_gguf_bytes(raw, fmt: str | int | T, shape: tuple[int, int]) -> "PackedWeight":
+        """raw: uint8 bytes of the tensor as stored in GGUF (any shape, numpy or torch, CPU),
+        rows of ggml blocks; shape = (N_out, K) in torch order (GGUF lists it as [K, N_out])."""
+        fmt = fmt_name(fmt)
+        n, k = (int(s) for s in shape)
+        a = raw.detach().cpu().numpy() if isinstance(raw, torch.Tensor) else np.asarray(raw)
+        a = np.ascontiguousarray(a).reshape(-1)
+        if fmt in DENSE_FORMATS:
+            item = 2 if fmt == "bf16" else 4
+            if a.dtype != np.uint8 or a.size != n * k * item:
+                raise ConfigError(f"{fmt} tensor of shape {shape} needs {n * k * item} bytes, got {a.nbytes}")
+            t = torch.from_numpy(a.copy()).view(_DENSE_DTYPES[fmt]).reshape(n, k)
+            return PackedWeight(fmt, (n, k), t)
+        if k % QK != 0:
+            raise ConfigError(f"{fmt} needs K % 32 == 0, got shape {shape}")
+        bs, nb = BLOCK_BYTES[fmt], k // QK
+        if a.dtype != np.uint8 or a.size != n * nb * bs:
+            raise ConfigError(f"{fmt} tensor of shape {shape} needs {n * nb * bs} bytes, got {a.nbytes}")
+        blk = a.reshape(n, nb, bs)
+        scales = torch.from_numpy(blk[:, :, 0:2].copy().view(np.float16).reshape(n, nb))
+        qh = None
+        if fmt == "q8_0":
+            qs = torch.from_numpy(blk[:, :, 2:].copy().view(np.int8).reshape(n, k))
+        elif fmt == "q4_0":
+            qs = torch.from_numpy(blk[:, :, 2:].copy().reshape(n, k // 2))
+        else:  # q5_0: d, qh (4 bytes little-endian), qs[16]
+            qh = torch.from_numpy(blk[:, :, 2:6].copy().view("<i4").reshape(n, nb))
+            qs = torch.from_numpy(blk[:, :, 6:].copy().reshape(n, k // 2))
+        return PackedWeight(fmt, (n, k), qs.contiguous(), scales.contiguous(), qh)
+
+    @staticmethod
+    def from_dense(w: torch.Tensor, fmt: str) -> "PackedWeight":
+        """Quantize (block formats, via `quantize_bytes`) or cast (dense formats) a [N, K] matrix."""
+        fmt = fmt_name(fmt)
+        assert w.dim() == 2, w.shape
+        if fmt in DENSE_FORMATS:
+            return PackedWeight(fmt, tuple(w.shape), w.detach().to(_DENSE_DTYPES[fmt]).contiguous())
+        raw = quantize_bytes(w.detach().float().cpu().numpy(), fmt)
+        return PackedWeight.from_gguf_bytes(raw, fmt, tuple(w.shape)).to(w.device)
+
+    # ---------------------------------------------------------------- inverse / info
+    def to_gguf_bytes(self) -> np.ndarray:
+        """The exact GGUF bytes this was built from: uint8 [N, row_bytes]."""
+        n, k = self.shape
+        if self.fmt in DENSE_FORMATS:
+            return self.qs.detach().cpu().contiguous().view(torch.uint8).numpy().reshape(n, -1).copy()
+        nb = k // QK
+        parts = [self.scales.detach().cpu().contiguous().numpy().view(np.uint8).reshape(n, nb, 2)]
+        if self.fmt == "q5_0":
+            parts.append(self.qh.detach().cpu().contiguous().numpy().astype("<i4").view(np.uint8).reshape(n, nb, 4))
+        qs = self.qs.detach().cpu().contiguous().numpy().view(np.uint8)
+        parts.append(qs.reshape(n, nb, -1))
+        return np.concatenate(parts, axis=2).reshape(n, -1)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the packed arrays (what one full read of the matrix moves)."""
+        return sum(t.numel() * t.element_size() for t in (self.qs, self.scales, self.qh) if t is not None)
+
+    @property
+    def device(self) -> torch.device:
+        return self.qs.device
+
+    def to(self, device) -> "PackedWeight":
+        mv = (lambda t: None if t is None else t.to(device))
+        return PackedWeight(self.fmt, self.shape, mv(self.qs), mv(self.scales), mv(self.qh))
+
+    def dequantize(self) -> torch.Tensor:
+        """float32 [N, K] on the weight's device (exact: fp16 scale x small integer)."""
+        n, k = self.shape
+        if self.fmt in DENSE_FORMATS:
+            return self.qs.float()
+        nb = k // QK
+        if self.fmt == "q8_0":
+            q = self.qs.reshape(n, nb, QK).float()
+        else:
+            b = self.qs.reshape(n, nb, 16).to(torch.int32)
+            q = torch.cat([b & 0xF, b >> 4], dim=2)  # [n, nb, 32] in element order
+            if self.fmt == "q4_0":
+                q = q - 8
+            else:
+                shifts = torch.arange(QK, device=b.device, dtype=torch.int32)
+                hi = (self.qh.reshape(n, nb, 1) >> shifts) & 1  # arithmetic shift; &1 keeps bit j
+                q = (q | (hi << 4)) - 16
+            q = q.float()
+        return (q * self.scales.float().unsqueeze(2)).reshape(n, k)
+
+
+def quantize_bytes(x: np.ndarray, fmt: str) -> np.ndarray:
+    """float32 [rows, cols] -> GGUF bytes uint8 [rows, cols/32*block_bytes] for fmt in
+    q8_0 / q5_0 / q4_0 / q4_0_lloyd. Uses our formats.quantize when present, else gguf's
+    reference quantizer (ggml rule; it has no Lloyd search)."""
+    try:
+        from .formats import quantize  # the package's own quantizer (ggml rule + Lloyd)
+    except ImportError:  # not landed (or mid-edit): gguf's ggml-rule quantizer gives the same bytes
+        quantize = None
+    if quantize is not None:
+        return np.asarray(quantize(np.ascontiguousarray(x, dtype=np.float32), fmt))
+    if fmt == "q4_0_lloyd":
+        raise ConfigError("q4_0_lloyd needs mtp_turbo.quant.formats (not available)")
+    import gguf.quants
+
+    return gguf.quants.quantize(np.ascontiguousarray(x, dtype=np.float32), GGML_TYPES[fmt_name(fmt)])
