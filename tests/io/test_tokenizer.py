@@ -1,0 +1,174 @@
+"""GGUFTokenizer against transformers' GGUF tokenizer on real text; streaming decode; chat format."""
+
+import importlib
+import unicodedata
+import warnings
+
+import pytest
+
+from mtp_turbo.errors import ConfigError, ModelFileError
+from mtp_turbo.io.tokenizer import GGUFTokenizer, StreamDecoder, build_tokenizer
+
+_MODULES = ["os", "re", "json", "collections", "itertools", "functools", "inspect", "string", "textwrap",
+            "pathlib", "argparse", "logging", "subprocess", "unicodedata", "datetime", "decimal", "fractions",
+            "statistics", "heapq", "bisect", "shutil", "tempfile", "csv", "zipfile", "struct", "codecs", "enum",
+            "abc", "random", "math", "operator", "contextlib", "difflib", "pprint", "calendar", "email.message",
+            "http.client", "urllib.parse", "sqlite3", "threading", "queue", "socket", "tarfile", "gzip"]
+
+
+def _docstrings(limit=300):
+    """Docstrings of standard-library modules and their members (text nobody on the project wrote)."""
+    out, seen = [], set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in _MODULES:
+            mod = importlib.import_module(name)
+            for obj in [mod, *(getattr(mod, k) for k in sorted(vars(mod)) if not k.startswith("_"))]:
+                doc = getattr(obj, "__doc__", None)
+                if isinstance(doc, str) and len(doc.strip()) > 20 and doc not in seen:
+                    seen.add(doc)
+                    out.append(doc)
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+_EDGE = [
+    "", " ", "  ", "   leading spaces", "trailing   ", " " * 40 + "x" + " " * 33, "a" + " " * 100 + "b",
+    "\t", "\t\ttabs\tand\n\nnewlines\n\n\n", "\n" * 35, "x\r\ny\r\n", "mixed \t \n \t\n  end",
+    "你好，世界！这是一个测试。", "こんにちは、世界。カタカナ", "안녕하세요 세계", "Ελληνικά και русский язык",
+    "😀🎉👍🏽 family 👨‍👩‍👧 flags 🇯🇵🇫🇷", "café naïve résumé Ångström Zürich", "e\u0301 (combining) vs é",
+    "3.14159 1234567890 -42 1e-9 0x1F 1,000,000.00", "2024-01-31T23:59:59Z", "٠١٢٣٤٥٦٧٨٩ ١٢٣",
+    "<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "<bos>x<eos>", "[multimodal] <mask>",
+    "<unused0><unused1> <b>html</b> &amp; <0x41>", "def f(x):\n    return x ** 2  # comment\n",
+    "\x00\x01\x7f control bytes", "\u200b\u200d zero width \ufeff bom",
+]
+
+
+@pytest.fixture(scope="module")
+def tok(model):
+    return GGUFTokenizer(model)
+
+
+@pytest.fixture(scope="module")
+def hf_tok(model_path):
+    """transformers' own conversion of the GGUF tokenizer (slow: ~25 s), built once."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_path.parent), gguf_file=model_path.name)
+
+
+@pytest.fixture(scope="module")
+def texts():
+    docs = _docstrings()
+    assert len(docs) == 300
+    return docs + _EDGE
+
+
+def test_ids_match_transformers(tok, hf_tok, texts):
+    ours = tok.encode_batch(texts)
+    theirs = hf_tok(texts)["input_ids"]
+    mismatches = [(t[:50], a[:12], b[:12]) for t, a, b in zip(texts, ours, theirs) if a != b]
+    assert not mismatches, mismatches[:3]
+    assert ours == [tok.encode(t) for t in texts]
+    assert all(ids[0] == tok.bos_id for ids in ours)
+    assert [tok.encode(t, add_bos=False) for t in texts[:20]] == [ids[1:] for ids in ours[:20]]
+
+
+def test_decode_round_trip_and_matches_transformers(tok, hf_tok, texts):
+    for t in texts:
+        ids = tok.encode(t)
+        assert tok.decode(ids) == t
+        assert tok.decode(ids) == hf_tok.decode(ids[1:])
+    # '▁' in the text is SentencePiece's space: it comes back as ' ', as with transformers.
+    ids = tok.encode("a\u2581b")
+    assert tok.decode(ids) == hf_tok.decode(ids[1:]) == "a b"
+
+
+def test_special_tokens_and_ids(tok, hf_tok, model):
+    md = model.metadata
+    assert tok.vocab_size == len(md["tokenizer.ggml.tokens"]) == len(hf_tok)
+    assert tok.bos_id == md["tokenizer.ggml.bos_token_id"] == hf_tok.bos_token_id
+    assert tok.eos_id == md["tokenizer.ggml.eos_token_id"] == hf_tok.eos_token_id
+    eot = hf_tok.convert_tokens_to_ids("<end_of_turn>")
+    assert tok.stop_ids == (tok.eos_id, eot)
+    assert tok.token_str(eot) == "<end_of_turn>" and tok.token_str(tok.bos_id) == "<bos>"
+    for i in (0, 5, 107, 138, 1000, 236761, 262143):
+        assert tok.token_str(i) == md["tokenizer.ggml.tokens"][i]
+    # control tokens stay whole; skip_special drops them in decode
+    ids = tok.encode("<start_of_turn>user\nhi<end_of_turn>", add_bos=False)
+    assert ids[0] == hf_tok.convert_tokens_to_ids("<start_of_turn>") and ids[-1] == eot
+    assert tok.decode(ids, skip_special=True) == "user\nhi"
+
+
+def _byte_fallback_chars(tok, n):
+    """Characters this vocabulary has no piece for (they encode as 3-4 <0xXX> byte pieces)."""
+    found = []
+    for start in (0x20000, 0x1FA70, 0x13000, 0x10900, 0x2A700):
+        for cp in range(start, start + 400):
+            ch = chr(cp)
+            if unicodedata.category(ch) == "Cn":
+                continue
+            ids = tok.encode(ch, add_bos=False)
+            if len(ids) > 1 and all(tok.token_str(i).startswith("<0x") for i in ids):
+                found.append(ch)
+                break
+    for cp in range(0x20000, 0x21000):
+        if len(found) >= n:
+            break
+        ch = chr(cp)
+        ids = tok.encode(ch, add_bos=False)
+        if ch not in found and len(ids) > 1 and all(tok.token_str(i).startswith("<0x") for i in ids):
+            found.append(ch)
+    return found
+
+
+def test_stream_decode_never_breaks_characters(tok, hf_tok):
+    rare = _byte_fallback_chars(tok, 12)
+    assert len(rare) >= 12
+    samples = ["".join(rare), f"mix {rare[0]} 你好 {rare[1]}😀{rare[2]} end", "😀🎉👍🏽🇯🇵 日本語テキスト",
+               rare[3] + " " + rare[4] * 3 + "\n" + rare[5]]
+    for text in samples:
+        ids = tok.encode(text, add_bos=False)
+        assert ids == hf_tok(text, add_special_tokens=False)["input_ids"]
+        dec = StreamDecoder(tok)
+        pieces = [dec.feed(i) for i in ids]
+        tail = dec.flush()
+        assert "".join(pieces) + tail == text and tail == ""
+        assert not any("\ufffd" in p for p in pieces)
+        if any(ch in text for ch in rare):
+            assert "" in pieces  # an incomplete character was held back
+        assert list(tok.stream().feed_many(ids)) == [p for p in pieces if p]
+
+
+def test_stream_flushes_an_incomplete_character_as_replacement(tok):
+    (ch,) = _byte_fallback_chars(tok, 1)[:1]
+    ids = tok.encode(ch, add_bos=False)
+    dec = tok.stream()
+    assert [dec.feed(i) for i in ids[:-1]] == [""] * (len(ids) - 1)
+    assert dec.flush() == "\ufffd"
+    assert "".join(dec.feed(i) for i in ids) + dec.flush() == ch  # reset after flush
+
+
+def test_chat_template(tok):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " Hi there \n"},
+            {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}]
+    text = tok.apply_chat_template(msgs)
+    assert text == ("<start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n"
+                    "<start_of_turn>model\nHello.<end_of_turn>\n"
+                    "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n")
+    assert not tok.apply_chat_template(msgs[1:2], add_generation_prompt=False).endswith("model\n")
+    ids = tok.encode(text)
+    assert ids.count(tok.bos_id) == 1 and ids.count(tok.stop_ids[1]) == 3
+    with pytest.raises(ConfigError, match="role"):
+        tok.apply_chat_template([{"role": "assistant", "content": "x"}])
+    with pytest.raises(ConfigError, match="role"):
+        tok.apply_chat_template([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+
+
+def test_non_sentencepiece_vocabulary_is_refused(model):
+    md = dict(model.metadata, **{"tokenizer.ggml.model": "gpt2"})
+    with pytest.raises(ModelFileError, match="unsupported tokenizer model 'gpt2'"):
+        GGUFTokenizer(md)
+    with pytest.raises(ModelFileError, match="unsupported tokenizer model"):
+        build_tokenizer({"tokenizer.ggml.model": "t5"})
