@@ -172,3 +172,32 @@ def test_non_sentencepiece_vocabulary_is_refused(model):
         GGUFTokenizer(md)
     with pytest.raises(ModelFileError, match="unsupported tokenizer model"):
         build_tokenizer({"tokenizer.ggml.model": "t5"})
+
+
+def test_llama_style_vocabulary_matches_transformers():
+    """A toy non-Gemma SentencePiece vocabulary (scores with ties, dummy prefix) against the
+    conversion transformers applies to such a GGUF."""
+    import numpy as np
+    from transformers.integrations.gguf.gguf_tokenizer_mapping import convert_gguf_tokenizer
+
+    pieces = ["▁", "a", "b", "c", "d", "▁a", "ab", "▁ab", "abc", "cd", "▁the", "t", "h", "e", "th", "he",
+              "▁t", "▁th", "the", "▁c", "dd", "▁d", "<ctl>"]
+    tokens = ["<unk>", "<s>", "</s>", *(f"<0x{i:02X}>" for i in range(256)), *pieces]
+    types = [2, 3, 3, *[6] * 256, *[1] * (len(pieces) - 1), 3]
+    rng = np.random.default_rng(1)
+    scores = [0.0] * 259 + (-np.arange(len(pieces)) - rng.integers(0, 3, len(pieces))).astype(np.float32).tolist()
+    ref, _ = convert_gguf_tokenizer("llama", {"tokenizer_type": "llama", "tokens": tokens, "scores": scores,
+                                              "token_type": types, "bos_token_id": 1, "eos_token_id": 2,
+                                              "unk_token_id": 0})
+    tok = GGUFTokenizer({
+        "general.architecture": "llama", "tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": tokens,
+        "tokenizer.ggml.scores": np.array(scores, np.float32), "tokenizer.ggml.token_type": np.array(types, np.int32),
+        "tokenizer.ggml.bos_token_id": 1, "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0})
+    for text in ["the cab abc", "  a b  cd dd", "thethe ab<ctl>c", "ünï 😀", " leading", "abcd\nthe"]:
+        ids = tok.encode(text, add_bos=False)
+        assert ids == ref.encode(text, add_special_tokens=False).ids, text
+        assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
+        assert tok.encode(text) == [1, *ids]
+        dec = tok.stream()
+        assert "".join(dec.feed_many(ids)) + dec.flush() == tok.decode(ids)
+    assert tok.stop_ids == (2,)
