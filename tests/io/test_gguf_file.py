@@ -262,3 +262,18 @@ def test_corrupted_header(tmp_path, small_file):
     for problem, bad in cases.items():
         with pytest.raises(ModelFileError, match=f"corrupted header.*{problem}"):
             GGUFFile(_damaged(tmp_path, bad))
+
+
+def test_load_falls_back_to_numpy_dequant_without_quant_module(model, monkeypatch):
+    import importlib.util
+
+    name = next(t.name for t in model.tensors.values() if t.ggml_type == int(gguf.GGMLQuantizationType.Q4_K))
+    want = model.load(name)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda n, *a: None if n == "mtp_turbo.quant.dequant" else real(n, *a))
+    calls = []
+    real_dq = gguf.quants.dequantize
+    monkeypatch.setattr(gguf.quants, "dequantize", lambda *a: calls.append(a[1]) or real_dq(*a))
+    assert torch.equal(model.load(name), want)
+    assert calls == [gguf.GGMLQuantizationType.Q4_K]  # the fallback really ran
