@@ -194,10 +194,12 @@ class Engine:
         u = uniforms(sampler.seed, torch.tensor([n], device=self.device))
         return draw(p, u)
 
-    def append(self, new: list[int]) -> None:
-        """Commit tokens produced after a forward whose first row was the pending token."""
+    def append(self, new: list[int], extra_cached: int = 0) -> None:
+        """Commit tokens produced after a forward whose first row was the pending token and whose
+        next `extra_cached` rows were the first tokens of `new` (accepted drafts)."""
         n = len(self.tokens)
-        self.kv.commit(n)  # the pending token's K/V is now written
+        assert 0 <= extra_cached < max(len(new), 1)
+        self.kv.commit(n + extra_cached)  # the pending token's (and accepted drafts') K/V are written
         self._set_tokens(self.tokens + new, n)
 
     # ---- generation -------------------------------------------------------------------------------
@@ -240,7 +242,7 @@ class Engine:
             yield [tok]
 
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int) -> Iterator[Piece]:
-        dec = self.tokenizer.stream_decoder()
+        dec = self.tokenizer.stream()
         t0 = time.perf_counter()
         stats.finish_reason = "length" if budget >= max_tokens else "context"
         try:
@@ -265,6 +267,7 @@ class Engine:
             if tail:
                 yield Piece(tail, ())
         finally:
+            token_iter.close()  # runs the round loop's cleanup (stats) now, not at GC
             stats.decode_s = time.perf_counter() - t0
 
     def _truncate_to(self, n: int) -> None:

@@ -179,9 +179,14 @@ class Gemma3:
         qh = q.transpose(0, 1)  # [H, T, Dh]
         Kh = K.transpose(0, 1).repeat_interleave(rep, dim=0)  # [H, S, Dh]
         Vh = V.transpose(0, 1).repeat_interleave(rep, dim=0)
-        o = F.scaled_dot_product_attention(
-            qh.unsqueeze(0), Kh.unsqueeze(0), Vh.unsqueeze(0), attn_mask=mask, scale=c.query_scale
-        )[0]  # [H, T, Dh]
+        if x.is_cuda:
+            o = F.scaled_dot_product_attention(
+                qh.unsqueeze(0), Kh.unsqueeze(0), Vh.unsqueeze(0), attn_mask=mask, scale=c.query_scale
+            )[0]  # [H, T, Dh]
+        else:  # CPU SDPA with a mask is slow for few rows; plain math is exact and fast here
+            sc = torch.matmul(qh, Kh.transpose(1, 2)) * c.query_scale  # [H, T, S]
+            sc = sc.masked_fill(~mask, float("-inf"))
+            o = torch.matmul(torch.softmax(sc, dim=-1), Vh)
         o = o.transpose(0, 1).reshape(T, c.n_heads * c.head_dim)
         return F.linear(o, L["o"])
 

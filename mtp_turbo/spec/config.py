@@ -1,0 +1,36 @@
+"""Speculative decoding configuration (frozen; CLI flags map 1:1 to fields)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+
+DRAFTERS = ("none", "ngram", "mtp")
+SPEC_SAMPLE = ("exact", "greedy")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    draft: str = "none"  # none | ngram | mtp
+    draft_tokens: int = 3  # k: drafts per round (verify forwards k+1 rows)
+    spec_sample: str = "exact"  # exact (lossless) | greedy (legacy, lossy: for comparison only)
+    ngram_max: int = 4  # longest suffix the n-gram drafter matches
+    ngram_min: int = 2  # shortest suffix it accepts as a match
+    draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
+    draft_window: int = 256  # MTP drafter: last cells attended
+    drafter: str | None = None  # MTP head file (None = the one shipped for the model)
+
+    def __post_init__(self) -> None:
+        if self.draft not in DRAFTERS:
+            raise ConfigError(f"draft must be one of {', '.join(DRAFTERS)}, got {self.draft!r}")
+        if self.spec_sample not in SPEC_SAMPLE:
+            raise ConfigError(f"spec-sample must be one of {', '.join(SPEC_SAMPLE)}, got {self.spec_sample!r}")
+        if not (1 <= self.draft_tokens <= 7):
+            raise ConfigError(f"draft-tokens must be in [1, 7], got {self.draft_tokens}")
+        if not (1 <= self.ngram_min <= self.ngram_max <= 16):
+            raise ConfigError(f"need 1 <= ngram-min <= ngram-max <= 16, got {self.ngram_min}, {self.ngram_max}")
+        if not (0 <= self.draft_sink <= 1024):
+            raise ConfigError(f"draft-sink must be in [0, 1024], got {self.draft_sink}")
+        if self.draft_window < 1:
+            raise ConfigError(f"draft-window must be >= 1, got {self.draft_window}")

@@ -1,0 +1,125 @@
+"""Engine: rollback, checkpoints, sessions, chunked prefill, context limits (real model, CPU)."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from mtp_turbo.errors import CacheError, ConfigError
+from mtp_turbo.sampling.config import SamplerConfig
+
+GREEDY = SamplerConfig(temperature=0.0)
+PROMPT = "The history of the printing press begins"
+
+
+def _next_logits(engine):
+    logits, _ = engine.step_logits([])
+    return logits.clone()
+
+
+def test_rollback_gives_the_logits_of_never_having_gone_further(engine):
+    ids = engine.encode_prompt(PROMPT)
+    engine.start(ids)
+    before = _next_logits(engine)
+    for _ in range(6):  # go further, then come back
+        tok = int(engine.sample_next(_next_logits(engine), GREEDY).item())
+        engine.append([tok])
+    assert engine.kv.length == len(ids) + 5
+    engine._truncate_to(len(ids))
+    assert engine.kv.length == len(ids) - 1
+    assert torch.equal(_next_logits(engine), before)
+
+
+def test_checkpoint_restore_and_refusal(engine):
+    ids = engine.encode_prompt(PROMPT)
+    engine.start(ids)
+    cp = engine.kv.checkpoint()
+    ref = _next_logits(engine)
+    engine.append([100])
+    engine.step_logits([])
+    engine.append([200])
+    engine.kv.restore(cp)
+    del engine.tokens[len(ids):]
+    assert torch.equal(_next_logits(engine), ref)
+    with pytest.raises(CacheError, match="past the current length"):
+        engine.kv.restore(type(cp)(engine.kv.length + 5))
+    with pytest.raises(CacheError, match="only"):
+        engine.kv.rollback(engine.kv.length + 1)
+
+
+def test_chunked_prefill_matches_one_chunk(engine):
+    ids = engine.encode_prompt("In the beginning of the eighteenth century, the city grew quickly and " * 4)
+    engine.kv.reset(); engine.tokens = []
+    engine.start(ids)
+    one = _next_logits(engine)
+    engine.kv.reset(); engine.tokens = []
+    old = engine.cfg
+    engine.cfg = dataclasses.replace(old, prefill_chunk=7)
+    try:
+        engine.start(ids)
+        chunked = _next_logits(engine)
+    finally:
+        engine.cfg = old
+    assert ((one - chunked).abs().max() / one.abs().max()).item() < 1e-5
+    assert one.argmax() == chunked.argmax()
+
+
+def test_prompt_cache_reuse_gives_the_same_text(engine):
+    a = engine.generate_ids(PROMPT, sampler=GREEDY, max_tokens=12)
+    b = engine.generate_ids(PROMPT, sampler=GREEDY, max_tokens=12)
+    assert engine.last_stats.prompt_cached > 0
+    assert a == b
+
+
+def test_session_save_load_continues_identically(engine, tmp_path):
+    ids = engine.encode_prompt("A short note about rivers:")
+    engine.start(ids)
+    for _ in range(5):
+        engine.append([int(engine.sample_next(_next_logits(engine), GREEDY).item())])
+    path = tmp_path / "s.session"
+    engine.save_session(path)
+    saved_tokens = list(engine.tokens)
+    cont = []
+    for _ in range(8):
+        t = int(engine.sample_next(_next_logits(engine), GREEDY).item())
+        engine.append([t]); cont.append(t)
+    engine.start(engine.encode_prompt("Something else entirely, to overwrite the cache."))
+    engine.load_session(path)
+    assert engine.tokens == saved_tokens
+    again = []
+    for _ in range(8):
+        t = int(engine.sample_next(_next_logits(engine), GREEDY).item())
+        engine.append([t]); again.append(t)
+    assert again == cont
+
+
+def test_session_refuses_other_model_and_damage(engine, tmp_path):
+    engine.start(engine.encode_prompt("Hello there"))
+    path = tmp_path / "s.session"
+    engine.save_session(path)
+    data = path.read_bytes()
+    # another model: the identity in the header differs
+    other = data.replace(engine.gguf.sha256().encode(), b"0" * 64)
+    (tmp_path / "other").write_bytes(other)
+    with pytest.raises(CacheError, match="another model"):
+        engine.load_session(tmp_path / "other")
+    (tmp_path / "trunc").write_bytes(data[: len(data) - 100])
+    with pytest.raises(CacheError, match="corrupt or truncated"):
+        engine.load_session(tmp_path / "trunc")
+    (tmp_path / "junk").write_bytes(b"not a session at all")
+    with pytest.raises(CacheError, match="not an mtp-turbo session"):
+        engine.load_session(tmp_path / "junk")
+    with pytest.raises(CacheError, match="cannot read"):
+        engine.load_session(tmp_path / "missing")
+
+
+def test_prompt_longer_than_context(engine):
+    with pytest.raises(ConfigError, match="context holds"):
+        engine.generate_text(list(range(10, 10 + engine.ctx_size + 1)), max_tokens=1)
+
+
+def test_generation_stops_at_context_end(engine):
+    ids = [2] + [1000 + i for i in range(engine.ctx_size - 4)]  # ctx - 3 tokens: room for 3 more
+    out = engine.generate_ids(ids, sampler=GREEDY, max_tokens=50, stop_ids=())
+    assert len(out) == 3
+    assert engine.last_stats.finish_reason == "context"
