@@ -43,13 +43,6 @@ def sq_err(x: torch.Tensor, d16: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(d16.squeeze(-1)), e, torch.full_like(e, float("inf")))
 
 
-def _sq_err32(x: torch.Tensor, d16: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    """sq_err in float32 for the search (the final choice against the base uses sq_err)."""
-    r = x - d16.to(torch.float32) * q
-    e = (r * r).sum(dim=-1)
-    return torch.where(torch.isfinite(d16.squeeze(-1)), e, torch.full_like(e, float("inf")))
-
-
 def lloyd_q4_0(x: torch.Tensor, base_d16: torch.Tensor, base_q: torch.Tensor,
                divisors: tuple[float, ...] = START_DIVISORS, iters: int = ITERS
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -64,32 +57,29 @@ def lloyd_q4_0(x: torch.Tensor, base_d16: torch.Tensor, base_q: torch.Tensor,
     assert base_q.shape == x.shape
     x = x.contiguous()
     m = x.gather(1, x.abs().argmax(dim=1, keepdim=True))  # [N, 1] signed max-magnitude
+    sxx = (x * x).sum(dim=1, keepdim=True)
     best_d = torch.zeros_like(m, dtype=torch.float16)
-    best_q = torch.zeros_like(x)
-    best_e = torch.full_like(m.squeeze(1), float("inf"))
+    best_e = torch.full_like(m, float("inf"))
 
-    def consider(d: torch.Tensor) -> None:
-        # round the scale to fp16, re-assign the levels for it, keep it where it is better
-        d16 = d.to(torch.float16)
-        q = assign(x, _inv(d16.to(torch.float32)))
-        e = _sq_err32(x, d16, q)
-        better = e < best_e
-        best_e.copy_(torch.where(better, e, best_e))
-        b = better.unsqueeze(1)
-        best_d.copy_(torch.where(b, d16, best_d))
-        best_q.copy_(torch.where(b, q, best_q))
-
-    # one start at a time: [N, 32] temporaries stay cache-sized on the CPU
+    # One start at a time ([N, 32] temporaries stay cache-sized on the CPU). Each step rounds the
+    # scale to fp16, assigns levels for that rounded scale, scores it from the block sums
+    # (e = sxx - 2 d sxq + d^2 sqq, float32, good enough to rank), then takes the LS scale.
     for div in divisors:
         d = m / div
-        consider(d)
-        for _ in range(iters):
-            q = assign(x, _inv(d))
-            num = (x * q).sum(dim=1, keepdim=True)
-            den = (q * q).sum(dim=1, keepdim=True)
-            d = torch.where(den > 0, num / den.clamp_min(1), d)
-            consider(d)
+        for _ in range(iters + 1):
+            d16 = d.to(torch.float16)
+            df = d16.to(torch.float32)
+            q = assign(x, _inv(df))
+            sxq = (x * q).sum(dim=1, keepdim=True)
+            sqq = (q * q).sum(dim=1, keepdim=True)
+            e = sxx - 2 * df * sxq + df * df * sqq
+            better = torch.isfinite(df) & (e < best_e)
+            best_e = torch.where(better, e, best_e)
+            best_d = torch.where(better, d16, best_d)
+            d = torch.where(sqq > 0, sxq / sqq.clamp_min(1), d)
 
+    # levels are a function of the scale; the float64 check makes "never worse" exact
+    best_q = assign(x, _inv(best_d.to(torch.float32)))
     base_d16 = base_d16.reshape(-1, 1)
     base_q = base_q.to(torch.float32)
     keep = (sq_err(x, best_d, best_q) < sq_err(x, base_d16, base_q)).unsqueeze(1)

@@ -80,7 +80,7 @@ def test_every_model_tensor_bit_exact(model_reader):
         cols = int(np.prod(shape[1:])) if len(shape) > 1 else shape[0]
         step = 16384  # chunk rows of the embedding to bound memory; rows are independent
         for r0 in range(0, rows.shape[0], step):
-            part = np.ascontiguousarray(rows[r0:r0 + step])
+            part = np.array(rows[r0:r0 + step])  # writable copy of the read-only memmap
             ref = gguf.quants.dequantize(part, t.tensor_type).reshape(part.shape[0], cols)
             raw = torch.from_numpy(part.view(np.uint8).reshape(-1))
             out = dequantize(raw, t.tensor_type, (part.shape[0], cols))
@@ -96,6 +96,20 @@ def test_full_shape_roundtrip_1d_and_3d():
     out3 = dequantize(torch.from_numpy(raw.reshape(-1)), T.Q8_0, (2, 3, 64))
     out1 = dequantize(torch.from_numpy(raw.reshape(-1)), T.Q8_0, (384,))
     assert _bits_equal(out3.numpy().reshape(-1), ref) and _bits_equal(out1.numpy(), ref)
+
+
+def test_unaligned_raw_slices():
+    buf = torch.arange(40, dtype=torch.uint8)
+    raw = buf[1:33]  # storage offset 1: not a valid float32/float16 view as is
+    for t, shape in [(T.F32, (2, 4)), (T.F16, (4, 4)), (T.BF16, (16,))]:
+        ref = gguf.quants.dequantize(raw.numpy().copy(), t).reshape(shape)
+        out = dequantize(raw, t, shape)
+        fin = np.isfinite(ref)
+        assert np.array_equal(fin, np.isfinite(out.numpy()))
+        assert _bits_equal(out.numpy()[fin], ref[fin])
+    q = buf[3:37]  # one Q8_0 block at an odd offset
+    ref = gguf.quants.dequantize(q.numpy().copy().reshape(1, 34), T.Q8_0)
+    assert _bits_equal(dequantize(q, T.Q8_0, (1, 32)).numpy(), ref)
 
 
 def test_unsupported_type_raises_naming_it():
