@@ -1,0 +1,390 @@
+"""The MTP drafter: a one-block head on the main model's hidden states, its own KV cache, and the
+Drafter (begin/propose/observe) that the speculative round drives.
+
+Owns: the head's math (`x = fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(h_t))`, one
+Gemma-3 block with a sliding-base RoPE, final norm, the main model's tied LM head or a gathered
+subset of its rows), the drafter's static position-indexed KV cache (cell c = the row built from
+(h_c, token c+1), RoPE at position c when K is written), catch-up / chain drafting over the cells
+DraftCells allows (sink + window + current chain), a from-scratch reference used by the tests,
+and loading the head's GGUF (writing it is train/export.py's job).
+Ignores: the cell bookkeeping rules (cache/cells.py), verification (spec/), training (train/).
+
+Tensor names in the GGUF (llama.cpp's nextn convention where it fits; L = the main model's
+n_layer): blk.L.nextn.{enorm,hnorm,fc_embedding,fc_hidden,shared_head_norm}.weight and the block's
+blk.L.{attn_norm,attn_q,...}.weight; metadata mtp.base_model_sha256, mtp.hidden_source,
+mtp.vocab_ids (absent = full head), mtp.recipe (JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..cache.cells import DraftCells, DraftCellsConfig
+from ..errors import ModelFileError
+from .gemma3 import LAYER_TENSORS, apply_rope, rms_norm, rope_tables
+
+ARCH = "gemma3-mtp"
+HIDDEN_SOURCES = ("pre_norm", "post_norm")
+DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "data" / "gemma3-270m-mtp.gguf"
+# head-specific tensors: internal name -> GGUF name suffix after "blk.{L}."
+NEXTN_TENSORS = {"enorm": "nextn.enorm", "hnorm": "nextn.hnorm", "fc_e": "nextn.fc_embedding",
+                 "fc_h": "nextn.fc_hidden", "out_norm": "nextn.shared_head_norm"}
+
+
+@dataclass(frozen=True)
+class MTPConfig:
+    hidden: int = 640
+    n_heads: int = 4
+    n_kv_heads: int = 1
+    head_dim: int = 256
+    ffn: int = 2048
+    eps: float = 1e-6
+    rope_base: float = 10_000.0
+    n_layer: int = 18  # the main model's layer count: the head's tensors live at blk.{n_layer}
+    hidden_source: str = "pre_norm"  # which main hidden the head reads: before or after the final norm
+
+    def __post_init__(self) -> None:
+        assert self.hidden_source in HIDDEN_SOURCES, self.hidden_source
+        assert self.n_heads % self.n_kv_heads == 0
+
+    @property
+    def query_scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    @classmethod
+    def for_main(cls, mc, hidden_source: str = "pre_norm") -> "MTPConfig":
+        return cls(hidden=mc.hidden, n_heads=mc.n_heads, n_kv_heads=mc.n_kv_heads, head_dim=mc.head_dim,
+                   ffn=mc.ffn, eps=mc.eps, rope_base=mc.rope_local, n_layer=mc.n_layers, hidden_source=hidden_source)
+
+
+def tensor_names(cfg: MTPConfig) -> dict[str, str]:
+    """internal weight name -> GGUF tensor name."""
+    L = cfg.n_layer
+    names = {k: f"blk.{L}.{v}.weight" for k, v in NEXTN_TENSORS.items()}
+    names.update({k: f"blk.{L}.{v}.weight" for k, v in LAYER_TENSORS.items()})
+    return names
+
+
+# ---- the math, shared by the cached drafter, the reference and training ------------------------
+def input_rows(W: dict, cfg: MTPConfig, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """e: scaled embedding of token t+1 [.., D]; h: the state for position t [.., D] -> x [.., D]."""
+    return F.linear(rms_norm(e, W["enorm"], cfg.eps), W["fc_e"]) + F.linear(rms_norm(h, W["hnorm"], cfg.eps), W["fc_h"])
+
+
+def qkv(W: dict, cfg: MTPConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """x [T, D] block input at positions with RoPE tables cos/sin [T, Dh] -> q [T,H,Dh], k, v [T,Hkv,Dh]."""
+    T = x.shape[0]
+    a = rms_norm(x, W["attn_norm"], cfg.eps)
+    q = rms_norm(F.linear(a, W["q"]).view(T, cfg.n_heads, cfg.head_dim), W["q_norm"], cfg.eps)
+    k = rms_norm(F.linear(a, W["k"]).view(T, cfg.n_kv_heads, cfg.head_dim), W["k_norm"], cfg.eps)
+    v = F.linear(a, W["v"]).view(T, cfg.n_kv_heads, cfg.head_dim)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def attend(cfg: MTPConfig, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None):
+    """q [T,H,Dh], K/V [S,Hkv,Dh], mask [T,S] bool (None = all) -> [T, H*Dh]."""
+    rep = cfg.n_heads // cfg.n_kv_heads
+    qh = q.transpose(0, 1)
+    Kh = K.transpose(0, 1).repeat_interleave(rep, dim=0)
+    Vh = V.transpose(0, 1).repeat_interleave(rep, dim=0)
+    sc = torch.matmul(qh.float(), Kh.float().transpose(1, 2)) * cfg.query_scale  # [H, T, S]
+    if mask is not None:
+        sc = sc.masked_fill(~mask, float("-inf"))
+    o = torch.matmul(torch.softmax(sc, dim=-1), Vh.float()).to(q.dtype)
+    return o.transpose(0, 1).reshape(q.shape[0], cfg.n_heads * cfg.head_dim)
+
+
+def block_out(W: dict, cfg: MTPConfig, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """Residual stream after the block (the chained `h`), given the attention output before o-proj."""
+    h = x + rms_norm(F.linear(attn, W["o"]), W["post_attn_norm"], cfg.eps)
+    m = rms_norm(h, W["ffn_norm"], cfg.eps)
+    m = F.linear(F.gelu(F.linear(m, W["gate"]), approximate="tanh") * F.linear(m, W["up"]), W["down"])
+    return h + rms_norm(m, W["post_ffn_norm"], cfg.eps)
+
+
+class MTPHead:
+    """Weights of the head plus its LM head rows. `head_rows` [N, D] are main embedding rows (all
+    of them, or the gathered `vocab_ids`); argmax ids are mapped back through vocab_ids."""
+
+    def __init__(self, cfg: MTPConfig, weights: dict[str, torch.Tensor], embed: torch.Tensor,
+                 vocab_ids: torch.Tensor | None, device, dtype):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.W = weights
+        self.embed = embed  # main embedding [V, D] (unscaled: the tied LM head)
+        self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype).to(self.device)
+        self.vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device, torch.int64)
+        self.head_rows = embed if vocab_ids is None else embed[self.vocab_ids].contiguous()
+        self.rope = None  # (cos, sin) tables, grown on demand
+
+    def rope_at(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        need = int(pos.max().item()) + 1
+        if self.rope is None or self.rope[0].shape[0] < need:
+            n = max(need, 4096 if self.rope is None else 2 * self.rope[0].shape[0])
+            self.rope = rope_tables(self.cfg.rope_base, self.cfg.head_dim, n, self.device)
+        return self.rope[0][pos], self.rope[1][pos]
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed[tokens] * self.embed_scale
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Block output state [T, D] -> fp32 logits over the head's rows [T, N]."""
+        return F.linear(rms_norm(h, self.W["out_norm"], self.cfg.eps), self.head_rows).float()
+
+    def argmax_ids(self, h: torch.Tensor) -> torch.Tensor:
+        """[T, D] -> token ids [T] (int64) of the head's argmax."""
+        i = self.logits(h).argmax(-1)
+        return i if self.vocab_ids is None else self.vocab_ids[i]
+
+
+def read_set(p: int, committed_hi: int, chain: list[int], sink: int, window: int) -> list[int]:
+    """The rule DraftCells implements, stated plainly for the reference: committed cells
+    [0, committed_hi) that are < sink or in [p - window, p], plus chain cells in [p - window, p]."""
+    lo = p - window
+    com = [c for c in range(min(committed_hi, p + 1)) if c < sink or c >= lo]
+    return com + [c for c in chain if lo <= c <= p]
+
+
+def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: int, sink: int, window: int):
+    """From-scratch drafts for the committed `tokens` (T of them): hidden [T-1, D] = the main
+    model's states (already in the head's hidden_source) of positions 0..T-2. Every committed cell
+    c <= p0 = T-2 is recomputed from (h_c, token c+1); the chain is run with full recomputation.
+    Returns (draft ids, fp32 logits [k, N])."""
+    T = len(tokens)
+    p0 = T - 2
+    assert p0 >= 0 and hidden.shape[0] >= p0 + 1
+    cfg, W = head.cfg, head.W
+    dev = head.device
+    pos = torch.arange(p0 + 1, device=dev)
+    e = head.embed_tokens(torch.tensor(tokens[1: p0 + 2], device=dev))
+    x = input_rows(W, cfg, e, hidden[: p0 + 1].to(dev, head.dtype))
+    cos, sin = head.rope_at(pos)
+    _, Kc, Vc = qkv(W, cfg, x, cos, sin)
+    K, V, X = [Kc[i] for i in range(p0 + 1)], [Vc[i] for i in range(p0 + 1)], x
+    drafts, logits = [], []
+    state_x, chain = X[p0: p0 + 1], []
+    for j in range(k):
+        p = p0 + j
+        cos, sin = head.rope_at(torch.tensor([p], device=dev))
+        q, kk, vv = qkv(W, cfg, state_x, cos, sin)
+        if j > 0:  # chain cell: its K/V exist only in this chain
+            K.append(kk[0])
+            V.append(vv[0])
+            chain.append(p)
+        cells = read_set(p, p0 + 1, chain, sink, window)
+        idx = [c if c <= p0 else p0 + 1 + chain.index(c) for c in cells]
+        o = attend(cfg, q, torch.stack([K[i] for i in idx]), torch.stack([V[i] for i in idx]))
+        h = block_out(W, cfg, state_x, o)
+        lg = head.logits(h)
+        d = int(lg.argmax(-1).item())
+        d = d if head.vocab_ids is None else int(head.vocab_ids[d].item())
+        drafts.append(d)
+        logits.append(lg[0])
+        state_x = input_rows(W, cfg, head.embed_tokens(torch.tensor([d], device=dev)), h)
+    return drafts, torch.stack(logits) if logits else torch.zeros(0)
+
+
+class MTPDrafter:
+    """Drafter interface + engine hooks (on_prefill, truncate, reset). See cache/cells.py for the
+    cell convention; the round with T committed tokens drafts from query p0 = T-2."""
+
+    name = "mtp"
+
+    def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None):
+        c = head.cfg
+        self.head, self.main = head, main  # main: for final_norm when hidden_source is post_norm
+        self.capacity = capacity + 16  # chain cells may run k-1 past the committed rows
+        self.cells = DraftCells(DraftCellsConfig(sink=sink, window=window))
+        dev, dt = head.device, head.dtype
+        self.k_cache = torch.zeros(self.capacity, c.n_kv_heads, c.head_dim, device=dev, dtype=dt)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.hbuf = torch.zeros(self.capacity, c.hidden, device=dev, dtype=dt)  # main hidden by position
+        self.h_lo = self.h_hi = 0  # positions [h_lo, h_hi) of hbuf hold current hidden rows
+        self.tokens: list[int] = []
+        self._prefill_next: int | None = None
+        self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tests)
+
+    # ---- engine hooks --------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.cells.reset()
+        self.h_lo = self.h_hi = 0
+        self.tokens = []
+        self._prefill_next = None
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n committed tokens (rollback): cells >= n-1 and hidden rows >= n are stale."""
+        self.cells.truncate(max(n - 1, 0))
+        self.h_hi = max(min(self.h_hi, n), 0)
+        self.h_lo = min(self.h_lo, self.h_hi)
+        del self.tokens[n:]
+
+    def _store_hidden(self, c0: int, h: torch.Tensor) -> None:
+        h = h.to(self.hbuf.dtype)
+        if self.head.cfg.hidden_source == "post_norm":
+            h = self.main.final_norm(h)
+        n = h.shape[0]
+        self.hbuf[c0: c0 + n].copy_(h)  # copy: the caller's buffers are overwritten by the next forward
+        if self.h_lo <= c0 <= self.h_hi:
+            self.h_hi = c0 + n
+        else:
+            self.h_lo, self.h_hi = c0, c0 + n
+
+    def _encode(self, c0: int, n: int, toks: list[int]) -> None:
+        """Write committed K/V for cells [c0, c0+n) from hbuf and tokens c0+1..c0+n."""
+        head, W, cfg = self.head, self.head.W, self.head.cfg
+        pos = torch.arange(c0, c0 + n, device=head.device)
+        e = head.embed_tokens(torch.tensor(toks[c0 + 1: c0 + n + 1], device=head.device))
+        x = input_rows(W, cfg, e, self.hbuf[c0: c0 + n])
+        _, k, v = qkv(W, cfg, x, *head.rope_at(pos))
+        self.k_cache[c0: c0 + n] = k
+        self.v_cache[c0: c0 + n] = v
+        self.cells.wrote(c0, n)
+
+    @torch.inference_mode()
+    def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int], n_rows: int | None = None) -> None:
+        """Main rows [c0, c1) were just encoded with hidden [c1-c0, D]; tokens = the committed
+        sequence (at least c1+1 long); n_rows = main rows the whole prefill will encode
+        (len(prompt) - 1), for the sink + window plan (None = encode every row)."""
+        assert hidden.shape[0] == c1 - c0 and len(tokens) > c1 - 1
+        if self._prefill_next != c0:  # a new prefill: everything depending on token c0 or later is stale
+            self.truncate(c0)
+            self.tokens = list(tokens)
+            # row c0-1 pairs the kept h_{c0-1} with the (new) token c0: encode it now, else the
+            # run and the sink would have a hole there
+            if c0 >= 1 and self.h_lo <= c0 - 1 < self.h_hi and self.cells.cell1 == c0 - 1:
+                self._encode(c0 - 1, 1, self.tokens)
+        self.tokens = list(tokens)
+        self._store_hidden(c0, hidden)
+        self._prefill_next = c1
+        if n_rows is None:
+            runs = [(c0, min(c1, len(tokens) - 1) - c0)]
+        else:
+            runs = self.cells.prefill_plan(n_rows, c0, c1 - c0)
+        for a, n in runs:
+            if n > 0:
+                self._encode(a, n, self.tokens)
+
+    # ---- Drafter interface ---------------------------------------------------------------------
+    def begin(self, tokens: list[int]) -> None:
+        m = 0
+        lim = min(len(tokens), len(self.tokens))
+        while m < lim and tokens[m] == self.tokens[m]:
+            m += 1
+        self.truncate(m)
+        self.tokens = list(tokens)
+        self._prefill_next = None
+
+    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None) -> None:
+        self._prefill_next = None
+        n_new = len(tokens)
+        pos = n_new - accepted - 2  # = n - 1, n = tokens before the round
+        self.truncate(min(len(self.tokens), pos + 1))  # cells of the rejected part of the chain
+        self.tokens = list(tokens)
+        if hidden is not None and pos >= 0:
+            assert hidden.shape[0] == accepted + 1, (hidden.shape, accepted)
+            self._store_hidden(pos, hidden)
+
+    def _repair(self, p0: int) -> None:
+        """Re-encode cells query p0 reads but that hold nothing (a rollback into prompt rows the
+        prefill plan skipped): sink cells below the window, then the window from its first cell.
+        Uses the kept hidden rows; without them the drafter just sees less context."""
+        cells, sink = self.cells, self.cells.config.sink
+        lo = max(p0 - self.cells.config.window, 0)
+        force = False
+        s_need = min(sink, lo)
+        if cells.sink_valid < s_need and self.h_lo <= cells.sink_valid:
+            self._encode(cells.sink_valid, s_need - cells.sink_valid, self.tokens)
+            force = True
+        need = max(lo, self.h_lo)
+        if need < p0 and (force or not (cells.cell0 <= need <= cells.cell1)):
+            self.cells.truncate(need)
+            self._encode(need, p0 - need, self.tokens)
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        self._prefill_next = None
+        if tokens[: len(self.tokens)] != self.tokens[: len(tokens)]:
+            self.begin(tokens)
+        self.tokens = list(tokens)
+        T = len(tokens)
+        p0 = T - 2
+        if k <= 0 or p0 < 0 or self.h_hi <= p0:
+            return []
+        self._repair(p0)
+        c = max(min(self.cells.cell1, p0), self.h_lo)
+        self.cells.truncate(c)
+        if c < p0:
+            self._encode(c, p0 - c, tokens)  # catch-up rows (committed)
+        head, W, cfg = self.head, self.head.W, self.head.cfg
+        dev = head.device
+        x = input_rows(W, cfg, head.embed_tokens(torch.tensor([tokens[p0 + 1]], device=dev)), self.hbuf[p0: p0 + 1])
+        drafts, chain, logits = [], [], []
+        for j in range(k):
+            p = p0 + j
+            q, kk, vv = qkv(W, cfg, x, *head.rope_at(torch.tensor([p], device=dev)))
+            self.k_cache[p] = kk[0]
+            self.v_cache[p] = vv[0]
+            if j == 0:
+                self.cells.wrote(p0, 1)  # draft 0's row is committed (h_p0 and token p0+1 are)
+            else:
+                chain.append(p)
+            idx = torch.from_numpy(self.cells.read_cells_with_chain(p, chain)).to(dev)
+            h = block_out(W, cfg, x, attend(cfg, q, self.k_cache[idx], self.v_cache[idx]))
+            lg = head.logits(h)
+            logits.append(lg[0])
+            i = lg[0].argmax()
+            d = i if head.vocab_ids is None else head.vocab_ids[i]
+            if j + 1 < k:
+                x = input_rows(W, cfg, head.embed[d.view(1)] * head.embed_scale, h)
+            drafts.append(d)
+        self.last_logits = torch.stack(logits)
+        return [int(t) for t in torch.stack(drafts).tolist()]  # the one host sync per draft chain
+
+
+# ---- loading ---------------------------------------------------------------------------------
+def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None) -> MTPHead:
+    """MTPHead from a head GGUF, tied to the main model `main` (a Gemma3). Raises ModelFileError
+    when the file is not a head, misses tensors, or was trained for another base model."""
+    from ..io.gguf_file import GGUFFile
+
+    gf = GGUFFile(path)
+    if gf.metadata.get("general.architecture") != ARCH:
+        raise ModelFileError(f"{path}: not an MTP head file (architecture {gf.metadata.get('general.architecture')!r}, expected {ARCH!r})")
+    base = gf.metadata.get("mtp.base_model_sha256")
+    if expect_sha is not None and base != expect_sha:
+        raise ModelFileError(f"{path}: this MTP head was trained for the model with sha256 {str(base)[:16]}..., "
+                             f"but the loaded model's sha256 is {expect_sha[:16]}...; train a head for it with "
+                             "`mtp-turbo train-mtp` or pass the right --drafter")
+    src = gf.metadata.get("mtp.hidden_source", "pre_norm")
+    if src not in HIDDEN_SOURCES:
+        raise ModelFileError(f"{path}: mtp.hidden_source {src!r} is not one of {HIDDEN_SOURCES}")
+    cfg = MTPConfig.for_main(main.cfg, hidden_source=src)
+    device = main.device if device is None else torch.device(device)
+    dtype = main.dtype if dtype is None else dtype
+    W = {}
+    for k, name in tensor_names(cfg).items():
+        if name not in gf.tensors:
+            raise ModelFileError(f"{path}: missing tensor {name}")
+        W[k] = gf.load(name, device=device, dtype=torch.float32 if k.endswith("norm") else dtype)
+    ids = gf.metadata.get("mtp.vocab_ids")
+    vocab_ids = None if ids is None else torch.as_tensor(np.asarray(ids, dtype=np.int64))
+    if vocab_ids is not None and (vocab_ids.min() < 0 or vocab_ids.max() >= main.cfg.vocab_size):
+        raise ModelFileError(f"{path}: mtp.vocab_ids outside the model's vocabulary")
+    return MTPHead(cfg, W, main.embed, vocab_ids, device, dtype)
+
+
+def load_mtp_drafter(engine, spec) -> MTPDrafter:
+    """The drafter for `engine` per SpecConfig `spec` (spec.drafter path or the shipped head)."""
+    path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
+    if not path.exists():
+        raise ModelFileError(f"MTP head file {path} does not exist" + (
+            " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
+    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256())
+    return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model)

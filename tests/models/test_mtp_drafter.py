@@ -1,0 +1,169 @@
+"""MTP drafter: cached drafting == from-scratch reference over rounds with catch-up, chains,
+rollbacks and small sink/window; reduced-vocab head; GGUF round trip; base-model identity check."""
+
+import random
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from mtp_turbo.errors import ModelFileError
+from mtp_turbo.models.gemma3 import Gemma3Config
+from mtp_turbo.models.mtp_drafter import (MTPConfig, MTPDrafter, MTPHead, load_head, reference_drafts,
+                                          tensor_names)
+
+V, D = 97, 64
+
+
+def tiny_main_cfg():
+    return Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
+                        eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
+                        query_scale=32 ** -0.5, context_length=512)
+
+
+def random_weights(cfg: MTPConfig, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    W = {}
+    shapes = {"fc_e": (cfg.hidden, cfg.hidden), "fc_h": (cfg.hidden, cfg.hidden),
+              "q": (cfg.n_heads * cfg.head_dim, cfg.hidden), "k": (cfg.n_kv_heads * cfg.head_dim, cfg.hidden),
+              "v": (cfg.n_kv_heads * cfg.head_dim, cfg.hidden), "o": (cfg.hidden, cfg.n_heads * cfg.head_dim),
+              "gate": (cfg.ffn, cfg.hidden), "up": (cfg.ffn, cfg.hidden), "down": (cfg.hidden, cfg.ffn)}
+    for k in tensor_names(cfg):
+        if k.endswith("norm"):
+            n = cfg.head_dim if k in ("q_norm", "k_norm") else cfg.hidden
+            W[k] = 1.0 + 0.1 * torch.randn(n, generator=g)
+        else:
+            W[k] = torch.randn(*shapes[k], generator=g) / shapes[k][1] ** 0.5
+    return W
+
+
+def make_head(vocab_ids=None, seed=0):
+    cfg = MTPConfig.for_main(tiny_main_cfg())
+    embed = torch.randn(V, D, generator=torch.Generator().manual_seed(seed + 1))
+    return MTPHead(cfg, random_weights(cfg, seed), embed, vocab_ids, "cpu", torch.float32)
+
+
+class FakeMain:
+    """Hidden state of position c = a function of (c, tokens[c]) and the previous token: rewriting a
+    token changes the hidden rows that depend on it, so stale rows would show."""
+
+    def __init__(self, seed=0):
+        g = torch.Generator().manual_seed(seed + 7)
+        self.P = torch.randn(600, D, generator=g) * 3
+        self.E = torch.randn(V, D, generator=g) * 3
+
+    def hidden(self, toks):
+        t = torch.tensor(toks)
+        prev = torch.cat([t[:1], t[:-1]])
+        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
+
+
+def run_session(head, sink, window, chunk, seed, rounds=25, k=3):
+    """Drive the drafter like the engine (chunked prefill, rounds with random acceptance, rollbacks,
+    a new prompt sharing a prefix) and check every propose against the reference."""
+    rng = random.Random(seed)
+    main = FakeMain(seed)
+    dr = MTPDrafter(head, capacity=512, sink=sink, window=window)
+    checked = 0
+
+    def prefill(tokens, start):
+        n_rows = len(tokens) - 1
+        H = main.hidden(tokens)
+        for c0 in range(start, n_rows, chunk):
+            c1 = min(n_rows, c0 + chunk)
+            dr.on_prefill(c0, c1, H[c0:c1].clone(), tokens, n_rows=n_rows)
+
+    tokens = [rng.randrange(V) for _ in range(rng.randrange(5, 60))]
+    prefill(tokens, 0)
+    dr.begin(tokens)
+    for r in range(rounds):
+        kk = rng.randrange(1, k + 1)
+        drafts = dr.propose(tokens, kk)
+        ref, ref_logits = reference_drafts(head, tokens, main.hidden(tokens)[: len(tokens) - 1], kk, sink, window)
+        assert drafts == ref, (r, drafts, ref)
+        torch.testing.assert_close(dr.last_logits, ref_logits, rtol=1e-4, atol=1e-4)
+        checked += 1
+        a = rng.randrange(0, kk + 1)
+        n = len(tokens)
+        new = tokens + drafts[:a] + [rng.randrange(V)]
+        hid = main.hidden(new)[n - 1: n + a].clone()
+        dr.observe(new, a, hid)
+        hid.fill_(float("nan"))  # the engine's static buffer is overwritten: the drafter must have copied
+        tokens = new
+        if rng.random() < 0.15 and len(tokens) > 4:  # rollback (stop token / checkpoint restore)
+            m = rng.randrange(2, len(tokens))
+            tokens = tokens[:m]
+            dr.truncate(m)
+        if rng.random() < 0.1:  # a new prompt sharing a prefix: prefill from the common part
+            keep = rng.randrange(1, len(tokens))
+            tokens = tokens[:keep] + [rng.randrange(V) for _ in range(rng.randrange(1, 40))]
+            prefill(tokens, keep - 1 if keep > 1 else 0)
+            dr.begin(tokens)
+    return checked
+
+
+@pytest.mark.parametrize("sink,window,chunk", [(4, 8, 5), (0, 6, 16), (16, 64, 7), (3, 1, 4)])
+def test_cached_equals_reference(sink, window, chunk):
+    head = make_head()
+    for seed in range(2):
+        assert run_session(head, sink, window, chunk, seed, rounds=20) == 20
+
+
+def test_reduced_vocab_cached_equals_reference():
+    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40)))
+    assert run_session(make_head(vocab_ids=ids), 4, 8, 6, seed=11) == 25
+
+
+def test_reduced_head_argmax_is_full_head_restricted():
+    ids = torch.tensor(sorted(random.Random(5).sample(range(V), 30)))
+    full, red = make_head(), make_head(vocab_ids=ids)
+    h = torch.randn(50, D)
+    lf = full.logits(h)
+    want = ids[lf[:, ids].argmax(-1)]
+    assert torch.equal(red.argmax_ids(h), want)
+    torch.testing.assert_close(red.logits(h), lf[:, ids])
+    assert not torch.equal(full.argmax_ids(h), want)  # the restriction matters for some rows
+
+
+def test_without_prefill_hook_drafter_warms_up():
+    head = make_head()
+    main = FakeMain(1)
+    dr = MTPDrafter(head, capacity=256, sink=2, window=4)
+    toks = [1, 2, 3, 4, 5]
+    dr.begin(toks)
+    assert dr.propose(toks, 3) == []  # no hidden rows yet
+    new = toks + [9]
+    dr.observe(new, 0, main.hidden(new)[4:5])
+    d = dr.propose(new, 2)
+    assert len(d) == 2
+
+
+def fake_main_for_file():
+    mc = tiny_main_cfg()
+    embed = torch.randn(V, D, generator=torch.Generator().manual_seed(1))
+    return SimpleNamespace(cfg=mc, device=torch.device("cpu"), dtype=torch.float32, embed=embed)
+
+
+def test_gguf_round_trip_and_identity_check(tmp_path):
+    from mtp_turbo.io.gguf_file import GGUFFile
+    from mtp_turbo.train.export import save_head
+
+    main = fake_main_for_file()
+    cfg = MTPConfig.for_main(main.cfg)
+    W = random_weights(cfg, 4)
+    ids = torch.tensor([3, 5, 8, 13, 21, 34, 55, 89])
+    p = tmp_path / "head.gguf"
+    save_head(p, W, cfg, "ab" * 32, ids, {"steps": 1})
+    gf = GGUFFile(p)
+    assert gf.metadata["mtp.hidden_source"] == "pre_norm"
+    assert "blk.3.nextn.fc_embedding.weight" in gf.tensors and "blk.3.attn_q.weight" in gf.tensors
+    head = load_head(p, main, expect_sha="ab" * 32)
+    assert torch.equal(head.vocab_ids, ids)
+    for k, w in W.items():
+        tol = 0 if k.endswith("norm") else 0.02 * float(w.abs().max())  # Q8_0 matrices
+        assert (head.W[k] - w).abs().max() <= tol, k
+    with pytest.raises(ModelFileError, match="sha256"):
+        load_head(p, main, expect_sha="cd" * 32)
+    save_head(tmp_path / "full.gguf", W, cfg, "ab" * 32, None, {})
+    assert load_head(tmp_path / "full.gguf", main).vocab_ids is None
