@@ -12,7 +12,7 @@ import dataclasses
 import random
 import sys
 
-from .errors import MtpTurboError
+from .errors import ConfigError, MtpTurboError
 
 HELP = {
     # EngineConfig
@@ -91,10 +91,14 @@ def cmd_generate(args) -> int:
     from .sampling.config import SamplerConfig
     from .spec.config import SpecConfig
 
+    if args.max_tokens < 0:  # checked before the model loads
+        raise ConfigError(f"max-tokens must be >= 0, got {args.max_tokens}")
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     seed = args.seed if args.seed >= 0 else random.randrange(2**31)
     sampler = config_from_args(SamplerConfig, args, seed=seed)
     spec = config_from_args(SpecConfig, args)
+    if not prompt:
+        raise ConfigError("the prompt is empty")
     eng = _engine(args)
     if args.chat:
         prompt = eng.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])

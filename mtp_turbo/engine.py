@@ -115,6 +115,8 @@ class Engine:
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
         self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile)
         self.tokens: list[int] = []
+        self.drafter = None  # the drafter of the last speculative call (keeps its cache across calls)
+        self._drafter_spec = None
         # device copy of the committed tokens, for the sampler's penalty window (no host->device
         # copy of the whole history per step)
         self._tok_dev = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
@@ -132,7 +134,9 @@ class Engine:
             self._tok_dev[start : len(toks)] = torch.tensor(toks[start:], dtype=torch.int64).to(self.device)
 
     def _prefill(self, upto: int, progress: bool) -> None:
-        """Encode tokens[kv.length:upto] in chunks of prefill_chunk rows."""
+        """Encode tokens[kv.length:upto] in chunks of prefill_chunk rows. A drafter that reads the
+        main model's hidden states (MTP) is handed each chunk's rows as they pass."""
+        on_prefill = getattr(self.drafter, "on_prefill", None)
         start = self.kv.length
         n = upto - start
         if n <= 0:
@@ -142,8 +146,10 @@ class Engine:
         with torch.inference_mode():
             for c0 in range(start, upto, chunk):
                 c1 = min(upto, c0 + chunk)
-                self.model.forward(self._tok_dev[c0:c1], c0, self.kv)
+                _, hidden = self.model.forward(self._tok_dev[c0:c1], c0, self.kv)
                 self.kv.commit(c1)
+                if on_prefill is not None:
+                    on_prefill(c0, c1, hidden)
                 bar.update(c1 - c0)
         bar.close()
 
@@ -169,6 +175,8 @@ class Engine:
         while common < limit and self.tokens[common] == ids[common]:
             common += 1
         self.kv.rollback(common)
+        if self.drafter is not None and hasattr(self.drafter, "truncate"):
+            self.drafter.truncate(common)  # only the first `common` tokens stay valid
         self._set_tokens(ids, common)
         self._prefill(len(ids) - 1, progress=self.cfg.progress)
         return common
@@ -194,13 +202,17 @@ class Engine:
         u = uniforms(sampler.seed, torch.tensor([n], device=self.device))
         return draw(p, u)
 
-    def append(self, new: list[int], extra_cached: int = 0) -> None:
+    def append(self, new: list[int], extra_cached: int = 0, on_device: bool = False) -> None:
         """Commit tokens produced after a forward whose first row was the pending token and whose
-        next `extra_cached` rows were the first tokens of `new` (accepted drafts)."""
+        next `extra_cached` rows were the first tokens of `new` (accepted drafts). `on_device`:
+        the caller already wrote `new` into the device copy."""
         n = len(self.tokens)
         assert 0 <= extra_cached < max(len(new), 1)
         self.kv.commit(n + extra_cached)  # the pending token's (and accepted drafts') K/V are written
-        self._set_tokens(self.tokens + new, n)
+        if on_device:
+            self.tokens.extend(new)
+        else:
+            self._set_tokens(self.tokens + new, n)
 
     # ---- generation -------------------------------------------------------------------------------
     def generate(
@@ -220,25 +232,46 @@ class Engine:
         stats = Stats(prompt_tokens=len(ids))
         self.last_stats = stats
         stops = set(self.tokenizer.stop_ids if stop_ids is None else stop_ids)
+        speculative = spec is not None and spec.draft != "none"
+        if speculative:
+            self._use_drafter(spec)
+        else:  # plain decoding does not keep a drafter's cache current: let it go
+            self.drafter, self._drafter_spec = None, None
         t0 = time.perf_counter()
         stats.prompt_cached = self.start(ids)
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         stats.prompt_s = time.perf_counter() - t0
         budget = min(max_tokens, self.ctx_size - len(ids))
-        if spec is not None and spec.draft != "none":
+        if speculative:
             from .spec.round import speculative_tokens
 
-            token_iter = speculative_tokens(self, sampler, spec, budget, stats)
+            token_iter = speculative_tokens(self, sampler, spec, budget, stats, drafter=self.drafter)
         else:
             token_iter = self._plain_tokens(sampler, budget)
         yield from self._stream(token_iter, stops, stats, max_tokens, budget)
 
+    def _use_drafter(self, spec) -> None:
+        """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged."""
+        if self.drafter is not None and self._drafter_spec == spec:
+            return
+        from .spec.round import make_drafter
+
+        self.drafter = make_drafter(self, spec)
+        self._drafter_spec = spec
+        # a new drafter has encoded nothing: re-encode the prompt from scratch for it
+        if hasattr(self.drafter, "on_prefill"):
+            self.kv.reset()
+            self.tokens = []
+
     def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
         for _ in range(budget):
             logits, _ = self.step_logits([])
-            tok = int(self.sample_next(logits, sampler).item())  # the one host sync per token
-            self.append([tok])
+            n = len(self.tokens)
+            t = self.sample_next(logits, sampler)
+            self._tok_dev[n : n + 1].copy_(t)  # stays on the device: no upload next step
+            tok = int(t.item())  # the one host sync per token
+            self.append([tok], on_device=True)
             yield [tok]
 
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int) -> Iterator[Piece]:
@@ -275,6 +308,8 @@ class Engine:
         if n < len(self.tokens):
             del self.tokens[n:]
             self.kv.rollback(min(self.kv.length, n - 1))
+            if self.drafter is not None and hasattr(self.drafter, "truncate"):
+                self.drafter.truncate(n)
 
     def generate_text(self, prompt, **kw) -> str:
         return "".join(p.text for p in self.generate(prompt, **kw))

@@ -43,8 +43,9 @@ class KVCache:
 
     def write(self, layer: int, pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """k, v [T, Hkv, Dh] at cells pos [T]. Capturable (no host sync)."""
-        self.k[layer].index_copy_(0, pos, k.to(self.k.dtype))
-        self.v[layer].index_copy_(0, pos, v.to(self.v.dtype))
+        # index_put_ (as gpt-fast) so the compiler updates the cache in place
+        self.k[layer].index_put_((pos,), k.to(self.k.dtype))
+        self.v[layer].index_put_((pos,), v.to(self.v.dtype))
 
     # ---- length bookkeeping ------------------------------------------------------------------
     def commit(self, n: int) -> None:

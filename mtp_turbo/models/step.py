@@ -11,6 +11,8 @@ row. So one graph serves every position, and rollback needs no re-capture.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from .gemma3 import Gemma3
@@ -23,6 +25,7 @@ class StepRunner:
         self.compile = compile
         self.max_rows = max_rows
         self._graphs: dict[int, tuple] = {}
+        self._arange = torch.arange(max_rows, dtype=torch.int64, device=model.device)
 
     def forward(self, tokens: torch.Tensor, pos0: int) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [T] on the model's device, rows at positions [pos0, pos0+T).
@@ -34,8 +37,8 @@ class StepRunner:
                 return self.model.forward(tokens, pos0, self.kv)
         g = self._graphs.get(T) or self._capture(T)
         graph, tok_buf, pos_buf, out = g
-        tok_buf.copy_(tokens, non_blocking=True)
-        pos_buf.copy_(torch.arange(pos0, pos0 + T, dtype=torch.int64), non_blocking=True)
+        tok_buf.copy_(tokens)  # device to device
+        torch.add(self._arange[:T], pos0, out=pos_buf)  # a scalar kernel argument: no host copy
         graph.replay()
         return out
 
@@ -58,15 +61,26 @@ class StepRunner:
         pos_buf = torch.arange(p0, p0 + T, dtype=torch.int64, device=dev)
         fn = self._body
         if self.compile:
-            fn = torch.compile(self._body, dynamic=False, fullgraph=True)
+            try:
+                fn = torch.compile(self._body, dynamic=False, fullgraph=True)
+                self._warm(fn, tok_buf, pos_buf)
+            except Exception as e:  # a compiler failure costs speed, never the answer
+                print(f"mtp-turbo: torch.compile failed ({type(e).__name__}: {str(e)[:200]}); "
+                      "capturing the eager step instead", file=sys.stderr)
+                fn = self._body
+                self.compile = False
+        self._warm(fn, tok_buf, pos_buf)
+        graph = torch.cuda.CUDAGraph()
+        with torch.inference_mode(), torch.cuda.graph(graph):
+            out = fn(tok_buf, pos_buf)
+        self._graphs[T] = (graph, tok_buf, pos_buf, out)
+        return self._graphs[T]
+
+    @staticmethod
+    def _warm(fn, tok_buf, pos_buf) -> None:
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s), torch.inference_mode():
             for _ in range(3):
                 fn(tok_buf, pos_buf)
         torch.cuda.current_stream().wait_stream(s)
-        graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(graph):
-            out = fn(tok_buf, pos_buf)
-        self._graphs[T] = (graph, tok_buf, pos_buf, out)
-        return self._graphs[T]

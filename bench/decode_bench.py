@@ -1,0 +1,246 @@
+"""Decode benchmark: plain greedy tok/s, prompt tok/s, the 4-row/1-row forward ratio, n-gram
+speculation, and transformers' generate on the same weights; with the bandwidth floor beside.
+
+Run on the GPU host from the repo root:
+    python bench/decode_bench.py --model /tmp/gguf/model.gguf --out $OUT/decode.json
+llama.cpp is measured by its own llama-bench in the same session (see bench/gpu_session.sh).
+Prints a table last; writes every figure to --out as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from mtp_turbo.engine import Engine, EngineConfig  # noqa: E402
+from mtp_turbo.sampling.config import SamplerConfig  # noqa: E402
+from mtp_turbo.spec.config import SpecConfig  # noqa: E402
+
+GREEDY = SamplerConfig(temperature=0.0)
+SAMPLED = SamplerConfig(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.08,
+                        presence_penalty=0.4, penalty_last_n=64, seed=7)
+
+CODE_PROMPT = (
+    "Rewrite the following Python code, adding type hints to every function and keeping everything else "
+    "the same.\n\n```python\nimport os\nimport json\n\n\ndef load_config(path):\n    with open(path) as f:\n"
+    "        return json.load(f)\n\n\ndef save_config(path, config):\n    with open(path, 'w') as f:\n"
+    "        json.dump(config, f, indent=2)\n\n\ndef list_configs(directory):\n    return [os.path.join(directory, n)"
+    " for n in os.listdir(directory) if n.endswith('.json')]\n\n\ndef merge_configs(a, b):\n    out = dict(a)\n"
+    "    out.update(b)\n    return out\n```\n\nHere is the code with type hints:\n\n```python\n"
+)
+SUMMARY_PROMPT = (
+    "Article: The city council met on Tuesday evening to discuss the new public library. The library, which "
+    "will be built on the site of the old train station, is expected to open in two years. Council members "
+    "said the library will have a children's section, a reading room, and a computer lab. The cost of the "
+    "library is estimated at twelve million dollars, and the council voted to fund it through a bond. "
+    "Residents who spoke at the meeting were mostly in favour of the library, though some worried about "
+    "parking near the old train station.\n\nQuestion: Summarize the article, quoting it where you can.\n"
+    "Summary: The city council met on Tuesday evening to discuss"
+)
+STORY_PROMPT = "Once upon a time, in a small village by the sea, there lived"
+
+
+def cuda_sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(dev) -> float:
+    """GB/s of a large device-to-device copy, counting bytes read + written."""
+    if dev.type != "cuda":
+        return float("nan")
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.uint8, device=dev).random_(0, 255)
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(20):
+        s.record(); b.copy_(a); e.record(); e.synchronize()
+        ts.append(s.elapsed_time(e) / 1e3)
+    return 2 * n / statistics.median(ts) / 1e9
+
+
+def decode_bytes(eng: Engine, ctx_len: int) -> int:
+    """Bytes one decode step must read: every weight once, plus the K/V the attention reads."""
+    m = eng.model
+    w = m.embed.numel() * m.embed.element_size() + m.out_norm.numel() * 4
+    for L in m.layers:
+        w += sum(t.numel() * t.element_size() for t in L.values())
+    c = m.cfg
+    kv_cell = 2 * c.n_kv_heads * c.head_dim * eng.kv.k.element_size()
+    kv = 0
+    for i in range(c.n_layers):
+        kv += kv_cell * (ctx_len if c.is_global(i) else min(ctx_len, c.sliding_window))
+    return w + kv
+
+
+def time_generate(eng, prompt, sampler, n, spec=None, reps=3):
+    out = []
+    for _ in range(reps):
+        eng.kv.reset(); eng.tokens = []  # no prompt reuse: each rep prefills
+        ids = eng.generate_ids(prompt, sampler=sampler, max_tokens=n, spec=spec, stop_ids=())
+        st = eng.last_stats
+        out.append({"tok_s": st.decode_tps, "prompt_tok_s": st.prompt_tps, "n": len(ids), "spec": dict(st.spec),
+                    "ids": ids})
+    best = sorted(out, key=lambda r: r["tok_s"])[len(out) // 2]  # median run
+    return best
+
+
+def forward_ratio(eng, rows=(1, 2, 4, 5), pos=256, iters=200):
+    """Median time of a captured forward of T rows at position `pos` (CUDA events)."""
+    res = {}
+    toks = torch.randint(10, 1000, (8,), device=eng.device)
+    for T in rows:
+        for _ in range(5):
+            eng.runner.forward(toks[:T], pos)
+        cuda_sync()
+        ts = []
+        for _ in range(iters):
+            if eng.device.type == "cuda":
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record(); eng.runner.forward(toks[:T], pos); e.record(); e.synchronize()
+                ts.append(s.elapsed_time(e) / 1e3)
+            else:
+                t0 = time.perf_counter(); eng.runner.forward(toks[:T], pos); ts.append(time.perf_counter() - t0)
+        res[T] = statistics.median(ts)
+    return res
+
+
+def hf_generate(eng, prompt, n) -> dict:
+    """transformers' Gemma3ForCausalLM on the same dequantized weights, bf16, generate()."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    m, c = eng.model, eng.model.cfg
+    cfg = Gemma3TextConfig(
+        vocab_size=c.vocab_size, hidden_size=c.hidden, intermediate_size=c.ffn, num_hidden_layers=c.n_layers,
+        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
+        sliding_window=c.sliding_window, query_pre_attn_scalar=c.head_dim, rms_norm_eps=c.eps,
+        max_position_embeddings=c.context_length)
+    hf = Gemma3ForCausalLM(cfg).to(eng.device, m.dtype).eval()
+    sd = {"model.embed_tokens.weight": m.embed, "model.norm.weight": m.out_norm - 1.0, "lm_head.weight": m.embed}
+    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj", "attn_norm": "input_layernorm",
+             "post_attn_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+             "post_ffn_norm": "post_feedforward_layernorm", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
+    for i, L in enumerate(m.layers):
+        for ours, theirs in names.items():
+            w = L[ours]
+            sd[f"model.layers.{i}.{theirs}.weight"] = w - 1.0 if ours.endswith("norm") else w
+    hf.load_state_dict(sd, strict=False)
+    ids = torch.tensor([eng.tokenizer.encode(prompt)], device=eng.device)
+    res = {}
+    for label, kw in (("dynamic", {}), ("static", {"cache_implementation": "static"})):
+        try:
+            hf.generate(ids, max_new_tokens=8, do_sample=False, **kw)
+            cuda_sync(); t0 = time.perf_counter()
+            out = hf.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, **kw)
+            cuda_sync(); dt = time.perf_counter() - t0
+            res[label] = {"tok_s": (out.shape[1] - ids.shape[1]) / dt, "ids": out[0, ids.shape[1]:].tolist()}
+        except Exception as e:  # report, don't abort the session
+            res[label] = {"error": f"{type(e).__name__}: {e}"[:300]}
+    del hf
+    torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--device", default="auto")
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ctx-size", type=int, default=4096)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+
+    t0 = time.perf_counter()
+    eng = Engine(EngineConfig(model=a.model, device=a.device, ctx_size=a.ctx_size, compile=not a.no_compile,
+                              progress=False))
+    R: dict = {"device": str(eng.device), "load_s": time.perf_counter() - t0, "torch": torch.__version__,
+               "gpu": torch.cuda.get_device_name() if eng.device.type == "cuda" else "cpu"}
+    R["copy_GBps"] = copy_bandwidth(eng.device)
+    n = a.tokens
+
+    t0 = time.perf_counter()
+    eng.generate_ids(STORY_PROMPT, sampler=GREEDY, max_tokens=8)  # capture/compile the 1-row step
+    R["warmup_s"] = time.perf_counter() - t0
+    plain = time_generate(eng, STORY_PROMPT, GREEDY, n, reps=a.reps)
+    R["plain_greedy"] = plain
+    ctx_len = len(eng.tokenizer.encode(STORY_PROMPT)) + n // 2
+    R["decode_bytes"] = decode_bytes(eng, ctx_len)
+    R["decode_floor_ms"] = R["decode_bytes"] / (R["copy_GBps"] * 1e9) * 1e3
+
+    # prompt throughput for a 512-token prompt (llama.cpp's pp512)
+    words = (SUMMARY_PROMPT + " ") * 8
+    ids512 = eng.tokenizer.encode(words)[:512]
+    pts = []
+    for _ in range(a.reps + 1):
+        eng.kv.reset(); eng.tokens = []
+        cuda_sync(); t1 = time.perf_counter()
+        eng._set_tokens(ids512 + [ids512[-1]], 0)
+        eng._prefill(512, progress=False)
+        cuda_sync(); pts.append(512 / (time.perf_counter() - t1))
+    R["pp512_tok_s"] = statistics.median(pts[1:])
+
+    R["forward_s"] = {str(k): v for k, v in forward_ratio(eng).items()}
+    R["ratio_4_to_1"] = R["forward_s"]["4"] / R["forward_s"]["1"]
+
+    # n-gram speculation vs plain, temp 0 and temp 0.6 with penalties
+    R["spec"] = {}
+    for name, prompt in (("code", CODE_PROMPT), ("summary", SUMMARY_PROMPT)):
+        for sname, sampler in (("t0", GREEDY), ("t0.6", SAMPLED)):
+            base = time_generate(eng, prompt, sampler, n, reps=a.reps)
+            row = {"plain_tok_s": base["tok_s"]}
+            for k in (2, 3, 4):
+                sp = time_generate(eng, prompt, sampler, n, spec=SpecConfig(draft="ngram", draft_tokens=k),
+                                   reps=a.reps)
+                row[f"k{k}"] = {"tok_s": sp["tok_s"], "tokens_per_round": sp["spec"]["tokens_per_round"],
+                                "acceptance": sp["spec"]["acceptance_per_position"],
+                                "same_text": sp["ids"] == base["ids"]}
+            R["spec"][f"{name}/{sname}"] = row
+
+    if not a.skip_hf:
+        R["hf"] = hf_generate(eng, STORY_PROMPT, n)
+        for v in R["hf"].values():
+            if "ids" in v:
+                v["agree_prefix"] = next((i for i, (x, y) in enumerate(zip(v["ids"], plain["ids"])) if x != y),
+                                         min(len(v["ids"]), len(plain["ids"])))
+                del v["ids"]
+    for r in [plain]:
+        r.pop("ids", None)
+
+    # ---- table -------------------------------------------------------------------------------------
+    print(f"\n== decode bench: {R['gpu']} torch {R['torch']} | copy {R['copy_GBps']:.0f} GB/s | load {R['load_s']:.1f} s")
+    print(f"plain greedy: {plain['tok_s']:.1f} tok/s ({1e3 / plain['tok_s']:.3f} ms/tok); "
+          f"floor {R['decode_floor_ms']:.3f} ms/tok ({R['decode_bytes'] / 1e6:.0f} MB/step)")
+    print(f"pp512: {R['pp512_tok_s']:.0f} tok/s")
+    fs = R["forward_s"]
+    print("forward ms by rows: " + ", ".join(f"{k}: {v * 1e3:.3f}" for k, v in fs.items())
+          + f" | 4-row/1-row = {R['ratio_4_to_1']:.2f}")
+    for key, row in R["spec"].items():
+        cells = " | ".join(f"k{k}: {row[f'k{k}']['tok_s']:.0f} tok/s, {row[f'k{k}']['tokens_per_round']:.2f} t/r"
+                           f"{'' if row[f'k{k}']['same_text'] else ' (TEXT DIFFERS)'}" for k in (2, 3, 4))
+        print(f"ngram {key}: plain {row['plain_tok_s']:.0f} tok/s | {cells}")
+    if "hf" in R:
+        for k, v in R["hf"].items():
+            print(f"transformers generate ({k} cache): " + (f"{v['tok_s']:.1f} tok/s, greedy agrees for "
+                                                             f"{v['agree_prefix']} tokens" if "tok_s" in v else v["error"]))
+    if a.out:
+        Path(a.out).write_text(json.dumps(R, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
