@@ -152,10 +152,12 @@ def read_set(p: int, committed_hi: int, chain: list[int], sink: int, window: int
     return com + [c for c in chain if lo <= c <= p]
 
 
-def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: int, sink: int, window: int):
+def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: int, sink: int, window: int,
+                     forced: list[int] | None = None):
     """From-scratch drafts for the committed `tokens` (T of them): hidden [T-1, D] = the main
     model's states (already in the head's hidden_source) of positions 0..T-2. Every committed cell
     c <= p0 = T-2 is recomputed from (h_c, token c+1); the chain is run with full recomputation.
+    forced: chain input tokens to use instead of the drafts (teacher forcing, as training does).
     Returns (draft ids, fp32 logits [k, N])."""
     T = len(tokens)
     p0 = T - 2
@@ -187,7 +189,8 @@ def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: 
         d = d if head.vocab_ids is None else int(head.vocab_ids[d].item())
         drafts.append(d)
         logits.append(lg[0])
-        state_x = input_rows(W, cfg, head.embed_tokens(torch.tensor([d], device=dev)), h)
+        nxt = d if forced is None or j >= len(forced) else forced[j]
+        state_x = input_rows(W, cfg, head.embed_tokens(torch.tensor([nxt], device=dev)), h)
     return drafts, torch.stack(logits) if logits else torch.zeros(0)
 
 
