@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register_optional(sub, "mtp_turbo.quant.report")
     _register_optional(sub, "mtp_turbo.quant.bytefloor")
     _register_optional(sub, "mtp_turbo.bench", "register")
+    _register_optional(sub, "mtp_turbo.train")
     return p
 
 
