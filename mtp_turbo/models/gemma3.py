@@ -116,8 +116,20 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return (x.float() * cos[:, None, :] + rot.float() * sin[:, None, :]).to(x.dtype)
 
 
+@dataclass
+class AttnContext:
+    """What every layer of one attention type reads in a forward, built once per forward:
+    RoPE rows of the query positions, the cells to read, and the mask over them."""
+
+    cos: torch.Tensor  # [T, Dh]
+    sin: torch.Tensor  # [T, Dh]
+    key_pos: torch.Tensor | None  # [S] cells to read (< 0 = padding); None = every cell
+    mask: torch.Tensor  # [T, S] bool, True = attend
+
+
 class Gemma3:
-    """Weights plus the forward. Linear weights are [out, in] dense tensors in `dtype`."""
+    """Weights plus the forward. Linear weights are [out, in] dense tensors in `dtype`; q/k/v and
+    gate/up are stored fused (one matrix read per row group) with the parts as views."""
 
     def __init__(self, cfg: Gemma3Config, weights: dict[str, torch.Tensor], device, dtype):
         self.cfg = cfg
@@ -125,20 +137,26 @@ class Gemma3:
         self.dtype = dtype
         self.embed = weights["token_embd"]  # [V, D], also the tied LM head
         self.out_norm = weights["output_norm"]
-        self.layers = [
-            {k: weights[f"blk.{i}.{name}"] for k, name in LAYER_TENSORS.items()} for i in range(cfg.n_layers)
-        ]
+        self.layers = []
+        nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        for i in range(cfg.n_layers):
+            L = {k: weights[f"blk.{i}.{name}"] for k, name in LAYER_TENSORS.items()}
+            L["qkv"] = torch.cat([L["q"], L["k"], L["v"]])  # [nq + 2 nkv, D]
+            L["q"], L["k"], L["v"] = L["qkv"].split([nq, nkv, nkv])
+            L["gate_up"] = torch.cat([L["gate"], L["up"]])  # [2 F, D]
+            L["gate"], L["up"] = L["gate_up"].split([cfg.ffn, cfg.ffn])
+            self.layers.append(L)
         n_pos = cfg.context_length
         self.rope = {
             True: rope_tables(cfg.rope_global, cfg.head_dim, n_pos, self.device),
             False: rope_tables(cfg.rope_local, cfg.head_dim, n_pos, self.device),
         }
-        self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype)  # rounded like HF's
+        self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype, device=self.device)  # rounded like HF
 
     # ---- pieces -------------------------------------------------------------------------------
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [T] -> [T, D] scaled embedding."""
-        return self.embed[tokens] * self.embed_scale.to(self.embed.device)
+        return self.embed[tokens] * self.embed_scale
 
     def lm_head(self, h_normed: torch.Tensor) -> torch.Tensor:
         """[T, D] (after the final norm) -> fp32 logits [T, V]."""
@@ -147,53 +165,49 @@ class Gemma3:
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:
         return rms_norm(h, self.out_norm, self.cfg.eps)
 
-    def attention(self, i: int, x: torch.Tensor, pos: torch.Tensor, kv, key_pos: torch.Tensor) -> torch.Tensor:
-        """x [T, D] normed input rows at absolute positions pos [T]; key_pos [S] the cells to read
-        (entries < 0 are padding; None = every cell of the cache). Writes this layer's K/V at cells pos, then attends."""
+    def attention(self, i: int, x: torch.Tensor, pos: torch.Tensor, kv, ctx: AttnContext) -> torch.Tensor:
+        """x [T, D] normed rows at absolute positions pos [T]. Writes this layer's K/V at cells pos,
+        then attends over ctx's cells."""
         c, L = self.cfg, self.layers[i]
         T = x.shape[0]
-        q = F.linear(x, L["q"]).view(T, c.n_heads, c.head_dim)
-        k = F.linear(x, L["k"]).view(T, c.n_kv_heads, c.head_dim)
-        v = F.linear(x, L["v"]).view(T, c.n_kv_heads, c.head_dim)
-        q = rms_norm(q, L["q_norm"], c.eps)
-        k = rms_norm(k, L["k_norm"], c.eps)
-        is_global = c.is_global(i)
-        cos_t, sin_t = self.rope[is_global]
-        cos, sin = cos_t[pos], sin_t[pos]
-        q = apply_rope(q, cos, sin)
-        k = apply_rope(k, cos, sin)
-        kv.write(i, pos, k, v)
-        if key_pos is None:  # every cell (captured global layers): no gather copy
+        nq, nkv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+        q, k, v = F.linear(x, L["qkv"]).split([nq, nkv, nkv], dim=-1)
+        q = apply_rope(rms_norm(q.view(T, c.n_heads, c.head_dim), L["q_norm"], c.eps), ctx.cos, ctx.sin)
+        k = apply_rope(rms_norm(k.view(T, c.n_kv_heads, c.head_dim), L["k_norm"], c.eps), ctx.cos, ctx.sin)
+        kv.write(i, pos, k, v.view(T, c.n_kv_heads, c.head_dim))
+        if ctx.key_pos is None:  # every cell (captured global layers): no gather copy
             K, V = kv.k[i], kv.v[i]  # [S = capacity, Hkv, Dh]
-            key_pos = kv.cell_ids
         else:
-            K = kv.k[i][key_pos.clamp(min=0)]  # [S, Hkv, Dh]
-            V = kv.v[i][key_pos.clamp(min=0)]
-        # mask [T, S]: causal, inside the window for sliding layers, padding excluded
-        qp = pos[:, None]
-        kp = key_pos[None, :]
-        mask = (kp >= 0) & (kp <= qp)
-        if not is_global:
-            mask = mask & (qp - kp < c.sliding_window)
-        rep = c.n_heads // c.n_kv_heads
-        qh = q.transpose(0, 1)  # [H, T, Dh]
-        Kh = K.transpose(0, 1).repeat_interleave(rep, dim=0)  # [H, S, Dh]
-        Vh = V.transpose(0, 1).repeat_interleave(rep, dim=0)
-        if x.is_cuda:
-            o = F.scaled_dot_product_attention(
-                qh.unsqueeze(0), Kh.unsqueeze(0), Vh.unsqueeze(0), attn_mask=mask, scale=c.query_scale
-            )[0]  # [H, T, Dh]
-        else:  # CPU SDPA with a mask is slow for few rows; plain math is exact and fast here
-            sc = torch.matmul(qh, Kh.transpose(1, 2)) * c.query_scale  # [H, T, S]
+            K, V = kv.k[i][ctx.key_pos.clamp(min=0)], kv.v[i][ctx.key_pos.clamp(min=0)]  # [S, Hkv, Dh]
+        # Fold the query heads sharing a K/V head into rows: [Hkv, rep*T, Dh] against [Hkv, S, Dh],
+        # so K/V are read once and never repeated in memory. Head h = g*rep + r, as HF's GQA.
+        rep, G = c.n_heads // c.n_kv_heads, c.n_kv_heads
+        qf = q.view(T, G, rep, c.head_dim).permute(1, 2, 0, 3).reshape(G, rep * T, c.head_dim)
+        Kg, Vg = K.transpose(0, 1), V.transpose(0, 1)  # [G, S, Dh]
+        mask = ctx.mask.repeat(rep, 1)  # [rep*T, S]
+        if x.is_cuda and T > 16:  # prefill chunks: fused attention
+            o = F.scaled_dot_product_attention(qf[None], Kg[None], Vg[None], attn_mask=mask, scale=c.query_scale)[0]
+        else:  # few rows (decode/verify) or CPU: plain math, which the compiler fuses
+            sc = torch.matmul(qf.float(), Kg.transpose(1, 2).float()) * c.query_scale  # [G, rep*T, S]
             sc = sc.masked_fill(~mask, float("-inf"))
-            o = torch.matmul(torch.softmax(sc, dim=-1), Vh)
-        o = o.transpose(0, 1).reshape(T, c.n_heads * c.head_dim)
+            o = torch.matmul(torch.softmax(sc, dim=-1), Vg.float()).to(x.dtype)
+        o = o.view(G, rep, T, c.head_dim).permute(2, 0, 1, 3).reshape(T, nq)
         return F.linear(o, L["o"])
 
     def mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
         L = self.layers[i]
-        g = F.gelu(F.linear(x, L["gate"]), approximate="tanh")
-        return F.linear(g * F.linear(x, L["up"]), L["down"])
+        g, u = F.linear(x, L["gate_up"]).chunk(2, dim=-1)
+        return F.linear(F.gelu(g, approximate="tanh") * u, L["down"])
+
+    def context(self, is_global: bool, pos: torch.Tensor, key_pos: torch.Tensor | None, kv) -> AttnContext:
+        """Mask [T, S]: causal, inside the window for sliding layers, padding excluded."""
+        cos_t, sin_t = self.rope[is_global]
+        kp = (kv.cell_ids if key_pos is None else key_pos)[None, :]
+        qp = pos[:, None]
+        mask = (kp >= 0) & (kp <= qp)
+        if not is_global:
+            mask = mask & (qp - kp < self.cfg.sliding_window)
+        return AttnContext(cos_t[pos], sin_t[pos], key_pos, mask)
 
     def key_positions(self, is_global: bool, pos0: int, T: int) -> torch.Tensor:
         """Cells an eager forward of rows [pos0, pos0+T) must read in a global or sliding layer."""
@@ -202,13 +216,15 @@ class Gemma3:
 
     # ---- whole forward ------------------------------------------------------------------------
     def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor, kv, key_pos: dict[bool, torch.Tensor]) -> torch.Tensor:
-        """tokens [T], pos [T] absolute positions; key_pos[is_global] -> [S] cells to read.
+        """tokens [T], pos [T] absolute positions; key_pos[is_global] -> [S] cells to read (None =
+        every cell).
         Returns the last hidden state [T, D] before the final norm."""
         c = self.cfg
+        ctx = {g: self.context(g, pos, key_pos[g], kv) for g in (False, True)}
         h = self.embed_tokens(tokens)
         for i in range(c.n_layers):
             L = self.layers[i]
-            a = self.attention(i, rms_norm(h, L["attn_norm"], c.eps), pos, kv, key_pos[c.is_global(i)])
+            a = self.attention(i, rms_norm(h, L["attn_norm"], c.eps), pos, kv, ctx[c.is_global(i)])
             h = h + rms_norm(a, L["post_attn_norm"], c.eps)
             m = self.mlp(i, rms_norm(h, L["ffn_norm"], c.eps))
             h = h + rms_norm(m, L["post_ffn_norm"], c.eps)

@@ -200,9 +200,10 @@ class MTPDrafter:
 
     name = "mtp"
 
-    def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None):
+    def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None, engine=None):
         c = head.cfg
         self.head, self.main = head, main  # main: for final_norm when hidden_source is post_norm
+        self.engine = engine  # only read for its `tokens` in on_prefill
         self.capacity = capacity + 16  # chain cells may run k-1 past the committed rows
         self.cells = DraftCells(DraftCellsConfig(sink=sink, window=window))
         dev, dt = head.device, head.dtype
@@ -251,11 +252,17 @@ class MTPDrafter:
         self.cells.wrote(c0, n)
 
     @torch.inference_mode()
-    def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int], n_rows: int | None = None) -> None:
-        """Main rows [c0, c1) were just encoded with hidden [c1-c0, D]; tokens = the committed
-        sequence (at least c1+1 long); n_rows = main rows the whole prefill will encode
-        (len(prompt) - 1), for the sink + window plan (None = encode every row)."""
-        assert hidden.shape[0] == c1 - c0 and len(tokens) > c1 - 1
+    def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int] | None = None,
+                   n_rows: int | None = None) -> None:
+        """Main rows [c0, c1) were just encoded with hidden [c1-c0, D] (a static buffer: copied).
+        tokens: the committed sequence, the whole prompt (default: the engine's `tokens`, which the
+        engine sets before prefilling); n_rows: main rows the whole prefill encodes (default
+        len(tokens) - 1), for the sink + window plan."""
+        if tokens is None:
+            assert self.engine is not None, "on_prefill needs tokens when the drafter has no engine"
+            tokens = self.engine.tokens
+        n_rows = len(tokens) - 1 if n_rows is None else n_rows
+        assert hidden.shape[0] == c1 - c0 and c1 <= n_rows < len(tokens), (c0, c1, n_rows, len(tokens))
         if self._prefill_next != c0:  # a new prefill: everything depending on token c0 or later is stale
             self.truncate(c0)
             self.tokens = list(tokens)
@@ -266,11 +273,7 @@ class MTPDrafter:
         self.tokens = list(tokens)
         self._store_hidden(c0, hidden)
         self._prefill_next = c1
-        if n_rows is None:
-            runs = [(c0, min(c1, len(tokens) - 1) - c0)]
-        else:
-            runs = self.cells.prefill_plan(n_rows, c0, c1 - c0)
-        for a, n in runs:
+        for a, n in self.cells.prefill_plan(n_rows, c0, c1 - c0):
             if n > 0:
                 self._encode(a, n, self.tokens)
 
@@ -390,4 +393,5 @@ def load_mtp_drafter(engine, spec) -> MTPDrafter:
         raise ModelFileError(f"MTP head file {path} does not exist" + (
             " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
     head = load_head(path, engine.model, expect_sha=engine.gguf.sha256())
-    return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model)
+    return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model,
+                      engine=engine)

@@ -25,6 +25,7 @@ class StepRunner:
         self.compile = compile
         self.max_rows = max_rows
         self._graphs: dict[int, tuple] = {}
+        self._compiled = None
         self._arange = torch.arange(max_rows, dtype=torch.int64, device=model.device)
 
     def forward(self, tokens: torch.Tensor, pos0: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -62,7 +63,10 @@ class StepRunner:
         fn = self._body
         if self.compile:
             try:
-                fn = torch.compile(self._body, dynamic=False, fullgraph=True)
+                # one compilation with the row count symbolic serves every step kind
+                if self._compiled is None:
+                    self._compiled = torch.compile(self._body, dynamic=True, fullgraph=True)
+                fn = self._compiled
                 self._warm(fn, tok_buf, pos_buf)
             except Exception as e:  # a compiler failure costs speed, never the answer
                 print(f"mtp-turbo: torch.compile failed ({type(e).__name__}: {str(e)[:200]}); "
