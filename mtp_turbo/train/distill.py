@@ -65,8 +65,8 @@ def frequent_ids(rows: np.ndarray, vocab: int, n: int) -> np.ndarray:
 
 
 def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
-    """fp32 head weights: block = a copy of the main model's last sliding layer, fc_hidden = I,
-    fc_embedding small random, norms 1 (final norm = the main model's)."""
+    """fp32 head weights: block = a copy of the main model's last sliding layer (post-norms scaled
+    to 1%), fc_hidden = I, fc_embedding small random, input norms 1, final norm = the main model's."""
     g = torch.Generator().manual_seed(seed)
     mc = model.cfg
     src = max(i for i in range(mc.n_layers) if not mc.is_global(i))
@@ -77,6 +77,10 @@ def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
     W["enorm"] = torch.ones(D)
     W["hnorm"] = torch.ones(D)
     W["out_norm"] = model.out_norm.detach().float().clone()
+    # start near an identity block (output ~ normalised h: the main model's own next-token view);
+    # the copied post-norms would let the block's outputs swamp x (held-out KL 26 vs 12 nats)
+    W["post_attn_norm"] = W["post_attn_norm"] * 0.01
+    W["post_ffn_norm"] = W["post_ffn_norm"] * 0.01
     return {k: v.to(model.device) for k, v in W.items()}
 
 
@@ -195,7 +199,7 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
         if tc.ckpt_every and step % tc.ckpt_every == 0:
             save_ckpt(step)
     bar.close()
-    final = evaluate(step)
+    final = history[-1] if history and history[-1]["step"] == step else evaluate(step)
     save_ckpt(step)
     recipe = {"data": side.get("sources", str(data_path)), "data_tokens": int(train_rows.size), "steps": step,
               "batch": tc.batch, "seq_len": T, "lr": tc.lr, "warmup": tc.warmup, "chain": tc.chain,

@@ -167,3 +167,49 @@ def test_gguf_round_trip_and_identity_check(tmp_path):
         load_head(p, main, expect_sha="cd" * 32)
     save_head(tmp_path / "full.gguf", W, cfg, "ab" * 32, None, {})
     assert load_head(tmp_path / "full.gguf", main).vocab_ids is None
+
+
+def _real_head(engine, path, sha):
+    from mtp_turbo.train.distill import frequent_ids, init_head
+    from mtp_turbo.train.export import save_head
+
+    m = engine.model
+    cfg = MTPConfig.for_main(m.cfg)
+    ids = engine.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 3 + "def f(x):\n    return x")
+    vocab = torch.from_numpy(frequent_ids(np.array([ids], dtype=np.uint32), m.cfg.vocab_size, 2048))
+    save_head(path, init_head(m, cfg, 0), cfg, sha, vocab, {"test": True})
+
+
+def test_engine_with_mtp_drafter_is_exact_and_checks_identity(engine, tmp_path):
+    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    p = tmp_path / "head.gguf"
+    _real_head(engine, p, engine.gguf.sha256())
+    greedy = SamplerConfig(temperature=0.0)
+    prompt = "Once upon a time, in a small village by the sea,"
+    plain = engine.generate_ids(prompt, sampler=greedy, max_tokens=20)
+    spec = SpecConfig(draft="mtp", draft_tokens=3, drafter=str(p), draft_sink=4, draft_window=16)
+    got = engine.generate_ids(prompt, sampler=greedy, max_tokens=20, spec=spec)
+    assert got == plain
+    assert engine.last_stats.spec["drafter"] == "mtp" and engine.last_stats.spec["drafted"] > 0
+    # the prefill hook (as the engine will call it) feeds the drafter: drafts from the first round
+    dr = load_mtp_drafter(engine, spec)
+    ids = engine.encode_prompt(prompt)
+    engine.start(ids)
+    from mtp_turbo.cache.kv import KVCache
+    c = engine.model.cfg
+    kv = KVCache(c.n_layers, 128, c.n_kv_heads, c.head_dim, engine.device, engine.model.dtype)
+    n_rows = len(ids) - 1
+    for c0 in range(0, n_rows, 5):
+        c1 = min(n_rows, c0 + 5)
+        _, h = engine.model.forward(torch.tensor(ids[c0:c1]), c0, kv)
+        dr.on_prefill(c0, c1, h)
+    dr.begin(engine.tokens)
+    assert len(dr.propose(engine.tokens, 3)) == 3
+    assert dr.cells.sink_valid == 4 and dr.cells.cell1 == n_rows
+    bad = tmp_path / "other.gguf"
+    _real_head(engine, bad, "0" * 64)
+    with pytest.raises(ModelFileError, match="sha256"):
+        load_mtp_drafter(engine, SpecConfig(draft="mtp", drafter=str(bad)))
