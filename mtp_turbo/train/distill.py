@@ -118,12 +118,12 @@ def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Te
 
 
 def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, device, resume: bool = False,
-          progress: bool = True) -> dict:
+          progress: bool = True, ckpt: str | None = None) -> dict:
     torch.manual_seed(tc.seed)
     train_rows, held_rows, side = data_mod.load(data_path)
     V = model.cfg.vocab_size
     cfg = MTPConfig.for_main(model.cfg, hidden_source=tc.hidden_source)
-    ckpt_path = Path(str(out) + ".ckpt")
+    ckpt_path = Path(ckpt) if ckpt else Path(str(out) + ".ckpt")
     state = torch.load(ckpt_path, map_location=device) if resume and ckpt_path.exists() else None
     if state is not None:
         ids = state["vocab_ids"]
@@ -169,7 +169,7 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
 
     t0 = time.perf_counter()
     step = step0
-    bar = tqdm(total=tc.steps, initial=step0, desc="train-mtp", unit="step", disable=not progress)
+    bar = tqdm(total=tc.steps, initial=step0, desc="train-mtp", unit="step", disable=not progress, mininterval=2.0)
     evaluate(step)
     while step < tc.steps:
         elapsed = time.perf_counter() - t0
@@ -228,7 +228,7 @@ def cmd_train_mtp(args) -> int:
                      chain=args.chain, vocab_rows=args.vocab_rows, sink=args.sink, window=args.window,
                      hidden_source=args.hidden_source, eval_every=args.eval_every, eval_rows=args.eval_rows,
                      ckpt_every=args.ckpt_every, time_budget=args.time_budget, seed=args.seed)
-    res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume)
+    res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt)
     if args.history:
         Path(args.history).write_text(json.dumps(res, indent=1))
     return 0
@@ -247,7 +247,8 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=d.lr)
     p.add_argument("--time-budget", type=float, default=d.time_budget, help="seconds; stops cleanly and writes the head")
     p.add_argument("--hidden-source", choices=("pre_norm", "post_norm"), default=d.hidden_source)
-    p.add_argument("--resume", action="store_true", help="continue from OUT.ckpt")
+    p.add_argument("--resume", action="store_true", help="continue from the checkpoint")
+    p.add_argument("--ckpt", default=None, help="checkpoint path (default: OUT.ckpt)")
     p.add_argument("--history", default=None, help="write eval history + recipe JSON here")
     p.set_defaults(func=cmd_train_mtp)
 
