@@ -383,3 +383,5 @@ class Engine:
             raise MtpTurboError(f"session file {path} lacks its pending token")
         self.tokens = []
         self._set_tokens(toks + [pending], 0)
+        if self.drafter is not None and hasattr(self.drafter, "reset"):
+            self.drafter.reset()  # the session holds no drafter K/V
