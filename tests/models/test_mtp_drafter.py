@@ -213,3 +213,21 @@ def test_engine_with_mtp_drafter_is_exact_and_checks_identity(engine, tmp_path):
     _real_head(engine, bad, "0" * 64)
     with pytest.raises(ModelFileError, match="sha256"):
         load_mtp_drafter(engine, SpecConfig(draft="mtp", drafter=str(bad)))
+
+
+def test_shipped_head_belongs_to_the_default_model_and_is_exact(engine):
+    """The head committed in mtp_turbo/data loads for the default model (identity checked against
+    the model file's sha256), drafts real tokens, and temp-0 output equals plain greedy."""
+    from mtp_turbo.models.mtp_drafter import DEFAULT_HEAD, load_mtp_drafter
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    assert DEFAULT_HEAD.exists()
+    spec = SpecConfig(draft="mtp", draft_tokens=3)
+    load_mtp_drafter(engine, spec)  # raises ModelFileError if the identity does not match
+    prompt = "Question: What is the capital of France?\nAnswer: The capital of France is"
+    g = SamplerConfig(temperature=0.0)
+    plain = engine.generate_ids(prompt, sampler=g, max_tokens=24)
+    spec_out = engine.generate_ids(prompt, sampler=g, max_tokens=24, spec=spec)
+    assert spec_out == plain
+    assert engine.last_stats.spec["accepted"] > 0  # a trained head gets drafts accepted
