@@ -162,6 +162,7 @@ def main() -> int:
     ap.add_argument("--ctx-size", type=int, default=4096)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--skip-hf", action="store_true")
+    ap.add_argument("--ks", default="2,3,4", help="draft counts for the n-gram rows")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -172,6 +173,7 @@ def main() -> int:
                "gpu": torch.cuda.get_device_name() if eng.device.type == "cuda" else "cpu"}
     R["copy_GBps"] = copy_bandwidth(eng.device)
     n = a.tokens
+    ks = [int(x) for x in a.ks.split(",")]
 
     t0 = time.perf_counter()
     eng.generate_ids(STORY_PROMPT, sampler=GREEDY, max_tokens=8)  # capture/compile the 1-row step
@@ -194,7 +196,7 @@ def main() -> int:
         cuda_sync(); pts.append(512 / (time.perf_counter() - t1))
     R["pp512_tok_s"] = statistics.median(pts[1:])
 
-    R["forward_s"] = {str(k): v for k, v in forward_ratio(eng).items()}
+    R["forward_s"] = {str(k): v for k, v in forward_ratio(eng, rows=sorted({1, 4} | {k + 1 for k in ks})).items()}
     R["ratio_4_to_1"] = R["forward_s"]["4"] / R["forward_s"]["1"]
 
     # n-gram speculation vs plain, temp 0 and temp 0.6 with penalties
@@ -203,7 +205,7 @@ def main() -> int:
         for sname, sampler in (("t0", GREEDY), ("t0.6", SAMPLED)):
             base = time_generate(eng, prompt, sampler, n, reps=a.reps)
             row = {"plain_tok_s": base["tok_s"]}
-            for k in (2, 3, 4):
+            for k in ks:
                 sp = time_generate(eng, prompt, sampler, n, spec=SpecConfig(draft="ngram", draft_tokens=k),
                                    reps=a.reps)
                 row[f"k{k}"] = {"tok_s": sp["tok_s"], "tokens_per_round": sp["spec"]["tokens_per_round"],
@@ -231,7 +233,7 @@ def main() -> int:
           + f" | 4-row/1-row = {R['ratio_4_to_1']:.2f}")
     for key, row in R["spec"].items():
         cells = " | ".join(f"k{k}: {row[f'k{k}']['tok_s']:.0f} tok/s, {row[f'k{k}']['tokens_per_round']:.2f} t/r"
-                           f"{'' if row[f'k{k}']['same_text'] else ' (TEXT DIFFERS)'}" for k in (2, 3, 4))
+                           f"{'' if row[f'k{k}']['same_text'] else ' (TEXT DIFFERS)'}" for k in ks)
         print(f"ngram {key}: plain {row['plain_tok_s']:.0f} tok/s | {cells}")
     if "hf" in R:
         for k, v in R["hf"].items():

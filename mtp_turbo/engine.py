@@ -181,17 +181,24 @@ class Engine:
         self._prefill(len(ids) - 1, progress=self.cfg.progress)
         return common
 
-    def step_logits(self, rows: list[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def step_logits(self, rows: list[int] | torch.Tensor, pad_to: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """Forward the pending last token followed by `rows` (drafts) at positions kv.length...
-        Does not commit. Returns (logits [1+len(rows), V], hidden)."""
+        Does not commit. Returns (logits [1+len(rows), V], hidden [1+len(rows), D]).
+        `pad_to`: run at least this many rows (repeating the last input) when the context allows,
+        so a captured step of that one shape serves every round; padded rows' K/V land in cells
+        past the committed length, which are stale by definition."""
         n = len(self.tokens)
         pending = self._tok_dev[n - 1 : n]
         if isinstance(rows, list):
             rows = torch.tensor(rows, dtype=torch.int64, device=self.device) if rows else pending[:0]
         inp = torch.cat([pending, rows]) if rows.numel() else pending
-        if self.kv.length + inp.shape[0] > self.ctx_size:
+        T = inp.shape[0]
+        if self.kv.length + T > self.ctx_size:
             raise AssertionError("step past the context")
-        return self.runner.forward(inp, self.kv.length)
+        if T < pad_to and self.kv.length + pad_to <= self.ctx_size:
+            inp = torch.cat([inp, inp[-1:].expand(pad_to - T)])
+        logits, hidden = self.runner.forward(inp, self.kv.length)
+        return logits[:T], hidden[:T]
 
     def sample_next(self, logits: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
         """Draw the token at position len(tokens) from logits [1, V]; stays on the device."""

@@ -81,7 +81,7 @@ def speculative_tokens(engine, sampler, spec: SpecConfig, budget: int, stats, dr
             drafts = drafter.propose(engine.tokens, k) if k > 0 else []
             k = len(drafts)
             t_b = timer.mark()
-            logits, hidden = engine.step_logits(drafts)
+            logits, hidden = engine.step_logits(drafts, pad_to=K + 1 if drafts else 0)
             t_c = timer.mark()
             if k:
                 toks = engine._tok_dev[:n]
