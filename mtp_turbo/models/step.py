@@ -64,7 +64,8 @@ class StepRunner:
         if self.compile:
             try:
                 # static shapes: one specialisation per row count (decode 1, verify k+1; the
-                # round pads short drafts to k+1), measured faster than one dynamic-shape graph
+                # round pads short drafts to k+1): 1.39 ms per 1-row step on an H200 against
+                # 2.42 ms for one dynamic-shape graph (bench/RESULTS.md)
                 if self._compiled is None:
                     self._compiled = torch.compile(self._body, dynamic=False, fullgraph=True)
                 fn = self._compiled
