@@ -44,6 +44,8 @@ HELP = {
     "draft_sink": "MTP drafter: first cells always attended (0 = off, max 1024)",
     "draft_window": "MTP drafter: most recent cells attended",
     "drafter": "MTP head GGUF (default: the head shipped for the default model)",
+    "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: q8_0 (as stored), "
+    "q5_0, q4_0 (Lloyd scale search) or bf16 (the stored Q8_0 values in the compute dtype); K/V stay Q8_0",
 }
 
 

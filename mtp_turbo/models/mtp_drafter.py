@@ -6,7 +6,7 @@ Gemma-3 block with a sliding-base RoPE, final norm, the main model's tied LM hea
 subset of its rows), the drafter's static position-indexed KV cache (cell c = the row built from
 (h_c, token c+1), RoPE at position c when K is written), catch-up / chain drafting over the cells
 DraftCells allows (sink + window + current chain), a from-scratch reference used by the tests,
-and loading the head's GGUF (writing it is train/export.py's job).
+and loading the head's GGUF with the --draft-quant weight policy (writing it is train/export.py's job).
 Ignores: the cell bookkeeping rules (cache/cells.py), verification (spec/), training (train/).
 
 Tensor names in the GGUF (llama.cpp's nextn convention where it fits; L = the main model's
@@ -35,6 +35,12 @@ DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "data" / "gemma3-270m-mt
 # head-specific tensors: internal name -> GGUF name suffix after "blk.{L}."
 NEXTN_TENSORS = {"enorm": "nextn.enorm", "hnorm": "nextn.hnorm", "fc_e": "nextn.fc_embedding",
                  "fc_h": "nextn.fc_hidden", "out_norm": "nextn.shared_head_norm"}
+# --draft-quant: the matrices that take the chosen format (DESIGN.md "Low-bit draft weights");
+# K/V stay Q8_0, norms stay float, and the LM head rows are the main model's embedding, untouched
+DRAFT_QUANTS = ("q8_0", "q5_0", "q4_0", "bf16")
+DRAFT_QUANT_KEYS = ("q", "o", "fc_e", "fc_h", "gate", "up", "down")
+# --draft-quant name -> quant/formats.py format used for requantization (None = keep stored values)
+_REQUANT_FMT = {"q8_0": None, "bf16": None, "q5_0": "q5_0", "q4_0": "q4_0_lloyd"}
 
 
 @dataclass(frozen=True)
@@ -355,9 +361,38 @@ class MTPDrafter:
 
 
 # ---- loading ---------------------------------------------------------------------------------
-def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None) -> MTPHead:
-    """MTPHead from a head GGUF, tied to the main model `main` (a Gemma3). Raises ModelFileError
-    when the file is not a head, misses tensors, or was trained for another base model."""
+def apply_draft_quant(W: dict[str, torch.Tensor], draft_quant: str) -> dict[str, torch.Tensor]:
+    """The --draft-quant policy on float32 weights as read from the head file (its matrices are
+    Q8_0, so these are the dequantized Q8_0 values) -> a new dict, same keys, float32.
+
+    q8_0: as stored. bf16: also as stored: the file is already Q8_0, so bf16 cannot recover more
+    precision; the values are only cast to the compute dtype by the caller (no requantization).
+    q5_0 / q4_0: the DRAFT_QUANT_KEYS matrices are requantized from the Q8_0 values (q4_0 with the
+    Lloyd scale search) and dequantized back, so the drafter computes with exactly the low-bit
+    values. The math still runs as F.linear on these dense tensors; reading the packed blocks with
+    the Triton GEMV kernels (and so saving the bandwidth) is a later step."""
+    from ..errors import ConfigError
+    from ..quant.formats import dequantize, ggml_type_of, quantize
+
+    if draft_quant not in DRAFT_QUANTS:
+        raise ConfigError(f"draft-quant must be one of {', '.join(DRAFT_QUANTS)}, got {draft_quant!r}")
+    fmt = _REQUANT_FMT[draft_quant]
+    out = dict(W)
+    if fmt is None:
+        return out
+    for k in DRAFT_QUANT_KEYS:
+        w = W[k]
+        assert w.dtype == torch.float32 and w.ndim == 2 and w.shape[1] % 32 == 0, (k, w.dtype, tuple(w.shape))
+        raw = torch.from_numpy(quantize(w, fmt)).to(w.device)  # [rows, cols/32 * block bytes]
+        out[k] = dequantize(raw.reshape(-1), ggml_type_of(fmt), tuple(w.shape)).to(torch.float32)
+    return out
+
+
+def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None,
+              draft_quant: str = "q8_0") -> MTPHead:
+    """MTPHead from a head GGUF, tied to the main model `main` (a Gemma3), with the --draft-quant
+    policy `draft_quant` applied (see apply_draft_quant). Raises ModelFileError when the file is
+    not a head, misses tensors, or was trained for another base model."""
     from ..io.gguf_file import GGUFFile
 
     gf = GGUFFile(path)
@@ -378,7 +413,9 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
     for k, name in tensor_names(cfg).items():
         if name not in gf.tensors:
             raise ModelFileError(f"{path}: missing tensor {name}")
-        W[k] = gf.load(name, device=device, dtype=torch.float32 if k.endswith("norm") else dtype)
+        W[k] = gf.load(name, device=device, dtype=torch.float32)  # float32 holds Q8_0 values exactly
+    # requantize from the stored values, then cast matrices to the compute dtype (norms stay float32)
+    W = {k: w if k.endswith("norm") else w.to(dtype) for k, w in apply_draft_quant(W, draft_quant).items()}
     ids = gf.metadata.get("mtp.vocab_ids")
     vocab_ids = None if ids is None else torch.as_tensor(np.asarray(ids, dtype=np.int64))
     if vocab_ids is not None and (vocab_ids.min() < 0 or vocab_ids.max() >= main.cfg.vocab_size):
@@ -392,6 +429,6 @@ def load_mtp_drafter(engine, spec) -> MTPDrafter:
     if not path.exists():
         raise ModelFileError(f"MTP head file {path} does not exist" + (
             " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
-    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256())
+    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256(), draft_quant=spec.draft_quant)
     return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model,
                       engine=engine)

@@ -20,6 +20,7 @@ class SpecConfig:
     draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
+    draft_quant: str = "q8_0"  # MTP drafter weight format: q8_0 | q5_0 | q4_0 | bf16
 
     def __post_init__(self) -> None:
         if self.draft not in DRAFTERS:
@@ -34,3 +35,5 @@ class SpecConfig:
             raise ConfigError(f"draft-sink must be in [0, 1024], got {self.draft_sink}")
         if self.draft_window < 1:
             raise ConfigError(f"draft-window must be >= 1, got {self.draft_window}")
+        if self.draft_quant not in ("q8_0", "q5_0", "q4_0", "bf16"):
+            raise ConfigError(f"draft-quant must be one of q8_0, q5_0, q4_0, bf16, got {self.draft_quant!r}")
