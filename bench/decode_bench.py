@@ -118,25 +118,9 @@ def forward_ratio(eng, rows=(1, 2, 4, 5), pos=256, iters=200):
 
 def hf_generate(eng, prompt, n) -> dict:
     """transformers' Gemma3ForCausalLM on the same dequantized weights, bf16, generate()."""
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from mtp_turbo.models.hf_reference import build_hf_gemma3
 
-    m, c = eng.model, eng.model.cfg
-    cfg = Gemma3TextConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden, intermediate_size=c.ffn, num_hidden_layers=c.n_layers,
-        num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads, head_dim=c.head_dim,
-        sliding_window=c.sliding_window, query_pre_attn_scalar=c.head_dim, rms_norm_eps=c.eps,
-        max_position_embeddings=c.context_length)
-    hf = Gemma3ForCausalLM(cfg).to(eng.device, m.dtype).eval()
-    sd = {"model.embed_tokens.weight": m.embed, "model.norm.weight": m.out_norm - 1.0, "lm_head.weight": m.embed}
-    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj", "attn_norm": "input_layernorm",
-             "post_attn_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
-             "post_ffn_norm": "post_feedforward_layernorm", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
-    for i, L in enumerate(m.layers):
-        for ours, theirs in names.items():
-            w = L[ours]
-            sd[f"model.layers.{i}.{theirs}.weight"] = w - 1.0 if ours.endswith("norm") else w
-    hf.load_state_dict(sd, strict=False)
+    hf = build_hf_gemma3(eng.model, attn_implementation=None)  # as measured: the library default
     ids = torch.tensor([eng.tokenizer.encode(prompt)], device=eng.device)
     res = {}
     for label, kw in (("dynamic", {}), ("static", {"cache_implementation": "static"})):

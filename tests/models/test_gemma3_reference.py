@@ -15,35 +15,9 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def hf_model(engine):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+    from mtp_turbo.models.hf_reference import build_hf_gemma3
 
-    m = engine.model
-    c = m.cfg
-    cfg = Gemma3TextConfig(
-        vocab_size=c.vocab_size, hidden_size=c.hidden, intermediate_size=c.ffn,
-        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads, num_key_value_heads=c.n_kv_heads,
-        head_dim=c.head_dim, sliding_window=c.sliding_window, query_pre_attn_scalar=c.head_dim,
-        rms_norm_eps=c.eps, max_position_embeddings=c.context_length,
-        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": c.rope_local},
-                         "full_attention": {"rope_type": "default", "rope_theta": c.rope_global}},
-    )
-    cfg._attn_implementation = "eager"
-    hf = Gemma3ForCausalLM(cfg).eval()
-    sd = {"model.embed_tokens.weight": m.embed, "model.norm.weight": m.out_norm - 1.0}
-    names = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-             "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}
-    norms = {"attn_norm": "input_layernorm", "post_attn_norm": "post_attention_layernorm",
-             "ffn_norm": "pre_feedforward_layernorm", "post_ffn_norm": "post_feedforward_layernorm",
-             "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm"}
-    for i, L in enumerate(m.layers):
-        for ours, theirs in names.items():
-            sd[f"model.layers.{i}.{theirs}.weight"] = L[ours]
-        for ours, theirs in norms.items():
-            sd[f"model.layers.{i}.{theirs}.weight"] = L[ours] - 1.0  # HF adds the +1 itself
-    sd["lm_head.weight"] = m.embed
-    missing, unexpected = hf.load_state_dict(sd, strict=False)
-    assert not unexpected and all("rotary" in k or "embed_scale" in k for k in missing), (missing, unexpected)
-    return hf
+    return build_hf_gemma3(engine.model)
 
 
 def _rel_err(a, b):
