@@ -48,7 +48,7 @@ def test_truncated_gguf(capsys, tmp_path, model_path):
 
 
 def test_unsupported_architecture(capsys, tmp_path):
-    from mtp_turbo.io.gguf_file import write_gguf
+    from mtp_turbo.io.gguf_write import write_gguf
 
     p = tmp_path / "llama.gguf"
     emb = np.zeros((8, 32), dtype=np.float32)

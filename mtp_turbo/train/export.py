@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..io.gguf_file import write_gguf
+from ..io.gguf_write import write_gguf
 from ..models.mtp_drafter import ARCH, MTPConfig, tensor_names
 from ..quant.formats import ggml_type_of, quantize
 

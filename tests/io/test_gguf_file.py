@@ -9,7 +9,8 @@ import torch
 
 import gguf
 from mtp_turbo.errors import ModelFileError
-from mtp_turbo.io.gguf_file import GGML_TYPES, GGUFFile, TensorInfo, check_supported, default_model_path, write_gguf
+from mtp_turbo.io.gguf_file import GGML_TYPES, GGUFFile, TensorInfo, check_supported, default_model_path
+from mtp_turbo.io.gguf_write import write_gguf
 
 
 def test_type_table_matches_gguf_package():
