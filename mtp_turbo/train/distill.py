@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..models.gemma3 import LAYER_TENSORS, rms_norm
-from ..models.mtp_drafter import MTPConfig, tensor_names
+from ..models.mtp_drafter import MTPConfig
 from . import data as data_mod
 from .export import save_head
 from .forward import chain_states, main_hidden

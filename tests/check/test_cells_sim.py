@@ -9,7 +9,6 @@ import pytest
 from mtp_turbo.cache.cells import DraftCells, DraftCellsConfig
 from mtp_turbo.check import cells_sim
 from mtp_turbo.check.cells_sim import register, run_cells_sim
-from mtp_turbo.errors import CacheError
 
 ROUNDS = 3000
 SMALL = dict(config=DraftCellsConfig(sink=4, window=16), max_ctx=3000, long_prompt=400)

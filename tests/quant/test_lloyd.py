@@ -1,7 +1,6 @@
 """Lloyd Q4_0 scale search: never worse than ggml Q4_0 per block, usually better; valid bytes."""
 
 import numpy as np
-import pytest
 import torch
 import gguf
 from gguf import GGMLQuantizationType as T

@@ -2,7 +2,6 @@
 
 import math
 
-import pytest
 import torch
 
 from mtp_turbo.sampling.chain import penalty_counts, probs_from_logits, sample_dist, window_counts

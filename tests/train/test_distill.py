@@ -2,7 +2,6 @@
 reference (teacher-forced), and a tiny run on real text lowers the held-out loss."""
 
 import json
-import random
 import sys
 from pathlib import Path
 
