@@ -1,8 +1,15 @@
 """Shared fixtures: the default model file and one CPU engine per test session (loading is the
 expensive part, so every test that needs the real model shares it)."""
 
+import os
+
 import pytest
 import torch
+
+# Without CUDA, Triton kernels run in Triton's interpreter (numpy on the CPU). The switch must be
+# set before anything imports triton, hence here, at collection time.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def pytest_collection_modifyitems(config, items):
