@@ -1,8 +1,9 @@
 """GEMV for 1-4 rows against a packed weight: y[M, N_out] = x[M, K] @ dequant(w).T, fp32 accumulation.
 
 Owns: dispatch (Triton kernel on CUDA when Triton imports, else a torch fallback that dequantizes
-the packed arrays and multiplies in fp32: correct, not fast), the tile configuration, its default
-per matrix class and its parsing from `--draft-tile BN,BK,W,S`. Ignores: the kernels' bodies
+the packed arrays and multiplies in fp32: correct, not fast), the tile configuration (kernel
+variant + tile shape), its default per matrix class and its parsing from
+`--draft-tile KERNEL,BN,BK,W,S`. Ignores: the kernels' bodies
 (gemv_triton.py), the layout (repack.py), which matrices a model has (models/).
 """
 
@@ -15,43 +16,46 @@ import torch
 from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
-MAX_ROWS = 4  # 1 draft row .. k+1 verify rows; the kernels unroll up to this many accumulators
+MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce")  # see gemv_triton.py
 
 
 @dataclass(frozen=True)
 class TileConfig:
+    kernel: str  # one of KERNELS
     BLOCK_N: int  # output rows per program
-    BLOCK_K: int  # K elements per loop step (a multiple of 32: whole blocks)
+    BLOCK_K: int  # K elements per loop step (a power-of-two number of 32-blocks)
     num_warps: int
     num_stages: int
 
     def __str__(self) -> str:
-        return f"{self.BLOCK_N},{self.BLOCK_K},{self.num_warps},{self.num_stages}"
+        return f"{self.kernel},{self.BLOCK_N},{self.BLOCK_K},{self.num_warps},{self.num_stages}"
 
 
-def _t(bn: int, bk: int, w: int, s: int) -> TileConfig:
-    return TileConfig(bn, bk, w, s)
+def _tiles(kernel: str, *specs: tuple[int, int, int, int]) -> tuple[TileConfig, ...]:
+    return tuple(TileConfig(kernel, *s) for s in specs)
 
 
-# The combinations the kernels are known to compile with sane register use (BLOCK_N * BLOCK_K <=
-# 8192 fp32 per accumulator pass). A closed set so an A/B override cannot pick a silly tile.
+# The combinations known to compile with sane register use. A closed set so an A/B override cannot
+# pick a silly tile. Dot kernels: BLOCK_N >= 16 (the smallest dot), the [16, BLOCK_N] fp32
+# accumulator is small, so wide BLOCK_N is cheap; BLOCK_K is an unroll of 32-blocks. Reduce: each
+# row's accumulator is the whole [BLOCK_N, BLOCK_K] tile, so BLOCK_N * BLOCK_K <= 4096.
+_DOT = ((16, 128, 4, 3), (32, 64, 4, 3), (32, 128, 4, 3), (64, 32, 4, 4), (64, 64, 4, 3),
+        (64, 128, 4, 3), (128, 32, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (256, 32, 8, 4),
+        (256, 64, 8, 3))
+_REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
+           (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
-    _t(4, 256, 2, 2), _t(4, 512, 4, 2),
-    _t(8, 128, 2, 2), _t(8, 256, 4, 2), _t(8, 512, 4, 3),
-    _t(16, 128, 4, 2), _t(16, 256, 4, 2),
-    _t(32, 128, 4, 2), _t(32, 256, 8, 2),
-    _t(64, 64, 4, 2), _t(64, 128, 8, 2),
-    _t(128, 64, 8, 2),
-)
+    _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE))
 
 # Defaults per matrix class (unmeasured until bench/gemv_bench.py runs on the GPU). Programs =
-# ceil(N_out / BLOCK_N): small BLOCK_N keeps the drafter's 640..2048-row matrices spread over
-# the SMs; the huge head matrix takes big tiles to cut per-program overhead.
+# ceil(N_out / BLOCK_N): small BLOCK_N keeps the drafter's 256..2048-row matrices spread over the
+# SMs; the huge head matrix takes wide tiles to cut per-program overhead.
 DEFAULT_TILES: dict[str, TileConfig] = {
-    "head": _t(64, 128, 8, 2),  # N_out >= 32768 (LM head, full or gathered)
-    "large": _t(16, 256, 4, 2),  # N_out * K >= 16M elements (e.g. 8192 x 8192)
-    "tall": _t(4, 256, 2, 2),  # K >= N_out (o_proj 640x1024, ffn_down 640x2048, K/V 256x640)
-    "wide": _t(8, 128, 2, 2),  # N_out > K (q 1024x640, gate/up 2048x640)
+    "head": TileConfig("dot_bf16x3", 128, 64, 4, 3),  # N_out >= 32768 (LM head, full or gathered)
+    "large": TileConfig("dot_bf16x3", 64, 64, 4, 3),  # N_out * K >= 16M elements (e.g. 8192 x 8192)
+    "tall": TileConfig("dot_bf16x3", 16, 128, 4, 3),  # K >= N_out (o 640x1024, down 640x2048, K/V 256x640)
+    "wide": TileConfig("dot_bf16x3", 32, 64, 4, 3),  # N_out > K (q 1024x640, gate/up 2048x640)
 }
 
 
@@ -69,18 +73,24 @@ def default_tile(n_out: int, k: int) -> TileConfig:
 
 
 def parse_tile(text: str) -> TileConfig:
-    """'BN,BK,W,S' -> TileConfig, which must be one of SUPPORTED_TILES (else ConfigError)."""
+    """'KERNEL,BN,BK,W,S' -> TileConfig, which must be one of SUPPORTED_TILES (else ConfigError)."""
     supported = " ".join(str(t) for t in SUPPORTED_TILES)
-    try:
-        parts = [int(p) for p in text.replace(" ", "").split(",")]
-    except ValueError:
-        parts = []
-    if len(parts) != 4:
-        raise ConfigError(f"--draft-tile {text!r}: expected BLOCK_N,BLOCK_K,num_warps,num_stages; one of: {supported}")
-    tile = TileConfig(*parts)
+    parts = text.replace(" ", "").split(",")
+    tile = None
+    if len(parts) == 5 and parts[0] in KERNELS:
+        try:
+            tile = TileConfig(parts[0], *(int(p) for p in parts[1:]))
+        except ValueError:
+            tile = None
+    if tile is None:
+        raise ConfigError(f"--draft-tile {text!r}: expected KERNEL,BLOCK_N,BLOCK_K,num_warps,num_stages "
+                          f"(KERNEL one of {', '.join(KERNELS)}); one of: {supported}")
     if tile not in SUPPORTED_TILES:
         raise ConfigError(f"--draft-tile {text!r} is not a supported tile; one of: {supported}")
     return tile
+
+
+BACKENDS = ("auto", "triton", "torch")
 
 
 def gemv(
@@ -88,21 +98,26 @@ def gemv(
     w: PackedWeight,
     tile: TileConfig | None = None,
     out: torch.Tensor | None = None,
+    backend: str = "auto",
 ) -> torch.Tensor:
     """x: [M, K] float32 or bfloat16, 1 <= M <= 4, on w's device -> float32 [M, N_out] (in `out`
-    if given: a contiguous float32 [M, N_out] buffer). Every row reads the matrix once, together."""
+    if given: a contiguous float32 [M, N_out] buffer). Every row reads the matrix once, together.
+    backend: "auto" = the Triton kernel for block formats on CUDA (when Triton imports), else
+    torch; "triton" = the kernel always (CPU tensors need Triton's interpreter); "torch" = the
+    fallback (dequantize the packed arrays, fp32 matmul: correct, not fast)."""
     n, k = w.shape
     assert x.dim() == 2 and 1 <= x.shape[0] <= MAX_ROWS and x.shape[1] == k, (x.shape, w.shape)
     assert x.dtype in (torch.float32, torch.bfloat16), x.dtype
     assert x.device == w.device, (x.device, w.device)
+    assert backend in BACKENDS, backend
     m = x.shape[0]
     if out is None:
         out = torch.empty((m, n), dtype=torch.float32, device=x.device)
     assert out.shape == (m, n) and out.dtype == torch.float32 and out.is_contiguous()
-    if w.fmt in BLOCK_FORMATS and x.is_cuda:
+    if w.fmt in BLOCK_FORMATS and backend != "torch":
         from . import gemv_triton
 
-        if gemv_triton.available():
+        if backend == "triton" or (x.is_cuda and gemv_triton.available()):
             gemv_triton.gemv_packed(x, w, tile or default_tile(n, k), out)
             return out
     if w.fmt not in BLOCK_FORMATS and x.is_cuda and x.dtype == w.qs.dtype:

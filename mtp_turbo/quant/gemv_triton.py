@@ -1,169 +1,248 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
-Owns: the kernels and their launch. Each program owns BLOCK_N output rows and walks K in
-BLOCK_K chunks (BLOCK_K/32 whole blocks): it loads each row's quant bytes of a block as one
-contiguous 16- or 32-byte vector, unpacks nibbles / high bits in registers, sums quant * x per
-32-block, applies the fp16 block scale once per block, and accumulates in fp32 for all M rows
-at once, so the matrix is read once whatever M is (a verify of k+1 rows moves about the bytes
-of one row). Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
+Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Three variants,
+picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
-Triton is optional: this module imports on a machine without it (gemv.py imports it only for CUDA
-tensors); `available()` says whether the kernels can run.
+- "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
+  or nibble(+high bit) - offset), which bf16 represents exactly. x is split into three bf16
+  pieces (hi + mid + lo = x to ~24 bits) stacked as rows 4p + m of a 16-row operand (12 rows
+  used for M = 4), so ONE bf16 tensor-core dot gives all rows x all pieces with exact products
+  and fp32 accumulation; the block's fp16 scale multiplies the [16, BLOCK_N] partial, and the
+  three pieces are summed at the end. fp32-rounding accuracy at tensor-core cost, flat in M.
+- "dot_tf32x3": the same block structure, x rows unsplit (padded to 16 rows), Triton's 3-pass
+  tf32 dot (input_precision="tf32x3") on fp32 operands.
+- "reduce": no tensor cores: the weight tile is dequantized once ([BLOCK_N, BLOCK_K/32, 32]
+  fp32 = int * scale), each row keeps an elementwise fp32 accumulator of the tile's shape
+  (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
+  candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
+
+Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
+
+Triton is optional: this module imports on a machine without it; `available()` says whether the
+kernels can run. On CPU tensors they run only in Triton's interpreter (TRITON_INTERPRET=1 set
+before triton is first imported, as tests/conftest.py does without CUDA), where bf16 dot operands
+are replaced by the same values in fp32 (the interpreter multiplies bf16's raw bits as integers)
+and int -> bf16 casts go through fp32.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .gemv import KERNELS
 from .repack import PackedWeight
 
-try:  # gemv.py imports this module only for CUDA tensors; without Triton it still imports
+try:  # gemv.py imports this module lazily; without Triton it still imports
     import triton
     import triton.language as tl
 except ImportError:
     triton = None
 
+_FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2}
+
 
 def available() -> bool:
-    """True when Triton imports (the kernels need it; the caller checks for CUDA)."""
+    """True when Triton imports (the caller checks for CUDA or the interpreter)."""
     return triton is not None
 
 
+def interpreting() -> bool:
+    """True when the kernels were built by Triton's interpreter (they then run on CPU tensors)."""
+    if triton is None:
+        return False
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(gemv_dot, InterpretedFunction)
+
+
 if triton is not None:
-    # Module level, not a closure: Triton's interpreter resolves called jit functions in globals.
+    # Helpers live at module level, not in closures: the interpreter resolves them in globals.
     @triton.jit
-    def _load_x(X, stride_xm, row: tl.constexpr, offs, mask):
-        return tl.load(X + row * stride_xm + offs, mask=mask, other=0.0).to(tl.float32)
+    def _q8_block(QS, rn, okn, kb, K):
+        # int8 quants of block kb of rows rn, as a [32, BN] tile (K index down, rows across);
+        # okn [BN]: row exists and block kb exists.
+        rj = tl.arange(0, 32)
+        return tl.load(QS + rn[None, :] * K + kb * 32 + rj[:, None], mask=okn[None, :], other=0)
 
     @triton.jit
-    def _store_y(Y, stride_ym, row: tl.constexpr, rn, n_mask, acc):
-        tl.store(Y + row * stride_ym + rn, acc, mask=n_mask)
+    def _nib_block(QS, QH, rn, okn, kb, K, HAS_QH: tl.constexpr):
+        # Block kb's 16 bytes per row -> int32 [16, BN] values of elements j (lo) and j + 16 (hi).
+        rj = tl.arange(0, 16)
+        b = tl.load(QS + rn[None, :] * (K // 2) + kb * 16 + rj[:, None], mask=okn[None, :], other=0).to(tl.int32)
+        lo = b & 0xF
+        hi = b >> 4
+        if HAS_QH:
+            h = tl.load(QH + rn * (K // 32) + kb, mask=okn, other=0)[None, :]  # [1, BN]
+            # arithmetic shift of a negative int32 is fine: & 1 keeps only bit j
+            lo = (lo | (((h >> rj[:, None]) & 1) << 4)) - 16
+            hi = (hi | (((h >> (rj[:, None] + 16)) & 1) << 4)) - 16
+        else:
+            lo = lo - 8
+            hi = hi - 8
+        return lo, hi
 
     @triton.jit
-    def gemv_q8_0(X, QS, SC, Y, N, K, stride_xm, stride_ym,
-                  M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        # QS int8 [N, K]; SC fp16 [N, K/32]; X [M, K] (f32/bf16, row stride stride_xm); Y f32 [M, N].
-        BKB: tl.constexpr = BLOCK_K // 32  # blocks per step
+    def _x_rows(X, stride_xm, kidx, K, M: tl.constexpr, SPLIT: tl.constexpr):
+        # [16, len(kidx)] fp32 dot operand. SPLIT: row 4p + m = bf16 piece p (0..2) of x row m,
+        # so hi + mid + lo = x to ~24 bits; else row m = x row m. Rows past M (and 12..15) are 0.
+        r = tl.arange(0, 16)
+        if SPLIT:
+            m = r % 4
+            p = r // 4
+            row_ok = (m < M) & (p < 3)
+        else:
+            m = r
+            p = r * 0
+            row_ok = r < M
+        x = tl.load(X + m[:, None] * stride_xm + kidx[None, :], mask=row_ok[:, None] & (kidx < K)[None, :], other=0.0)
+        x = x.to(tl.float32)
+        if SPLIT:
+            hi = x.to(tl.bfloat16).to(tl.float32)
+            r1 = x - hi  # exact in fp32
+            mid = r1.to(tl.bfloat16).to(tl.float32)
+            lo = (r1 - mid).to(tl.bfloat16).to(tl.float32)
+            x = tl.where(p[:, None] == 0, hi, tl.where(p[:, None] == 1, mid, lo))
+        return x
+
+    @triton.jit
+    def _bdot(a, qi, PREC: tl.constexpr, F32_OPERANDS: tl.constexpr):
+        # a: [16, KB] fp32 (bf16-exact pieces when PREC == 0); qi: integer tile [KB, BN].
+        if PREC == 0:
+            if F32_OPERANDS:  # interpreter: same values, fp32 (exact products, fp32 sums)
+                return tl.dot(a, qi.to(tl.float32), input_precision="ieee")
+            return tl.dot(a.to(tl.bfloat16), qi.to(tl.bfloat16))  # integers are exact in bf16
+        return tl.dot(a, qi.to(tl.float32), input_precision="tf32x3")
+
+    @triton.jit
+    def gemv_dot(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
+                 M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 FMT: tl.constexpr, PREC: tl.constexpr, F32_OPERANDS: tl.constexpr):
+        # QS: q8_0 int8 [N, K]; q5_0/q4_0 uint8 [N, K/2]. QH: q5_0 int32 [N, K/32] (else unused).
+        # SC fp16 [N, K/32]; X [M, K] (fp32/bf16, row stride stride_xm); Y fp32 [M, N].
+        # FMT 0/1/2 = q8_0/q5_0/q4_0; PREC 0 = bf16x3 split, 1 = tf32x3.
+        BKB: tl.constexpr = BLOCK_K // 32  # blocks per loop step (unrolled)
         pid = tl.program_id(0)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN]
+        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = rn < N
-        rb = tl.arange(0, BKB)  # [BKB]
-        rj = tl.arange(0, 32)  # [32]
         nb = K // 32
-        acc0 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc3 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
         for kb0 in range(0, nb, BKB):
-            kb = kb0 + rb  # [BKB] block index
-            b_mask = kb < nb
-            m2 = n_mask[:, None] & b_mask[None, :]  # [BN, BKB]
-            m3 = m2[:, :, None]  # [BN, BKB, 1] (broadcasts over the 32 elements)
-            q_off = rn[:, None, None] * K + kb[None, :, None] * 32 + rj[None, None, :]
-            q = tl.load(QS + q_off, mask=m3, other=0).to(tl.float32)  # [BN, BKB, 32]
-            s = tl.load(SC + rn[:, None] * nb + kb[None, :], mask=m2, other=0.0).to(tl.float32)
-            x_off = kb[:, None] * 32 + rj[None, :]  # [BKB, 32]
-            x_mask = b_mask[:, None]
-            x0 = _load_x(X, stride_xm, 0, x_off, x_mask)
-            acc0 += tl.sum(tl.sum(q * x0[None, :, :], axis=2) * s, axis=1)
-            if M > 1:
-                x1 = _load_x(X, stride_xm, 1, x_off, x_mask)
-                acc1 += tl.sum(tl.sum(q * x1[None, :, :], axis=2) * s, axis=1)
-            if M > 2:
-                x2 = _load_x(X, stride_xm, 2, x_off, x_mask)
-                acc2 += tl.sum(tl.sum(q * x2[None, :, :], axis=2) * s, axis=1)
-            if M > 3:
-                x3 = _load_x(X, stride_xm, 3, x_off, x_mask)
-                acc3 += tl.sum(tl.sum(q * x3[None, :, :], axis=2) * s, axis=1)
-        _store_y(Y, stride_ym, 0, rn, n_mask, acc0)
-        if M > 1:
-            _store_y(Y, stride_ym, 1, rn, n_mask, acc1)
-        if M > 2:
-            _store_y(Y, stride_ym, 2, rn, n_mask, acc2)
-        if M > 3:
-            _store_y(Y, stride_ym, 3, rn, n_mask, acc3)
+            for b in tl.static_range(BKB):
+                kb = kb0 + b
+                okn = n_mask & ((rn * 0 + kb) < nb)  # [BN]: the block exists (K tail) in row n
+                s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
+                if FMT == 0:
+                    q = _q8_block(QS, rn, okn, kb, K)
+                    xr = _x_rows(X, stride_xm, kb * 32 + tl.arange(0, 32), K, M, PREC == 0)
+                    part = _bdot(xr, q, PREC, F32_OPERANDS)
+                else:
+                    lo, hi = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
+                    kj = kb * 32 + tl.arange(0, 16)
+                    xl = _x_rows(X, stride_xm, kj, K, M, PREC == 0)
+                    xh = _x_rows(X, stride_xm, kj + 16, K, M, PREC == 0)
+                    part = _bdot(xl, lo, PREC, F32_OPERANDS) + _bdot(xh, hi, PREC, F32_OPERANDS)
+                acc += part * s[None, :]
+        # rows 4p + m -> [p, m, n]; summing over p adds the pieces (or zero rows when unsplit)
+        y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)
+        rm = tl.arange(0, 4)
+        tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
 
     @triton.jit
-    def _nib_dot(lo, hi, X, stride_xm, row: tl.constexpr, x_off, x_mask, s):
-        # lo/hi: [BN, BKB, 16] f32 values of elements j and j+16 of each block; s: [BN, BKB].
-        x_lo = _load_x(X, stride_xm, row, x_off, x_mask)  # [BKB, 16]
-        x_hi = _load_x(X, stride_xm, row, x_off + 16, x_mask)
-        blk = tl.sum(lo * x_lo[None, :, :] + hi * x_hi[None, :, :], axis=2)  # [BN, BKB]
-        return tl.sum(blk * s, axis=1)  # [BN]
+    def _fma_row(acc, X, stride_xm, row: tl.constexpr, kidx, x_ok, w):
+        # acc, w: [BN, BKB, E]; kidx: [BKB, E] element indices of this row's x.
+        x = tl.load(X + row * stride_xm + kidx, mask=x_ok, other=0.0).to(tl.float32)
+        return acc + w * x[None, :, :]
 
     @triton.jit
-    def gemv_q4_q5(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
-                   M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   HAS_QH: tl.constexpr):
-        # QS uint8 [N, K/2] (16 bytes per block: element j low nibble, j+16 high nibble);
-        # QH int32 [N, K/32] (Q5_0 only: bit j = 5th bit of element j); SC fp16 [N, K/32].
+    def gemv_reduce(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
+                    M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    FMT: tl.constexpr, E: tl.constexpr):
+        # Same arguments as gemv_dot. E = quant elements per byte-group of a block: 32 (q8_0),
+        # 16 (q5_0/q4_0: byte j holds elements j and j + 16).
         BKB: tl.constexpr = BLOCK_K // 32
         pid = tl.program_id(0)
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = rn < N
-        rb = tl.arange(0, BKB)
-        rj = tl.arange(0, 16)
         nb = K // 32
-        row_bytes = K // 2
-        acc0 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc1 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-        acc3 = tl.zeros([BLOCK_N], dtype=tl.float32)
+        rb = tl.arange(0, BKB)
+        rj = tl.arange(0, E)
+        acc0 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
+        acc1 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
+        acc3 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
         for kb0 in range(0, nb, BKB):
             kb = kb0 + rb
-            b_mask = kb < nb
-            m2 = n_mask[:, None] & b_mask[None, :]
-            m3 = m2[:, :, None]
-            q_off = rn[:, None, None] * row_bytes + kb[None, :, None] * 16 + rj[None, None, :]
-            b = tl.load(QS + q_off, mask=m3, other=0).to(tl.int32)  # [BN, BKB, 16], zero-extended
-            s = tl.load(SC + rn[:, None] * nb + kb[None, :], mask=m2, other=0.0).to(tl.float32)
-            lo_i = b & 0xF
-            hi_i = b >> 4
-            if HAS_QH:
-                h = tl.load(QH + rn[:, None] * nb + kb[None, :], mask=m2, other=0)  # [BN, BKB]
-                h3 = h[:, :, None]
-                # Arithmetic shift of a negative int32 is fine: & 1 keeps only bit j.
-                lo_i = lo_i | (((h3 >> rj[None, None, :]) & 1) << 4)
-                hi_i = hi_i | (((h3 >> (rj[None, None, :] + 16)) & 1) << 4)
-                lo = (lo_i - 16).to(tl.float32)
-                hi = (hi_i - 16).to(tl.float32)
+            b_ok = kb < nb
+            m2 = n_mask[:, None] & b_ok[None, :]  # [BN, BKB]
+            s = tl.load(SC + rn[:, None] * nb + kb[None, :], mask=m2, other=0.0).to(tl.float32)[:, :, None]
+            kidx = kb[:, None] * 32 + rj[None, :]  # [BKB, E]
+            x_ok = b_ok[:, None]
+            if FMT == 0:
+                q = tl.load(QS + rn[:, None, None] * K + kidx[None, :, :], mask=m2[:, :, None], other=0)
+                w = q.to(tl.float32) * s  # dequantized once for all rows
+                acc0 = _fma_row(acc0, X, stride_xm, 0, kidx, x_ok, w)
+                if M > 1:
+                    acc1 = _fma_row(acc1, X, stride_xm, 1, kidx, x_ok, w)
+                if M > 2:
+                    acc2 = _fma_row(acc2, X, stride_xm, 2, kidx, x_ok, w)
+                if M > 3:
+                    acc3 = _fma_row(acc3, X, stride_xm, 3, kidx, x_ok, w)
             else:
-                lo = (lo_i - 8).to(tl.float32)
-                hi = (hi_i - 8).to(tl.float32)
-            x_off = kb[:, None] * 32 + rj[None, :]  # [BKB, 16]: elements j of each block
-            x_mask = b_mask[:, None]
-            acc0 += _nib_dot(lo, hi, X, stride_xm, 0, x_off, x_mask, s)
-            if M > 1:
-                acc1 += _nib_dot(lo, hi, X, stride_xm, 1, x_off, x_mask, s)
-            if M > 2:
-                acc2 += _nib_dot(lo, hi, X, stride_xm, 2, x_off, x_mask, s)
-            if M > 3:
-                acc3 += _nib_dot(lo, hi, X, stride_xm, 3, x_off, x_mask, s)
-        _store_y(Y, stride_ym, 0, rn, n_mask, acc0)
+                off = rn[:, None, None] * (K // 2) + kb[None, :, None] * 16 + rj[None, None, :]
+                bq = tl.load(QS + off, mask=m2[:, :, None], other=0).to(tl.int32)  # [BN, BKB, 16]
+                lo = bq & 0xF
+                hi = bq >> 4
+                if FMT == 1:
+                    h = tl.load(QH + rn[:, None] * nb + kb[None, :], mask=m2, other=0)[:, :, None]
+                    lo = (lo | (((h >> rj[None, None, :]) & 1) << 4)) - 16
+                    hi = (hi | (((h >> (rj[None, None, :] + 16)) & 1) << 4)) - 16
+                else:
+                    lo = lo - 8
+                    hi = hi - 8
+                wl = lo.to(tl.float32) * s
+                wh = hi.to(tl.float32) * s
+                acc0 = _fma_row(_fma_row(acc0, X, stride_xm, 0, kidx, x_ok, wl), X, stride_xm, 0, kidx + 16, x_ok, wh)
+                if M > 1:
+                    acc1 = _fma_row(_fma_row(acc1, X, stride_xm, 1, kidx, x_ok, wl), X, stride_xm, 1, kidx + 16, x_ok, wh)
+                if M > 2:
+                    acc2 = _fma_row(_fma_row(acc2, X, stride_xm, 2, kidx, x_ok, wl), X, stride_xm, 2, kidx + 16, x_ok, wh)
+                if M > 3:
+                    acc3 = _fma_row(_fma_row(acc3, X, stride_xm, 3, kidx, x_ok, wl), X, stride_xm, 3, kidx + 16, x_ok, wh)
+        tl.store(Y + rn, tl.sum(tl.sum(acc0, axis=2), axis=1), mask=n_mask)
         if M > 1:
-            _store_y(Y, stride_ym, 1, rn, n_mask, acc1)
+            tl.store(Y + stride_ym + rn, tl.sum(tl.sum(acc1, axis=2), axis=1), mask=n_mask)
         if M > 2:
-            _store_y(Y, stride_ym, 2, rn, n_mask, acc2)
+            tl.store(Y + 2 * stride_ym + rn, tl.sum(tl.sum(acc2, axis=2), axis=1), mask=n_mask)
         if M > 3:
-            _store_y(Y, stride_ym, 3, rn, n_mask, acc3)
+            tl.store(Y + 3 * stride_ym + rn, tl.sum(tl.sum(acc3, axis=2), axis=1), mask=n_mask)
 
 
 def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
-    """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T. Preconditions checked by gemv()."""
+    """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with the kernel `tile.kernel`.
+    x, w, out on one device: CUDA, or CPU under Triton's interpreter."""
+    assert triton is not None, "Triton is not available"
     n, k = w.shape
     m = x.shape[0]
-    assert 1 <= m <= 4 and x.shape[1] == k and out.shape == (m, n)
+    assert w.fmt in _FMT_ID, w.fmt
+    assert 1 <= m <= 4 and x.shape[1] == k and out.shape == (m, n) and out.dtype == torch.float32
+    assert out.is_contiguous() and x.device == w.device == out.device, (x.device, w.device, out.device)
+    assert x.dtype in (torch.float32, torch.bfloat16), x.dtype
+    assert tile.kernel in KERNELS, tile.kernel
     assert tile.BLOCK_K % 32 == 0 and (tile.BLOCK_K // 32) & (tile.BLOCK_K // 32 - 1) == 0
+    assert n * k < 2 ** 31, "int32 offsets"
+    if not x.is_cuda:
+        assert interpreting(), "Triton kernels on CPU tensors need the interpreter (TRITON_INTERPRET=1 before importing triton)"
     if x.stride(1) != 1:
         x = x.contiguous()
-    assert triton is not None, "Triton is not available"
+    fmt = _FMT_ID[w.fmt]
+    qh = w.qh if w.fmt == "q5_0" else w.scales  # an unused pointer unless q5_0
     grid = (triton.cdiv(n, tile.BLOCK_N),)
-    meta = dict(M=m, BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K,
+    args = (x, w.qs, qh, w.scales, out, n, k, x.stride(0), out.stride(0))
+    meta = dict(M=m, BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K, FMT=fmt,
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
-    if w.fmt == "q8_0":
-        gemv_q8_0[grid](x, w.qs, w.scales, out, n, k, x.stride(0), out.stride(0), **meta)
+    if tile.kernel == "reduce":
+        gemv_reduce[grid](*args, E=32 if fmt == 0 else 16, **meta)
     else:
-        has_qh = w.fmt == "q5_0"
-        qh = w.qh if has_qh else w.scales  # unused pointer when HAS_QH is False
-        gemv_q4_q5[grid](x, w.qs, qh, w.scales, out, n, k, x.stride(0), out.stride(0),
-                         HAS_QH=has_qh, **meta)
+        gemv_dot[grid](*args, PREC=0 if tile.kernel == "dot_bf16x3" else 1,
+                       F32_OPERANDS=not x.is_cuda, **meta)
