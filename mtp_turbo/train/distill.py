@@ -1,13 +1,17 @@
 """Self-distillation of an MTP head for a main model that ships none (`mtp-turbo train-mtp`).
 
 Owns: the training loop: frozen main model (models/load.py), head initialised from the main
-model's last sliding layer (block) + identity fc_hidden, loss = sum over chain steps j of
+model's last sliding layer (block) + identity fc_hidden, or warm-started from a head GGUF
+(--init), optional rows of the main model's own replies sampled at the start (train/generate.py,
+--gen-rows) mixed into the batches, optional virtual position gaps after the sink (--pos-offset:
+the sink seen from up to that many positions away, as in a long prompt), loss = sum over chain steps j of
 KL(p_main(. | prefix up to t+j) || q_j) at every chain start t, where both distributions are
 restricted to the head's N vocabulary ids and the main one renormalised over them (no 'rest'
 bucket: the draft can only ever propose those ids, and mass outside them is a fixed cost);
 AdamW, warmup + cosine LR (over --steps or --time-budget, whichever ends first), bf16 autocast on
 CUDA, tqdm, periodic held-out eval (KL and top-1 agreement with the main model's full-vocab
-argmax, per chain step), checkpoint/resume, the final table, writing the head (train/export.py).
+argmax, per chain step; also with the sink --eval-offset positions away), checkpoint/resume, the
+final table, writing the head (train/export.py).
 Ignores: serving (models/mtp_drafter.py), data building (train/data.py).
 """
 
@@ -27,10 +31,11 @@ from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..models.gemma3 import LAYER_TENSORS, rms_norm
-from ..models.mtp_drafter import MTPConfig
+from ..models.mtp_drafter import MTPConfig, load_head
 from . import data as data_mod
 from .export import save_head
-from .forward import chain_states, main_hidden
+from .forward import chain_states, main_hidden, virtual_positions
+from .generate import GenConfig, sample_rows
 
 
 @dataclass(frozen=True)
@@ -49,12 +54,25 @@ class TrainConfig:
     eval_every: int = 250
     eval_rows: int = 32
     ckpt_every: int = 500
-    time_budget: float = 0.0  # seconds of training (0 = no limit)
+    time_budget: float = 0.0  # seconds of training (0 = no limit), not counting --gen-time
     seed: int = 0
+    init: str = ""  # head GGUF to start from (its vocab ids and hidden source are kept)
+    block: int = 256  # query rows per attention block of the head's banded attention
+    pos_offset: int = 0  # max virtual gap after the sink (0 = off)
+    offset_frac: float = 0.5  # share of batches that get a gap, uniform in [1, pos_offset]
+    eval_offset: int = 12288  # eval also with this gap (0 = off)
+    gen_rows: int = 0  # rows of the main model's own replies sampled before training (0 = off)
+    gen_len: int = 0  # their length (0 = the data's row length)
+    gen_batch: int = 256
+    gen_time: float = 60.0  # seconds for sampling them
+    gen_temps: str = "0,0.7"
+    gen_frac: float = 0.3  # share of training batches drawn from them
 
     def __post_init__(self) -> None:
-        if self.chain < 1 or self.steps < 1 or self.batch < 1:
-            raise ConfigError("chain, steps and batch must be >= 1")
+        if self.chain < 1 or self.steps < 1 or self.batch < 1 or self.block < 1:
+            raise ConfigError("chain, steps, batch and block must be >= 1")
+        if self.pos_offset < 0 or self.eval_offset < 0 or not (0 <= self.offset_frac <= 1) or not (0 <= self.gen_frac <= 1):
+            raise ConfigError("pos-offset/eval-offset must be >= 0, offset-frac and gen-frac in [0, 1]")
 
 
 def frequent_ids(rows: np.ndarray, vocab: int, n: int) -> np.ndarray:
@@ -85,16 +103,17 @@ def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
 
 
 def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Tensor | None, tokens: torch.Tensor,
-                tc: TrainConfig, full_argmax: bool = False):
+                tc: TrainConfig, full_argmax: bool = False, offset: int = 0):
     """tokens [B, T] -> (list of KL per chain step, list of top-1 agreement per step).
     Agreement is with the main model's argmax over the head's ids, or over the full vocabulary
-    when full_argmax (eval)."""
+    when full_argmax (eval). offset: virtual gap after the sink for the head (forward.py)."""
     H = main_hidden(model, tokens)  # [B, T, D] pre-norm
     Hn = model.final_norm(H)
     src = Hn if cfg.hidden_source == "post_norm" else H
     emb = model.embed_tokens(tokens)
     rope = model.rope[False]
-    states = chain_states(W, cfg, rope, emb, src, tc.chain, tc.sink, tc.window)
+    pos = virtual_positions(tokens.shape[1] - 1, tc.sink, offset, device=tokens.device)
+    states = chain_states(W, cfg, rope, emb, src, tc.chain, tc.sink, tc.window, pos=pos, block=tc.block)
     with torch.no_grad():
         main_logits = F.linear(Hn, head_rows).float()  # [B, T, N]
         if full_argmax:
@@ -117,17 +136,35 @@ def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Te
     return losses, agree
 
 
+def gen_config(tc: TrainConfig, row_len: int) -> GenConfig:
+    return GenConfig(rows=tc.gen_rows, length=tc.gen_len or row_len, batch=tc.gen_batch,
+                     temps=tuple(float(x) for x in tc.gen_temps.split(",")), time_budget=tc.gen_time, seed=tc.seed)
+
+
 def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, device, resume: bool = False,
-          progress: bool = True, ckpt: str | None = None) -> dict:
+          progress: bool = True, ckpt: str | None = None, tokenizer=None) -> dict:
+    """tokenizer: needed only with tc.gen_rows (BOS, end-of-turn and newline ids)."""
     torch.manual_seed(tc.seed)
     train_rows, held_rows, side = data_mod.load(data_path)
     V = model.cfg.vocab_size
     cfg = MTPConfig.for_main(model.cfg, hidden_source=tc.hidden_source)
+    longest = max(train_rows.shape[1], tc.gen_len) + max(tc.pos_offset, tc.eval_offset)
+    if longest > model.rope[False][0].shape[0]:
+        raise ConfigError(f"rows + position gap reach position {longest}, past the model's RoPE table "
+                          f"({model.rope[False][0].shape[0]}); lower --pos-offset/--eval-offset")
     ckpt_path = Path(ckpt) if ckpt else Path(str(out) + ".ckpt")
-    state = torch.load(ckpt_path, map_location=device) if resume and ckpt_path.exists() else None
+    state = torch.load(ckpt_path, map_location=device, weights_only=False) if resume and ckpt_path.exists() else None
     if state is not None:
         ids = state["vocab_ids"]
         W = {k: v.to(device) for k, v in state["W"].items()}
+        cfg = MTPConfig.for_main(model.cfg, hidden_source=state.get("hidden_source", tc.hidden_source))
+    elif tc.init:
+        head = load_head(tc.init, model, device=device, dtype=torch.float32, expect_sha=base_sha)
+        cfg = head.cfg  # the file's hidden source wins
+        ids = None if head.vocab_ids is None else head.vocab_ids.cpu()
+        W = {k: v.float().clone() for k, v in head.W.items()}
+        tqdm.write(f"warm start from {tc.init} ({'full head' if ids is None else f'{len(ids)} vocab rows'}, "
+                   f"hidden source {cfg.hidden_source})")
     else:
         ids = (torch.from_numpy(frequent_ids(train_rows, V, tc.vocab_rows)) if 0 < tc.vocab_rows < V else None)
         W = init_head(model, cfg, tc.seed)
@@ -142,6 +179,22 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
     if state is not None:
         opt.load_state_dict(state["opt"])
         step0 = int(state["step"])
+    gen_blocks: list[torch.Tensor] = []
+    gen_s = 0.0
+    if state is not None and state.get("gen"):
+        gen_blocks = [torch.from_numpy(b.astype(np.int64)).to(device) for b in state["gen"]]
+    elif tc.gen_rows:
+        if tokenizer is None:
+            raise ConfigError("--gen-rows needs the tokenizer")
+        t_gen = time.perf_counter()
+        blocks, _ = sample_rows(model, data_mod.load_prompts(data_path), gen_config(tc, train_rows.shape[1]),
+                                tokenizer.bos_id, tuple(tokenizer.stop_ids), tokenizer.encode("\n", add_bos=False),
+                                progress=progress)
+        gen_blocks = [torch.from_numpy(b).to(device) for b in blocks]
+        gen_s = time.perf_counter() - t_gen
+        tqdm.write(f"gen: {sum(len(b) for b in blocks)} rows of the main model's replies "
+                   f"({', '.join(str(b.shape[1]) for b in blocks)} tokens) in {gen_s:.1f} s")
+    gen_weights = torch.tensor([float(len(b)) for b in gen_blocks]) if gen_blocks else None
     data = torch.from_numpy(train_rows.astype(np.int64)).to(device)
     held = torch.from_numpy(held_rows[: tc.eval_rows].astype(np.int64)).to(device)
     T = data.shape[1] if tc.seq_len <= 0 else min(tc.seq_len, data.shape[1])
@@ -151,21 +204,27 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
     history: list[dict] = []
 
     def evaluate(step):
+        rec = {"step": step}
         with torch.no_grad(), amp:
             Wd = {k: p.to(model.dtype) if not k.endswith("norm") else p for k, p in params.items()}
-            res_l, res_a = [], []
-            for i in range(0, held.shape[0], tc.batch):
-                l, a = step_losses(model, Wd, cfg, head_rows, ids_dev, held[i: i + tc.batch, :T], tc, full_argmax=True)
-                res_l.append([float(x) for x in l])
-                res_a.append(a)
-        rec = {"step": step, "kl": np.mean(res_l, 0).round(4).tolist(), "top1": np.mean(res_a, 0).round(4).tolist()}
+            for tag, off in (("", 0), ("_far", tc.eval_offset)) if tc.eval_offset else (("", 0),):
+                res_l, res_a = [], []
+                for i in range(0, held.shape[0], tc.batch):
+                    l, a = step_losses(model, Wd, cfg, head_rows, ids_dev, held[i: i + tc.batch, :T], tc,
+                                       full_argmax=True, offset=off)
+                    res_l.append([float(x) for x in l])
+                    res_a.append(a)
+                rec["kl" + tag] = np.mean(res_l, 0).round(4).tolist()
+                rec["top1" + tag] = np.mean(res_a, 0).round(4).tolist()
         history.append(rec)
-        tqdm.write(f"eval @ {step}: KL per step {rec['kl']}  top-1 agreement per step {rec['top1']}")
+        tqdm.write(f"eval @ {step}: KL per step {rec['kl']}  top-1 agreement per step {rec['top1']}"
+                   + (f"  | sink {tc.eval_offset} away: KL {rec['kl_far']} top-1 {rec['top1_far']}" if tc.eval_offset else ""))
         return rec
 
     def save_ckpt(step):
         torch.save({"W": {k: p.detach() for k, p in params.items()}, "opt": opt.state_dict(), "step": step,
-                    "vocab_ids": ids, "config": asdict(tc)}, ckpt_path)
+                    "vocab_ids": ids, "config": asdict(tc), "hidden_source": cfg.hidden_source,
+                    "gen": [b.cpu().numpy().astype(np.int32) for b in gen_blocks]}, ckpt_path)
 
     t0 = time.perf_counter()
     step = step0
@@ -182,9 +241,16 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
         lr = tc.lr * (min(1.0, (step + 1) / tc.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0)))))
         for g in opt.param_groups:
             g["lr"] = lr
-        idx = torch.randint(0, data.shape[0], (tc.batch,), generator=gen).to(device)
+        src, Ts = data, T
+        if gen_blocks and float(torch.rand((), generator=gen)) < tc.gen_frac:
+            src = gen_blocks[int(torch.multinomial(gen_weights, 1, generator=gen))]
+            Ts = src.shape[1] if tc.seq_len <= 0 else min(tc.seq_len, src.shape[1])
+        off = 0
+        if tc.pos_offset and float(torch.rand((), generator=gen)) < tc.offset_frac:
+            off = int(torch.randint(1, tc.pos_offset + 1, (), generator=gen))
+        idx = torch.randint(0, src.shape[0], (tc.batch,), generator=gen).to(device)
         with amp:
-            losses, agree = step_losses(model, params, cfg, head_rows, ids_dev, data[idx, :T], tc)
+            losses, agree = step_losses(model, params, cfg, head_rows, ids_dev, src[idx, :Ts], tc, offset=off)
             loss = sum(losses)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -204,14 +270,21 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
     recipe = {"data": side.get("sources", str(data_path)), "data_tokens": int(train_rows.size), "steps": step,
               "batch": tc.batch, "seq_len": T, "lr": tc.lr, "warmup": tc.warmup, "chain": tc.chain,
               "vocab_rows": 0 if ids is None else int(len(ids)), "sink": tc.sink, "window": tc.window,
+              "init": tc.init or None, "pos_offset": tc.pos_offset, "offset_frac": tc.offset_frac,
+              "gen_rows": int(sum(len(b) for b in gen_blocks)), "gen_len": [int(b.shape[1]) for b in gen_blocks],
+              "gen_temps": tc.gen_temps if gen_blocks else None, "gen_frac": tc.gen_frac if gen_blocks else 0.0,
+              "gen_seconds": round(gen_s, 1),
               "loss": "sum_j KL(p_main restricted+renormalised to vocab_ids || q_j)",
               "train_seconds": round(time.perf_counter() - t0, 1), "final_eval": final}
     save_head(out, {k: p.detach() for k, p in params.items()}, cfg, base_sha, ids, recipe)
+    far = "kl_far" in history[0]
     print("\nstep | " + " | ".join(f"KL{j + 1}" for j in range(tc.chain)) + " | " +
-          " | ".join(f"top1@{j + 1}" for j in range(tc.chain)))
+          " | ".join(f"top1@{j + 1}" for j in range(tc.chain))
+          + (" | " + " | ".join(f"far top1@{j + 1}" for j in range(tc.chain)) if far else ""))
     for r in history:
         print(f"{r['step']:5d} | " + " | ".join(f"{x:.3f}" for x in r["kl"]) + " | " +
-              " | ".join(f"{x:.3f}" for x in r["top1"]))
+              " | ".join(f"{x:.3f}" for x in r["top1"])
+              + (" | " + " | ".join(f"{x:.3f}" for x in r["top1_far"]) if far else ""))
     print(f"wrote {out} ({Path(out).stat().st_size / 2**20:.1f} MiB) after {step} steps")
     return {"history": history, "steps": step, "recipe": recipe}
 
@@ -219,16 +292,15 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
 def cmd_train_mtp(args) -> int:
     from ..engine import pick_device
     from ..io.gguf_file import GGUFFile, default_model_path
+    from ..io.tokenizer import GGUFTokenizer
     from ..models.load import load_gemma3
 
     device = pick_device(args.device)
     gf = GGUFFile(args.model or default_model_path())
     model = load_gemma3(gf, device)
-    tc = TrainConfig(steps=args.steps, batch=args.batch, seq_len=args.seq_len, lr=args.lr, warmup=args.warmup,
-                     chain=args.chain, vocab_rows=args.vocab_rows, sink=args.sink, window=args.window,
-                     hidden_source=args.hidden_source, eval_every=args.eval_every, eval_rows=args.eval_rows,
-                     ckpt_every=args.ckpt_every, time_budget=args.time_budget, seed=args.seed)
-    res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt)
+    tc = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
+    res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt,
+                tokenizer=GGUFTokenizer(gf) if tc.gen_rows else None)
     if args.history:
         Path(args.history).write_text(json.dumps(res, indent=1))
     return 0
@@ -242,10 +314,15 @@ def add_parser(sub) -> None:
     p.add_argument("--model", default=None, help="main model GGUF (default: Gemma-3-270M)")
     p.add_argument("--device", default="auto")
     for name in ("steps", "batch", "seq_len", "warmup", "chain", "vocab_rows", "sink", "window", "eval_every",
-                 "eval_rows", "ckpt_every", "seed"):
+                 "eval_rows", "ckpt_every", "seed", "block", "pos_offset", "eval_offset", "gen_rows", "gen_len",
+                 "gen_batch"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    p.add_argument("--lr", type=float, default=d.lr)
-    p.add_argument("--time-budget", type=float, default=d.time_budget, help="seconds; stops cleanly and writes the head")
+    for name in ("lr", "weight_decay", "offset_frac", "gen_time", "gen_frac"):
+        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name))
+    p.add_argument("--time-budget", type=float, default=d.time_budget,
+                   help="seconds of training (after --gen-time); stops cleanly and writes the head")
+    p.add_argument("--init", default="", help="warm start from this head GGUF (keeps its vocab ids, hidden source)")
+    p.add_argument("--gen-temps", default=d.gen_temps, help="comma list of per-row temperatures (0 = greedy)")
     p.add_argument("--hidden-source", choices=("pre_norm", "post_norm"), default=d.hidden_source)
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     p.add_argument("--ckpt", default=None, help="checkpoint path (default: OUT.ckpt)")
