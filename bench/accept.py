@@ -72,8 +72,9 @@ def plot(results: dict, path: Path) -> bool:
     for ax, s in zip(axes[0], sets):
         for r in results["cells"]:
             if r["set"] == s:
+                tag = f"{Path(r['drafter']).stem} " if len({c.get('drafter') for c in results["cells"]}) > 1 else ""
                 ax.plot(range(1, r["k"] + 1), r["acceptance_per_position"], marker="o",
-                        label=f"{r['sampler']} k={r['k']}", linestyle="-" if r["sampler"] == "temp0" else "--")
+                        label=f"{tag}{r['sampler']} k={r['k']}", linestyle="-" if r["sampler"] == "temp0" else "--")
         ax.set_title(f"{s}: acceptance per draft position ({results['drafter']})")
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance")
@@ -87,7 +88,8 @@ def plot(results: dict, path: Path) -> bool:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default=None)
-    ap.add_argument("--drafter", default=None, help="MTP head GGUF (default: the shipped one)")
+    ap.add_argument("--drafter", default=None,
+                    help="MTP head GGUF (default: the shipped one); a comma list measures several heads in one engine")
     ap.add_argument("--draft", default="mtp", choices=("mtp", "ngram"))
     ap.add_argument("--device", default="auto")
     ap.add_argument("--prompts", type=int, default=10, help="prompts per set")
@@ -104,17 +106,19 @@ def main(argv=None) -> int:
     prompts = load_prompts(engine, args.prompts)
     samp = samplers(args.seed)
     cells = []
-    print(f"{'set':10s} {'sampler':8s} {'k':>2s} {'tok/round':>9s}  acceptance per position")
-    for s in args.sets.split(","):
-        for sn in args.samplers.split(","):
-            for k in (int(x) for x in args.ks.split(",")):
-                spec = SpecConfig(draft=args.draft, draft_tokens=k, drafter=args.drafter,
-                                  draft_sink=args.sink, draft_window=args.window)
-                r = run_cell(engine, prompts[s], samp[sn], spec, args.max_tokens)
-                r.update(set=s, sampler=sn)
-                cells.append(r)
-                print(f"{s:10s} {sn:8s} {k:2d} {r['tokens_per_round']:9.2f}  "
-                      + " ".join(f"{a:.3f}" for a in r["acceptance_per_position"]), flush=True)
+    drafters = args.drafter.split(",") if args.drafter else [None]
+    print(f"{'drafter':24s} {'set':10s} {'sampler':8s} {'k':>2s} {'tok/round':>9s}  acceptance per position")
+    for dr in drafters:
+        for s in args.sets.split(","):
+            for sn in args.samplers.split(","):
+                for k in (int(x) for x in args.ks.split(",")):
+                    spec = SpecConfig(draft=args.draft, draft_tokens=k, drafter=dr,
+                                      draft_sink=args.sink, draft_window=args.window)
+                    r = run_cell(engine, prompts[s], samp[sn], spec, args.max_tokens)
+                    r.update(set=s, sampler=sn, drafter=dr or "default")
+                    cells.append(r)
+                    print(f"{Path(dr).name if dr else 'default':24s} {s:10s} {sn:8s} {k:2d} {r['tokens_per_round']:9.2f}  "
+                          + " ".join(f"{a:.3f}" for a in r["acceptance_per_position"]), flush=True)
     res = {"drafter": args.drafter or f"default ({args.draft})", "device": str(engine.device),
            "prompts_per_set": args.prompts, "max_tokens": args.max_tokens,
            "samplers": {k: v.__dict__ for k, v in samp.items()}, "cells": cells}

@@ -36,13 +36,14 @@ def run(eng, ids, spec, n):
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="auto")
+    ap.add_argument("--model", default=None, help="main model GGUF (default: Gemma-3-270M)")
     ap.add_argument("--tokens", type=int, default=64, help="tokens generated after each prompt")
     ap.add_argument("--prompt-tokens", type=int, default=12288)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--drafter", default=None, help="MTP head GGUF (default: the shipped one)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    eng = Engine(EngineConfig(device=a.device, ctx_size=a.prompt_tokens + a.tokens + 64, progress=False))
+    eng = Engine(EngineConfig(model=a.model, device=a.device, ctx_size=a.prompt_tokens + a.tokens + 64, progress=False))
     ids_all = eng.tokenizer.encode(TEXT.read_text(encoding="utf-8", errors="replace"))
     if len(ids_all) < a.prompt_tokens:
         raise SystemExit(f"the text has only {len(ids_all)} tokens")
@@ -68,7 +69,7 @@ def main() -> int:
     R["draft_ms_per_round_1k"] = short["draft_ms_per_round"]
     R["draft_ms_per_round_12k"] = R["cells"]["sink64_window256"]["draft_ms_per_round"]
     print(f"draft time per round (k={a.k}, sink 64, window 256): 1k context {R['draft_ms_per_round_1k']:.2f} ms, "
-          f"{len(long_ids) // 1024}k context {R['draft_ms_per_round_12k']:.2f} ms")
+          f"{len(long_ids) / 1024:.0f}k context {R['draft_ms_per_round_12k']:.2f} ms")
     same = all(c["ids"] == R["cells"]["unbounded"]["ids"] for c in R["cells"].values())
     print(f"greedy text identical across drafter settings: {same}")
     for c in R["cells"].values():
