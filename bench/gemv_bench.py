@@ -1,14 +1,19 @@
-"""GEMV benchmark on CUDA: Q8_0 / Q5_0 / Q4_0 Triton kernels for 1-4 rows vs torch bf16 matmul.
+"""GEMV benchmark: the Q8_0 / Q5_0 / Q4_0 Triton kernel variants for 1-4 rows vs torch bf16 matmul.
 
 Run from the repo root on a machine with torch + triton + CUDA:
     python bench/gemv_bench.py [--out results.json] [--sweep] [--shapes 1024x640,640x2048]
+        [--kernels dot_bf16x3,dot_tf32x3,reduce] [--formats q8_0,q5_0,q4_0]
 
-Measures the device-to-device copy bandwidth (bytes read + written), then for each format, M in
-1..4 and shape: correctness against dequantize-then-matmul (float64), the median time per call
+Measures the device-to-device copy bandwidth (bytes read + written), then for each shape, format,
+kernel variant (gemv.KERNELS, each at its default tile for the shape, gemv.variant_tile) and
+M = 1..4: correctness against dequantize-then-matmul (float64), the median time per call
 (CUDA-graph replay of calls over rotating weight copies, so small matrices are not served from
 L2 and Python launch overhead is not counted), the effective bandwidth ((weight + x + y bytes) /
 time) as a fraction of the copy bandwidth, and torch bf16 matmul on the same shape beside it.
+A variant that fails to compile or run is reported (error column) and the run goes on.
 --sweep also times every supported tile at M = 1 and M = 4 and prints the best per shape/format.
+Without CUDA: runs each variant once in Triton's interpreter on a small shape (correctness only)
+and says that the timings were skipped.
 """
 
 from __future__ import annotations
@@ -16,16 +21,21 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
+import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+if not torch.cuda.is_available():  # before anything imports triton: its CPU interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
-from mtp_turbo.quant.gemv import SUPPORTED_TILES, default_tile, gemv  # noqa: E402
+from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, gemv, variant_tile  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 DRAFTER_SHAPES = [(1024, 640), (640, 1024), (2048, 640), (640, 2048), (256, 640)]
@@ -83,7 +93,18 @@ def packed_copies(w: torch.Tensor, fmt: str) -> list[PackedWeight]:
     return out
 
 
-def bench_shape(n: int, k: int, copy_bw: float, sweep: bool) -> list[dict]:
+def _err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.double() - ref).abs().max() / ref.abs().max())
+
+
+def _fail(e: Exception) -> str:
+    msg = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+    print(f"  FAILED: {msg}", file=sys.stderr)
+    traceback.print_exc(limit=2, file=sys.stderr)
+    return msg
+
+
+def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats) -> list[dict]:
     gen = torch.Generator().manual_seed(n * 31 + k)
     w = torch.randn(n, k, generator=gen) * 0.02
     rows = []
@@ -95,31 +116,101 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool) -> list[dict]:
         y = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
         t = time_graph([(lambda d=d: torch.matmul(x, d.t(), out=y)) for d in dense])
         moved = wb.numel() * 2 + x.numel() * 2 + y.numel() * 2
-        rows.append(dict(shape=f"{n}x{k}", fmt="bf16(torch)", M=m, us=t * 1e6, bytes=moved,
-                         gbs=moved / t / 1e9, frac=moved / t / 1e9 / copy_bw, err=0.0, tile="cublas"))
+        rows.append(dict(shape=f"{n}x{k}", fmt="bf16", kernel="torch", M=m, us=t * 1e6, bytes=moved,
+                         gbs=moved / t / 1e9, frac=moved / t / 1e9 / copy_bw, err=0.0, tile="cublas",
+                         default=True))
     del dense, wb
-    for fmt in FORMATS:
+    for fmt in formats:
         ws = packed_copies(w, fmt)
         ref_w = ws[0].dequantize().double()
-        tiles = [default_tile(n, k)]
-        if sweep:
-            tiles += [t for t in SUPPORTED_TILES if t != tiles[0]]
-        for m in range(1, 5):
-            x = torch.randn(m, k, device="cuda")
-            out = torch.full((m, n), float("nan"), device="cuda")
-            ref = x.double() @ ref_w.t()
-            for tile in tiles if (m in (1, 4) or not sweep) else tiles[:1]:
-                out.fill_(float("nan"))
-                gemv(x, ws[0], tile, out)
-                err = float((out.double() - ref).abs().max() / ref.abs().max())
-                t = time_graph([(lambda p=p: gemv(x, p, tile, out)) for p in ws])
-                moved = ws[0].nbytes + x.numel() * 4 + out.numel() * 4
-                rows.append(dict(shape=f"{n}x{k}", fmt=fmt, M=m, us=t * 1e6, bytes=moved,
-                                 gbs=moved / t / 1e9, frac=moved / t / 1e9 / copy_bw, err=err,
-                                 tile=str(tile), default=tile == tiles[0]))
+        for kernel in kernels:
+            tiles = [variant_tile(kernel, n, k)]
+            if sweep:
+                tiles += [t for t in SUPPORTED_TILES if t.kernel == kernel and t != tiles[0]]
+            for m in range(1, 5):
+                x = torch.randn(m, k, device="cuda")
+                out = torch.full((m, n), float("nan"), device="cuda")
+                ref = x.double() @ ref_w.t()
+                for tile in tiles if (m in (1, 4) or not sweep) else tiles[:1]:
+                    row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m, tile=str(tile),
+                               default=tile == tiles[0])
+                    print(f"  {row['shape']} {fmt} {tile} M={m}", file=sys.stderr, flush=True)
+                    try:
+                        out.fill_(float("nan"))
+                        gemv(x, ws[0], tile, out)
+                        torch.cuda.synchronize()
+                        err = _err(out, ref)
+                        t = time_graph([(lambda p=p: gemv(x, p, tile, out)) for p in ws])
+                    except Exception as e:  # a compile / launch failure of one variant: report, go on
+                        row.update(error=_fail(e), us=float("nan"), gbs=float("nan"), frac=float("nan"),
+                                   err=float("nan"), bytes=0)
+                        torch.cuda.synchronize()
+                        rows.append(row)
+                        continue
+                    moved = ws[0].nbytes + x.numel() * 4 + out.numel() * 4
+                    row.update(us=t * 1e6, bytes=moved, gbs=moved / t / 1e9, frac=moved / t / 1e9 / copy_bw,
+                               err=err)
+                    rows.append(row)
         del ws, ref_w
         torch.cuda.empty_cache()
     return rows
+
+
+def check_interpreter(kernels, formats) -> list[dict]:
+    """No CUDA: each variant once per M on a small odd shape in Triton's interpreter."""
+    from mtp_turbo.quant import gemv_triton
+
+    n, k = 40, 96
+    rows = []
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(0))
+    for fmt in formats:
+        pw = PackedWeight.from_dense(w, fmt)
+        ref_w = pw.dequantize().double()
+        for kernel in kernels:
+            tile = variant_tile(kernel, n, k)
+            for m in range(1, 5):
+                x = torch.randn(m, k)
+                out = torch.full((m, n), float("nan"))
+                row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m, tile=str(tile), default=True,
+                           us=float("nan"), gbs=float("nan"), frac=float("nan"), bytes=0)
+                try:
+                    gemv_triton.gemv_packed(x, pw, tile, out)
+                    row["err"] = _err(out, x.double() @ ref_w.t())
+                except Exception as e:
+                    row.update(error=_fail(e), err=float("nan"))
+                rows.append(row)
+    return rows
+
+
+def print_table(rows: list[dict], sweep: bool) -> None:
+    print("| shape | fmt | kernel | M | tile | us | GB/s | of copy bw | max rel err |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r.get("default", True):
+            extra = f" FAILED: {r['error']}" if r.get("error") else ""
+            print(f"| {r['shape']} | {r['fmt']} | {r['kernel']} | {r['M']} | {r['tile']} | {r['us']:.2f} "
+                  f"| {r['gbs']:.0f} | {100 * r['frac']:.0f}% | {r['err']:.1e}{extra} |")
+    ok = [r for r in rows if not r.get("error") and r["kernel"] != "torch" and r.get("default", True)]
+    if ok and not math.isnan(ok[0]["us"]):
+        print("\nbest variant per shape / format / M (default tiles), time vs M=1 of the same variant:")
+        print("| shape | fmt | M | best kernel | us | of copy bw | us / us(M=1) |")
+        print("|---|---|---|---|---|---|---|")
+        for key in sorted({(r["shape"], r["fmt"], r["M"]) for r in ok}):
+            b = min((r for r in ok if (r["shape"], r["fmt"], r["M"]) == key), key=lambda r: r["us"])
+            one = next((r for r in ok if (r["shape"], r["fmt"], r["kernel"], r["M"]) == key[:2] + (b["kernel"], 1)), b)
+            print(f"| {key[0]} | {key[1]} | {key[2]} | {b['kernel']} | {b['us']:.2f} | {100 * b['frac']:.0f}% "
+                  f"| {b['us'] / one['us']:.2f} |")
+    if sweep:
+        print("\nbest tile per shape / format / kernel / M (sweep):")
+        print("| shape | fmt | kernel | M | default tile | us | best tile | us |")
+        print("|---|---|---|---|---|---|---|---|")
+        good = [r for r in rows if not r.get("error") and r["kernel"] != "torch"]
+        for key in sorted({(r["shape"], r["fmt"], r["kernel"], r["M"]) for r in good if r["M"] in (1, 4)}):
+            cand = [r for r in good if (r["shape"], r["fmt"], r["kernel"], r["M"]) == key]
+            d = next((r for r in cand if r.get("default")), None)
+            b = min(cand, key=lambda r: r["us"])
+            print(f"| {' | '.join(map(str, key))} | {d['tile'] if d else '-'} | {d['us'] if d else float('nan'):.2f} "
+                  f"| {b['tile']} | {b['us']:.2f} |")
 
 
 def main(argv=None) -> int:
@@ -127,44 +218,37 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--sweep", action="store_true", help="also time every supported tile (M = 1, 4)")
     ap.add_argument("--shapes", default=None, help="comma-separated NxK (default: drafter + big shapes)")
+    ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel variants to measure")
+    ap.add_argument("--formats", default=",".join(FORMATS), help="block formats to measure")
     args = ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("gemv_bench: needs a CUDA device", file=sys.stderr)
-        return 2
+    kernels = [k for k in args.kernels.split(",") if k]
+    formats = [f for f in args.formats.split(",") if f]
+    assert set(kernels) <= set(KERNELS) and set(formats) <= set(FORMATS), (kernels, formats)
     from mtp_turbo.quant import gemv_triton
 
     if not gemv_triton.available():
         print("gemv_bench: needs triton", file=sys.stderr)
         return 2
-    shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-              if args.shapes else DRAFTER_SHAPES + BIG_SHAPES)
-    copy_bw = measure_copy_bandwidth()
-    print(f"device: {torch.cuda.get_device_name()}; copy bandwidth {copy_bw:.0f} GB/s (read + written)")
-    rows = []
-    for n, k in shapes:
-        rows += bench_shape(n, k, copy_bw, args.sweep)
-    print("| shape | fmt | M | tile | us | GB/s | of copy bw | max rel err |")
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        if r.get("default", True):
-            print(f"| {r['shape']} | {r['fmt']} | {r['M']} | {r['tile']} | {r['us']:.2f} | {r['gbs']:.0f} "
-                  f"| {100 * r['frac']:.0f}% | {r['err']:.1e} |")
-    if args.sweep:
-        print("\nbest tile per shape / format / M (sweep):")
-        print("| shape | fmt | M | default tile | us | best tile | us |")
-        print("|---|---|---|---|---|---|---|")
-        keys = sorted({(r["shape"], r["fmt"], r["M"]) for r in rows if r["fmt"] in FORMATS and r["M"] in (1, 4)})
-        for key in keys:
-            cand = [r for r in rows if (r["shape"], r["fmt"], r["M"]) == key]
-            d = next(r for r in cand if r.get("default"))
-            b = min(cand, key=lambda r: r["us"])
-            print(f"| {key[0]} | {key[1]} | {key[2]} | {d['tile']} | {d['us']:.2f} | {b['tile']} | {b['us']:.2f} |")
-    bad = [r for r in rows if r["err"] > 1e-4]
+    if not torch.cuda.is_available():
+        print("gemv_bench: no CUDA device: timings and bandwidth SKIPPED; checking each kernel variant "
+              "in Triton's CPU interpreter on a small shape instead")
+        rows, device, copy_bw = check_interpreter(kernels, formats), "cpu (Triton interpreter)", float("nan")
+    else:
+        shapes = ([tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+                  if args.shapes else DRAFTER_SHAPES + BIG_SHAPES)
+        copy_bw = measure_copy_bandwidth()
+        device = torch.cuda.get_device_name()
+        print(f"device: {device}; copy bandwidth {copy_bw:.0f} GB/s (read + written)")
+        rows = []
+        for n, k in shapes:
+            rows += bench_shape(n, k, copy_bw, args.sweep, kernels, formats)
+    print_table(rows, args.sweep)
+    bad = [r for r in rows if not (r["err"] <= 1e-5)]  # NaN (failed) counts as bad
     for r in bad:
-        print(f"WRONG RESULT: {r}", file=sys.stderr)
+        print(f"WRONG RESULT OR FAILURE: {r}", file=sys.stderr)
     if args.out:
-        Path(args.out).write_text(json.dumps(dict(device=torch.cuda.get_device_name(),
-                                                  copy_bw_gbs=copy_bw, rows=rows), indent=1))
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(dict(device=device, copy_bw_gbs=copy_bw, rows=rows), indent=1))
     return 1 if bad else 0
 
 

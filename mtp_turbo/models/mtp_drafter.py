@@ -41,6 +41,8 @@ DRAFT_QUANTS = ("q8_0", "q5_0", "q4_0", "bf16")
 DRAFT_QUANT_KEYS = ("q", "o", "fc_e", "fc_h", "gate", "up", "down")
 # --draft-quant name -> quant/formats.py format used for requantization (None = keep stored values)
 _REQUANT_FMT = {"q8_0": None, "bf16": None, "q5_0": "q5_0", "q4_0": "q4_0_lloyd"}
+HEAD_QUANTS = ("main", "bf16", "q8_0", "q5_0", "q4_0")  # LM head rows: the main model's format, or told
+GEMV_BACKENDS = ("auto", "dense", "torch", "triton")  # see uses_packed
 
 
 @dataclass(frozen=True)
@@ -78,18 +80,30 @@ def tensor_names(cfg: MTPConfig) -> dict[str, str]:
 
 
 # ---- the math, shared by the cached drafter, the reference and training ------------------------
+# W maps names to dense [out, in] tensors (training, the reference) or, for the cached drafter on
+# the packed path, to PackedLinear layers; "qkv" / "gate_up" (fused rows) replace q, k, v / gate, up.
+def linear(w, x: torch.Tensor) -> torch.Tensor:
+    """x [.., in] @ w.T: F.linear for a dense weight, the layer's GEMV for a PackedLinear."""
+    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
+
+
 def input_rows(W: dict, cfg: MTPConfig, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """e: scaled embedding of token t+1 [.., D]; h: the state for position t [.., D] -> x [.., D]."""
-    return F.linear(rms_norm(e, W["enorm"], cfg.eps), W["fc_e"]) + F.linear(rms_norm(h, W["hnorm"], cfg.eps), W["fc_h"])
+    return linear(W["fc_e"], rms_norm(e, W["enorm"], cfg.eps)) + linear(W["fc_h"], rms_norm(h, W["hnorm"], cfg.eps))
 
 
 def qkv(W: dict, cfg: MTPConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
     """x [T, D] block input at positions with RoPE tables cos/sin [T, Dh] -> q [T,H,Dh], k, v [T,Hkv,Dh]."""
     T = x.shape[0]
     a = rms_norm(x, W["attn_norm"], cfg.eps)
-    q = rms_norm(F.linear(a, W["q"]).view(T, cfg.n_heads, cfg.head_dim), W["q_norm"], cfg.eps)
-    k = rms_norm(F.linear(a, W["k"]).view(T, cfg.n_kv_heads, cfg.head_dim), W["k_norm"], cfg.eps)
-    v = F.linear(a, W["v"]).view(T, cfg.n_kv_heads, cfg.head_dim)
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    if "qkv" in W:  # one GEMV over the fused rows
+        q, k, v = linear(W["qkv"], a).split([qd, kvd, kvd], dim=-1)
+    else:
+        q, k, v = linear(W["q"], a), linear(W["k"], a), linear(W["v"], a)
+    q = rms_norm(q.reshape(T, cfg.n_heads, cfg.head_dim), W["q_norm"], cfg.eps)
+    k = rms_norm(k.reshape(T, cfg.n_kv_heads, cfg.head_dim), W["k_norm"], cfg.eps)
+    v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
 
 
@@ -108,26 +122,37 @@ def attend(cfg: MTPConfig, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, ma
 
 def block_out(W: dict, cfg: MTPConfig, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
     """Residual stream after the block (the chained `h`), given the attention output before o-proj."""
-    h = x + rms_norm(F.linear(attn, W["o"]), W["post_attn_norm"], cfg.eps)
+    h = x + rms_norm(linear(W["o"], attn), W["post_attn_norm"], cfg.eps)
     m = rms_norm(h, W["ffn_norm"], cfg.eps)
-    m = F.linear(F.gelu(F.linear(m, W["gate"]), approximate="tanh") * F.linear(m, W["up"]), W["down"])
+    if "gate_up" in W:
+        g, u = linear(W["gate_up"], m).split([cfg.ffn, cfg.ffn], dim=-1)
+    else:
+        g, u = linear(W["gate"], m), linear(W["up"], m)
+    m = linear(W["down"], F.gelu(g, approximate="tanh") * u)
     return h + rms_norm(m, W["post_ffn_norm"], cfg.eps)
 
 
 class MTPHead:
     """Weights of the head plus its LM head rows. `head_rows` [N, D] are main embedding rows (all
-    of them, or the gathered `vocab_ids`); argmax ids are mapped back through vocab_ids."""
+    of them, or the gathered `vocab_ids`); argmax ids are mapped back through vocab_ids.
+    W: the dense values (the reference, training, tests). ops: what the cached drafter computes
+    with: W itself, or (packed path, see pack_ops) norms plus PackedLinear layers, with the LM head
+    as ops["head"]. Both hold the same values, so they agree to fp32 rounding."""
 
     def __init__(self, cfg: MTPConfig, weights: dict[str, torch.Tensor], embed: torch.Tensor,
-                 vocab_ids: torch.Tensor | None, device, dtype):
+                 vocab_ids: torch.Tensor | None, device, dtype, ops: dict | None = None,
+                 head_rows: torch.Tensor | None = None):
         self.cfg = cfg
         self.device = torch.device(device)
         self.dtype = dtype
         self.W = weights
+        self.ops = weights if ops is None else ops
         self.embed = embed  # main embedding [V, D] (unscaled: the tied LM head)
         self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype).to(self.device)
         self.vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device, torch.int64)
-        self.head_rows = embed if vocab_ids is None else embed[self.vocab_ids].contiguous()
+        if head_rows is None:
+            head_rows = embed if vocab_ids is None else embed[self.vocab_ids].contiguous()
+        self.head_rows = head_rows  # [N, D] values of the LM head (dense path and reference)
         self.rope = None  # (cos, sin) tables, grown on demand
 
     def rope_at(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -140,9 +165,12 @@ class MTPHead:
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed[tokens] * self.embed_scale
 
-    def logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Block output state [T, D] -> fp32 logits over the head's rows [T, N]."""
-        return F.linear(rms_norm(h, self.W["out_norm"], self.cfg.eps), self.head_rows).float()
+    def logits(self, h: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        """Block output state [T, D] -> fp32 logits over the head's rows [T, N] (dense: with
+        head_rows even when ops has a packed head, as the reference does)."""
+        hn = rms_norm(h, self.W["out_norm"], self.cfg.eps)
+        op = None if dense else self.ops.get("head")
+        return F.linear(hn, self.head_rows).float() if op is None else op(hn, out_dtype=torch.float32)
 
     def argmax_ids(self, h: torch.Tensor) -> torch.Tensor:
         """[T, D] -> token ids [T] (int64) of the head's argmax."""
@@ -190,7 +218,7 @@ def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: 
         idx = [c if c <= p0 else p0 + 1 + chain.index(c) for c in cells]
         o = attend(cfg, q, torch.stack([K[i] for i in idx]), torch.stack([V[i] for i in idx]))
         h = block_out(W, cfg, state_x, o)
-        lg = head.logits(h)
+        lg = head.logits(h, dense=True)
         d = int(lg.argmax(-1).item())
         d = d if head.vocab_ids is None else int(head.vocab_ids[d].item())
         drafts.append(d)
@@ -246,16 +274,18 @@ class MTPDrafter:
         else:
             self.h_lo, self.h_hi = c0, c0 + n
 
-    def _encode(self, c0: int, n: int, toks: list[int]) -> None:
-        """Write committed K/V for cells [c0, c0+n) from hbuf and tokens c0+1..c0+n."""
-        head, W, cfg = self.head, self.head.W, self.head.cfg
+    def _encode(self, c0: int, n: int, toks: list[int]):
+        """Write committed K/V for cells [c0, c0+n) from hbuf and tokens c0+1..c0+n, all rows in
+        one pass (each matrix read once per <= 4 rows). Returns (x [n, D], q [n, H, Dh])."""
+        head, W, cfg = self.head, self.head.ops, self.head.cfg
         pos = torch.arange(c0, c0 + n, device=head.device)
         e = head.embed_tokens(torch.tensor(toks[c0 + 1: c0 + n + 1], device=head.device))
         x = input_rows(W, cfg, e, self.hbuf[c0: c0 + n])
-        _, k, v = qkv(W, cfg, x, *head.rope_at(pos))
+        q, k, v = qkv(W, cfg, x, *head.rope_at(pos))
         self.k_cache[c0: c0 + n] = k
         self.v_cache[c0: c0 + n] = v
         self.cells.wrote(c0, n)
+        return x, q
 
     @torch.inference_mode()
     def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int] | None = None,
@@ -332,20 +362,19 @@ class MTPDrafter:
         self._repair(p0)
         c = max(min(self.cells.cell1, p0), self.h_lo)
         self.cells.truncate(c)
-        if c < p0:
-            self._encode(c, p0 - c, tokens)  # catch-up rows (committed)
-        head, W, cfg = self.head, self.head.W, self.head.cfg
+        # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
+        # one batch: each matrix is read once for all of them
+        xs, qs = self._encode(c, p0 - c + 1, tokens)
+        x, q = xs[-1:], qs[-1:]
+        head, W, cfg = self.head, self.head.ops, self.head.cfg
         dev = head.device
-        x = input_rows(W, cfg, head.embed_tokens(torch.tensor([tokens[p0 + 1]], device=dev)), self.hbuf[p0: p0 + 1])
         drafts, chain, logits = [], [], []
         for j in range(k):
             p = p0 + j
-            q, kk, vv = qkv(W, cfg, x, *head.rope_at(torch.tensor([p], device=dev)))
-            self.k_cache[p] = kk[0]
-            self.v_cache[p] = vv[0]
-            if j == 0:
-                self.cells.wrote(p0, 1)  # draft 0's row is committed (h_p0 and token p0+1 are)
-            else:
+            if j > 0:  # chain cell: K/V of a draft, not committed
+                q, kk, vv = qkv(W, cfg, x, *head.rope_at(torch.tensor([p], device=dev)))
+                self.k_cache[p] = kk[0]
+                self.v_cache[p] = vv[0]
                 chain.append(p)
             idx = torch.from_numpy(self.cells.read_cells_with_chain(p, chain)).to(dev)
             h = block_out(W, cfg, x, attend(cfg, q, self.k_cache[idx], self.v_cache[idx]))
@@ -361,40 +390,134 @@ class MTPDrafter:
 
 
 # ---- loading ---------------------------------------------------------------------------------
-def apply_draft_quant(W: dict[str, torch.Tensor], draft_quant: str) -> dict[str, torch.Tensor]:
+def _policy_fmt(draft_quant: str, key: str) -> tuple[str, str] | None:
+    """(packed format, quantizer name) of matrix `key` under --draft-quant (None = dense)."""
+    if draft_quant == "bf16":
+        return None
+    if key not in DRAFT_QUANT_KEYS:
+        return "q8_0", "q8_0"  # K/V
+    return draft_quant, _REQUANT_FMT[draft_quant] or draft_quant
+
+
+def policy_bytes(W: dict[str, torch.Tensor], draft_quant: str,
+                 stored: dict[str, np.ndarray] | None = None) -> dict[str, tuple[str, np.ndarray]]:
+    """GGUF bytes of every matrix of W under the policy: key -> (format, uint8 [rows, row bytes]).
+    stored: key -> the file's own Q8_0 bytes, used as they are where the target is Q8_0 (so q8_0
+    packs exactly what the file holds). bf16: {} (everything stays dense)."""
+    from ..quant.formats import quantize
+
+    stored = stored or {}
+    out = {}
+    for k, w in W.items():
+        pf = None if k.endswith("norm") else _policy_fmt(draft_quant, k)
+        if pf is None:
+            continue
+        fmt, qname = pf
+        if fmt == "q8_0" and k in stored:
+            out[k] = (fmt, np.asarray(stored[k]).reshape(w.shape[0], -1))
+        else:
+            assert w.ndim == 2 and w.shape[1] % 32 == 0, (k, tuple(w.shape))
+            out[k] = (fmt, quantize(w.detach().float().cpu(), qname))
+    return out
+
+
+def apply_draft_quant(W: dict[str, torch.Tensor], draft_quant: str,
+                      pbytes: dict | None = None) -> dict[str, torch.Tensor]:
     """The --draft-quant policy on float32 weights as read from the head file (its matrices are
     Q8_0, so these are the dequantized Q8_0 values) -> a new dict, same keys, float32.
 
     q8_0: as stored. bf16: also as stored: the file is already Q8_0, so bf16 cannot recover more
     precision; the values are only cast to the compute dtype by the caller (no requantization).
     q5_0 / q4_0: the DRAFT_QUANT_KEYS matrices are requantized from the Q8_0 values (q4_0 with the
-    Lloyd scale search) and dequantized back, so the drafter computes with exactly the low-bit
-    values. The math still runs as F.linear on these dense tensors; reading the packed blocks with
-    the Triton GEMV kernels (and so saving the bandwidth) is a later step."""
+    Lloyd scale search) and dequantized back: exactly the values the packed GEMV reads (see
+    pack_ops), so the dense and the packed path compute with the same weights. pbytes: the
+    policy_bytes of W when the caller has them (else computed here)."""
     from ..errors import ConfigError
-    from ..quant.formats import dequantize, ggml_type_of, quantize
+    from ..quant.formats import dequantize, ggml_type_of
 
     if draft_quant not in DRAFT_QUANTS:
         raise ConfigError(f"draft-quant must be one of {', '.join(DRAFT_QUANTS)}, got {draft_quant!r}")
-    fmt = _REQUANT_FMT[draft_quant]
     out = dict(W)
-    if fmt is None:
+    if _REQUANT_FMT[draft_quant] is None:
         return out
+    if pbytes is None:
+        pbytes = policy_bytes({k: W[k] for k in DRAFT_QUANT_KEYS}, draft_quant)
     for k in DRAFT_QUANT_KEYS:
+        fmt, raw = pbytes[k]
         w = W[k]
-        assert w.dtype == torch.float32 and w.ndim == 2 and w.shape[1] % 32 == 0, (k, w.dtype, tuple(w.shape))
-        raw = torch.from_numpy(quantize(w, fmt)).to(w.device)  # [rows, cols/32 * block bytes]
-        out[k] = dequantize(raw.reshape(-1), ggml_type_of(fmt), tuple(w.shape)).to(torch.float32)
+        assert w.dtype == torch.float32, (k, w.dtype)
+        out[k] = dequantize(torch.from_numpy(np.ascontiguousarray(raw)).reshape(-1).to(w.device), ggml_type_of(fmt),
+                            tuple(w.shape)).to(torch.float32)
     return out
 
 
+def uses_packed(gemv_backend: str, device) -> bool:
+    """Whether the drafter computes with packed weights: 'dense' never, 'torch' / 'triton'
+    always, 'auto' on CUDA when Triton imports (the CPU keeps the dense F.linear path)."""
+    assert gemv_backend in GEMV_BACKENDS, gemv_backend
+    if gemv_backend == "auto":
+        from ..quant import gemv_triton
+
+        return torch.device(device).type == "cuda" and gemv_triton.available()
+    return gemv_backend != "dense"
+
+
+def pack_ops(W: dict[str, torch.Tensor], packed: dict, head, cfg: MTPConfig, backend: str = "auto",
+             tile=None) -> dict:
+    """The cached drafter's ops: W (norms, dense matrices) with every packed matrix replaced by a
+    PackedLinear; q|k|v fused into one "qkv" layer and gate|up into "gate_up" when their formats
+    match (one GEMV call, one launch); head (a PackedWeight or None) as ops["head"].
+    backend: PackedLinear's ("auto" | "torch" | "triton"); tile: a TileConfig for all (A/B)."""
+    from ..quant.gemv import PackedLinear
+    from ..quant.repack import PackedWeight
+
+    mk = (lambda pw: PackedLinear(pw, tile, "auto" if backend in ("auto", "dense") else backend))
+    ops = dict(W)
+    for fused, parts in (("qkv", ("q", "k", "v")), ("gate_up", ("gate", "up"))):
+        if all(p in packed for p in parts) and len({packed[p].fmt for p in parts}) == 1:
+            ops[fused] = mk(PackedWeight.cat([packed[p] for p in parts]))
+            for p in parts:
+                del ops[p]
+    for k, pw in packed.items():
+        if k in ops:
+            ops[k] = mk(pw)
+    if head is not None:
+        ops["head"] = mk(head)
+    return ops
+
+
+def _main_head(main_gguf, vocab_ids: torch.Tensor | None):
+    """The main model's LM head (tied embedding) in its own block format, rows gathered, on the
+    CPU; None when the file is not given or its format has no GEMV kernel."""
+    from ..quant.repack import BLOCK_FORMATS, PackedWeight
+
+    info = None if main_gguf is None else main_gguf.tensors.get("token_embd.weight")
+    if info is None:
+        return None
+    fmt = {8: "q8_0", 6: "q5_0", 2: "q4_0"}.get(int(info.ggml_type))  # ggml type ids
+    if fmt not in BLOCK_FORMATS:
+        return None
+    pw = PackedWeight.from_gguf_bytes(main_gguf.raw("token_embd.weight"), fmt, tuple(info.shape))
+    return pw if vocab_ids is None else pw.rows(vocab_ids.cpu())
+
+
 def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None,
-              draft_quant: str = "q8_0") -> MTPHead:
+              draft_quant: str = "q8_0", head_quant: str = "main", gemv_backend: str = "auto",
+              tile=None, main_gguf=None) -> MTPHead:
     """MTPHead from a head GGUF, tied to the main model `main` (a Gemma3), with the --draft-quant
     policy `draft_quant` applied (see apply_draft_quant). Raises ModelFileError when the file is
-    not a head, misses tensors, or was trained for another base model."""
+    not a head, misses tensors, or was trained for another base model.
+
+    On the packed path (uses_packed(gemv_backend, device)) the drafter's matrices are PackedLinear
+    layers over the policy's bytes: q/o, fc_embedding, fc_hidden, FFN in draft_quant, K/V Q8_0
+    (bf16: all dense). head_quant: "main" = the LM head rows in the main model's stored format
+    (its token_embd bytes from main_gguf, a GGUFFile; dense rows when absent or not a block
+    format), "bf16" = dense rows, or q8_0 / q5_0 / q4_0 = requantized from the main's values."""
+    from ..errors import ConfigError
     from ..io.gguf_file import GGUFFile
 
+    if head_quant not in HEAD_QUANTS:
+        raise ConfigError(f"draft head format must be one of {', '.join(HEAD_QUANTS)}, got {head_quant!r}")
     gf = GGUFFile(path)
     if gf.metadata.get("general.architecture") != ARCH:
         raise ModelFileError(f"{path}: not an MTP head file (architecture {gf.metadata.get('general.architecture')!r}, expected {ARCH!r})")
@@ -409,26 +532,57 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
     cfg = MTPConfig.for_main(main.cfg, hidden_source=src)
     device = main.device if device is None else torch.device(device)
     dtype = main.dtype if dtype is None else dtype
-    W = {}
+    W, stored = {}, {}
     for k, name in tensor_names(cfg).items():
         if name not in gf.tensors:
             raise ModelFileError(f"{path}: missing tensor {name}")
         W[k] = gf.load(name, device=device, dtype=torch.float32)  # float32 holds Q8_0 values exactly
-    # requantize from the stored values, then cast matrices to the compute dtype (norms stay float32)
-    W = {k: w if k.endswith("norm") else w.to(dtype) for k, w in apply_draft_quant(W, draft_quant).items()}
+        if not k.endswith("norm") and int(gf.tensors[name].ggml_type) == 8:  # Q8_0 blocks as stored
+            stored[k] = gf.raw(name)
+    packed_path = uses_packed(gemv_backend, device)
+    # the policy's bytes, once: the packed layers read them and the dense values are decoded from them
+    pbytes = policy_bytes(W, draft_quant, stored) if packed_path or _REQUANT_FMT.get(draft_quant) else None
+    Wq = apply_draft_quant(W, draft_quant, pbytes)
     ids = gf.metadata.get("mtp.vocab_ids")
     vocab_ids = None if ids is None else torch.as_tensor(np.asarray(ids, dtype=np.int64))
     if vocab_ids is not None and (vocab_ids.min() < 0 or vocab_ids.max() >= main.cfg.vocab_size):
         raise ModelFileError(f"{path}: mtp.vocab_ids outside the model's vocabulary")
-    return MTPHead(cfg, W, main.embed, vocab_ids, device, dtype)
+    head_pw, head_rows = None, None
+    if head_quant in ("q8_0", "q5_0", "q4_0"):
+        from ..quant.formats import quantize
+        from ..quant.repack import PackedWeight
+
+        rows = main.embed if vocab_ids is None else main.embed[vocab_ids.to(main.embed.device)]
+        raw = quantize(rows.float().cpu(), _REQUANT_FMT.get(head_quant) or head_quant)
+        head_pw = PackedWeight.from_gguf_bytes(raw, head_quant, tuple(rows.shape))
+        head_rows = head_pw.dequantize().to(device, dtype)
+    elif head_quant == "main" and packed_path:
+        head_pw = _main_head(main_gguf, vocab_ids)
+    # cast matrices to the compute dtype (norms stay float32)
+    W = {k: w if k.endswith("norm") else w.to(dtype) for k, w in Wq.items()}
+    ops = None
+    if packed_path:
+        from ..quant.repack import PackedWeight
+
+        packed = {k: PackedWeight.from_gguf_bytes(raw, fmt, tuple(W[k].shape)).to(device)
+                  for k, (fmt, raw) in pbytes.items()}
+        ops = pack_ops(W, packed, None if head_pw is None else head_pw.to(device), cfg, gemv_backend, tile)
+    return MTPHead(cfg, W, main.embed, vocab_ids, device, dtype, ops=ops, head_rows=head_rows)
 
 
 def load_mtp_drafter(engine, spec) -> MTPDrafter:
-    """The drafter for `engine` per SpecConfig `spec` (spec.drafter path or the shipped head)."""
+    """The drafter for `engine` per SpecConfig `spec` (spec.drafter path or the shipped head).
+    Reads spec.draft_tile / draft_head_quant when SpecConfig has them (A/B overrides)."""
+    from ..quant.gemv import parse_tile
+
     path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
     if not path.exists():
         raise ModelFileError(f"MTP head file {path} does not exist" + (
             " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
-    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256(), draft_quant=spec.draft_quant)
+    tile = getattr(spec, "draft_tile", None)
+    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256(), draft_quant=spec.draft_quant,
+                     head_quant=getattr(spec, "draft_head_quant", None) or "main",
+                     tile=parse_tile(tile) if isinstance(tile, str) and tile else None,
+                     main_gguf=getattr(engine, "gguf", None))
     return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model,
                       engine=engine)

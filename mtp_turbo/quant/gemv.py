@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
@@ -57,6 +58,22 @@ DEFAULT_TILES: dict[str, TileConfig] = {
     "tall": TileConfig("dot_bf16x3", 16, 128, 4, 3),  # K >= N_out (o 640x1024, down 640x2048, K/V 256x640)
     "wide": TileConfig("dot_bf16x3", 32, 64, 4, 3),  # N_out > K (q 1024x640, gate/up 2048x640)
 }
+
+
+# Per-kernel defaults for A/B runs of the other variants (bench/gemv_bench.py): the dot kernels
+# share DEFAULT_TILES' shapes; reduce keeps its accumulator tile at <= 4096 elements.
+_REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (4, 256, 2, 2),
+                    "wide": (8, 128, 2, 2)}
+
+
+def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
+    """The default tile of `kernel` for an [n_out, k] matrix (the default table's shape class)."""
+    assert kernel in KERNELS, kernel
+    cls = tile_class(n_out, k)
+    if kernel == "reduce":
+        return TileConfig("reduce", *_REDUCE_DEFAULTS[cls])
+    d = DEFAULT_TILES[cls]
+    return d if d.kernel == kernel else TileConfig(kernel, d.BLOCK_N, d.BLOCK_K, d.num_warps, d.num_stages)
 
 
 def tile_class(n_out: int, k: int) -> str:
@@ -126,3 +143,48 @@ def gemv(
         return out
     torch.matmul(x.float(), w.dequantize().t(), out=out)
     return out
+
+
+class PackedLinear:
+    """A linear layer y = x @ dequant(w).T over any number of rows, for a model's forward.
+
+    On the kernel path (backend "triton", or "auto" on CUDA with Triton and a block format) rows
+    go to the GEMV in chunks of MAX_ROWS (each chunk reads the matrix once) up to `kernel_rows`
+    rows; longer inputs (prefill-sized) dequantize the matrix and use one fp32 matmul. Otherwise
+    (torch) a dense float32 copy of the dequantized values is kept and F.linear does the math.
+    No host syncs: the kernel path is capturable in a CUDA graph."""
+
+    def __init__(self, w: PackedWeight, tile: TileConfig | None = None, backend: str = "auto",
+                 kernel_rows: int = 16):
+        assert backend in BACKENDS, backend
+        self.w = w
+        self.tile = tile or default_tile(*w.shape)
+        self.kernel_rows = kernel_rows
+        kernel = False
+        if w.fmt in BLOCK_FORMATS and backend != "torch":
+            from . import gemv_triton
+
+            kernel = backend == "triton" or (w.device.type == "cuda" and gemv_triton.available())
+        self.use_kernel = kernel
+        self.dense = None if kernel else w.dequantize()  # float32 [N, K]
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.w.shape
+
+    def __call__(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """x [..., K] (float32 / bfloat16) -> [..., N] in out_dtype (default x.dtype)."""
+        n, k = self.w.shape
+        lead = x.shape[:-1]
+        out_dtype = x.dtype if out_dtype is None else out_dtype
+        x2 = x.reshape(-1, k)
+        t = x2.shape[0]
+        if not self.use_kernel:
+            y = F.linear(x2.float(), self.dense)
+        elif t > self.kernel_rows:
+            y = F.linear(x2.float(), self.w.dequantize())
+        else:
+            y = torch.empty((t, n), dtype=torch.float32, device=x.device)
+            for i in range(0, t, MAX_ROWS):
+                gemv(x2[i: i + MAX_ROWS], self.w, self.tile, y[i: i + MAX_ROWS], backend="triton")
+        return y.to(out_dtype).reshape(*lead, n)

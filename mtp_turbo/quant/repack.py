@@ -150,6 +150,21 @@ class PackedWeight:
         mv = (lambda t: None if t is None else t.to(device))
         return PackedWeight(self.fmt, self.shape, mv(self.qs), mv(self.scales), mv(self.qh))
 
+    def rows(self, idx: torch.Tensor) -> "PackedWeight":
+        """The matrix of rows idx (int64 [n'], on the weight's device): a gathered LM head."""
+        pick = (lambda t: None if t is None else t[idx].contiguous())
+        return PackedWeight(self.fmt, (int(idx.numel()), self.shape[1]), pick(self.qs), pick(self.scales),
+                            pick(self.qh))
+
+    @staticmethod
+    def cat(parts: "list[PackedWeight]") -> "PackedWeight":
+        """Matrices of one format and K stacked by rows (fused q|k|v or gate|up: one read, one call)."""
+        fmt, k = parts[0].fmt, parts[0].shape[1]
+        assert all(p.fmt == fmt and p.shape[1] == k for p in parts), [(p.fmt, p.shape) for p in parts]
+        cat = (lambda ts: None if ts[0] is None else torch.cat(ts, dim=0).contiguous())
+        return PackedWeight(fmt, (sum(p.shape[0] for p in parts), k), cat([p.qs for p in parts]),
+                            cat([p.scales for p in parts]), cat([p.qh for p in parts]))
+
     def dequantize(self) -> torch.Tensor:
         """float32 [N, K] on the weight's device (exact: fp16 scale x small integer)."""
         n, k = self.shape

@@ -146,3 +146,114 @@ def test_load_mtp_drafter_plumbs_draft_quant(head_file):
     d4 = load_mtp_drafter(engine, SpecConfig(draft="mtp", drafter=str(p), draft_quant="q4_0"))
     assert torch.equal(d4.head.W["k"], d8.head.W["k"])
     assert torch.equal(d4.head.W["down"], quantize_dequantize(d8.head.W["down"], "q4_0_lloyd"))
+
+
+# ---- the packed path: the same drafter on PackedLinear layers (torch fallback / Triton kernels) --
+def _drive(head, seed: int = 3, rounds: int = 3, k: int = 3):
+    """A short engine-like session: prefill, then rounds with random acceptance. -> (drafts, logits)."""
+    import random
+
+    from mtp_turbo.models.mtp_drafter import MTPDrafter
+
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    tokens = [rng.randrange(V) for _ in range(21)]
+    H = torch.randn(200, D, generator=g) * 2
+    dr = MTPDrafter(head, capacity=128, sink=4, window=8)
+    dr.on_prefill(0, len(tokens) - 1, H[: len(tokens) - 1].clone(), tokens)
+    drafts, logits = [], []
+    for _ in range(rounds):
+        d = dr.propose(tokens, k)
+        drafts.append(d)
+        logits.append(dr.last_logits.clone())
+        acc = rng.randrange(k + 1)
+        tokens = tokens + d[:acc] + [rng.randrange(V)]
+        dr.observe(tokens, acc, H[len(tokens) - acc - 2: len(tokens) - 1].clone())
+    return drafts, torch.cat(logits)
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("dq", ["q8_0", "q4_0", "bf16"])
+def test_packed_path_matches_value_path(head_file, dq):
+    """On CPU the packed layers (torch fallback over the packed arrays) give the value-only path's
+    drafts and logits at fp32 rounding; layers are fused where formats match; K/V packed Q8_0."""
+    from mtp_turbo.quant.gemv import PackedLinear
+
+    p, _, main = head_file
+    dense = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="dense")
+    packed = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="torch")
+    assert dense.ops is dense.W and "head" not in dense.ops
+    for k in dense.W:  # the same values in both
+        assert torch.equal(dense.W[k], packed.W[k]), k
+    ops = packed.ops
+    assert isinstance(ops["head"], PackedLinear) and ops["head"].w.fmt == "q8_0"
+    if dq == "bf16":  # dense matrices, packed head only
+        assert all(isinstance(ops[k], torch.Tensor) for k in DRAFT_QUANT_KEYS + ("k", "v"))
+    else:
+        assert isinstance(ops["gate_up"], PackedLinear) and ops["gate_up"].w.fmt == dq
+        assert "gate" not in ops and "up" not in ops
+        if dq == "q8_0":  # q, k, v all Q8_0: one fused layer
+            assert ops["qkv"].w.fmt == "q8_0" and "q" not in ops
+        else:  # q in the low-bit format, K/V Q8_0
+            assert ops["q"].w.fmt == dq and ops["k"].w.fmt == "q8_0" and ops["v"].w.fmt == "q8_0"
+        for k in ("o", "fc_e", "fc_h", "down"):
+            assert ops[k].w.fmt == dq, k
+            assert torch.equal(ops[k].w.dequantize(), dense.W[k]), k  # packed bytes = policy values
+    d0, l0 = _drive(dense)
+    d1, l1 = _drive(packed)
+    assert d0 == d1
+    assert (l1 - l0).abs().max() <= 1e-5 * l0.abs().max(), float((l1 - l0).abs().max())
+
+
+@pytest.mark.interpret
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
+@pytest.mark.parametrize("dq", ["q8_0", "q5_0"])
+def test_kernel_path_matches_value_path(head_file, dq, monkeypatch):
+    """The drafter on the Triton kernels (Triton's interpreter without CUDA) == the value path."""
+    from mtp_turbo.quant import gemv_triton
+
+    if not gemv_triton.interpreting():
+        pytest.skip("CUDA present: the kernels are checked on the GPU (tests/quant, gpu marks)")
+    calls = []
+    real = gemv_triton.gemv_packed
+    monkeypatch.setattr(gemv_triton, "gemv_packed", lambda x, w, t, o: (calls.append(x.shape[0]), real(x, w, t, o)))
+    p, _, main = head_file
+    dense = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="dense")
+    kern = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="triton")
+    assert kern.ops["head"].use_kernel and kern.ops["down"].use_kernel
+    d0, l0 = _drive(dense, rounds=2)
+    d1, l1 = _drive(kern, rounds=2)
+    assert calls and max(calls) <= 4  # the kernels ran, on chunks of at most 4 rows
+    assert d0 == d1
+    assert (l1 - l0).abs().max() <= 1e-5 * l0.abs().max(), float((l1 - l0).abs().max())
+
+
+def test_head_keeps_the_main_models_format(head_file):
+    """head_quant "main": the gathered LM head rows are the main file's own Q8_0 blocks (packed,
+    not requantized), equal to the main model's dequantized embedding rows."""
+    from mtp_turbo.quant.formats import quantize
+    from mtp_turbo.quant.repack import PackedWeight
+
+    p, _, main = head_file
+    raw = quantize(main.embed, "q8_0")  # the "main file's" token_embd bytes
+    q8_embed = PackedWeight.from_gguf_bytes(raw, "q8_0", tuple(main.embed.shape)).dequantize()
+    info = SimpleNamespace(ggml_type=8, shape=tuple(main.embed.shape))
+    gguf_file = SimpleNamespace(tensors={"token_embd.weight": info}, raw=lambda name: raw.reshape(-1))
+    main_q8 = SimpleNamespace(**{**vars(main), "embed": q8_embed})
+    hp = load_head(p, main_q8, gemv_backend="torch", main_gguf=gguf_file)
+    head = hp.ops["head"]
+    assert head.w.fmt == "q8_0" and head.w.shape == (len(hp.vocab_ids), D)
+    assert (head.w.to_gguf_bytes() == raw[hp.vocab_ids.numpy()]).all()
+    assert torch.equal(head.w.dequantize(), hp.head_rows)  # = main's embedding rows
+    # without the file (or on the dense path) the head is the dense rows, as before
+    assert "head" not in load_head(p, main_q8, gemv_backend="torch").ops
+    assert "head" not in load_head(p, main_q8, gemv_backend="dense", main_gguf=gguf_file).ops
+    with pytest.raises(ConfigError, match="head format"):
+        load_head(p, main, head_quant="q3")

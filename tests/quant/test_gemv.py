@@ -122,6 +122,12 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(640, 2048) == "tall" and tile_class(256, 640) == "tall"
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
     assert default_tile(1024, 640) == DEFAULT_TILES["wide"]
+    from mtp_turbo.quant.gemv import variant_tile
+
+    for kernel in KERNELS:
+        for n, k in ((262144, 640), (8192, 8192), (640, 2048), (2048, 640)):
+            t = variant_tile(kernel, n, k)
+            assert t.kernel == kernel and t in SUPPORTED_TILES
 
 
 def test_gemv_rejects_bad_inputs():
@@ -235,3 +241,36 @@ def test_triton_kernels_on_cuda():
             for m in (1, 2, 3, 4):
                 x = torch.randn(m, k, device="cuda")
                 _check(gemv(x, pw.to("cuda")), x, ref_w, tol=1e-6)
+
+
+def test_rows_and_cat():
+    a, ra, _ = _weights(9, 64, "q5_0", seed=1)
+    b, rb, _ = _weights(5, 64, "q5_0", seed=2)
+    c = PackedWeight.cat([a, b])
+    assert c.shape == (14, 64) and c.fmt == "q5_0"
+    assert np.array_equal(c.dequantize().double().numpy(), np.concatenate([ra, rb]))
+    idx = torch.tensor([13, 0, 4])
+    assert np.array_equal(c.rows(idx).dequantize().double().numpy(), np.concatenate([ra, rb])[[13, 0, 4]])
+    with pytest.raises(AssertionError):
+        PackedWeight.cat([a, _weights(5, 64, "q8_0", seed=2)[0]])
+
+
+@pytest.mark.parametrize("backend", ["torch", pytest.param("triton", marks=[
+    pytest.mark.interpret, pytest.mark.skipif(not _has_triton(), reason="needs the triton package")])])
+def test_packed_linear_any_rows(backend):
+    """PackedLinear: any leading shape; kernel path in chunks of <= 4 rows, long inputs through
+    one dequantized matmul; output dtype follows x unless asked."""
+    from mtp_turbo.quant.gemv import PackedLinear
+
+    dev = "cpu" if backend == "torch" else _kernel_device()
+    pw, ref_w, _ = _weights(24, 64, "q4_0", seed=9)
+    lin = PackedLinear(pw.to(dev), backend=backend, kernel_rows=8)
+    assert lin.use_kernel == (backend == "triton") and lin.shape == (24, 64)
+    g = torch.Generator().manual_seed(3)
+    for shape in ((1, 64), (6, 64), (2, 3, 64), (11, 64)):  # 6: chunks 4 + 2; 11 > kernel_rows
+        x = torch.randn(*shape, generator=g).to(dev)
+        y = lin(x)
+        assert y.shape == (*shape[:-1], 24) and y.dtype == torch.float32
+        _check(y.reshape(-1, 24), x.reshape(-1, 64), ref_w, tol=1e-6)
+    xb = torch.randn(2, 64, generator=g).to(torch.bfloat16).to(dev)
+    assert lin(xb).dtype == torch.bfloat16 and lin(xb, out_dtype=torch.float32).dtype == torch.float32
