@@ -116,6 +116,56 @@ def forward_ratio(eng, rows=(1, 2, 4, 5), pos=256, iters=200):
     return res
 
 
+def sweep_tiles(eng, variants, pos=256, iters=100) -> list[dict]:
+    """Captured 1-row and 4-row fused steps per tile variant (fresh decoder each); fastest first."""
+    from mtp_turbo.models.fused import FusedDecoder, FusedTiles
+
+    runner, saved = eng.runner, (eng.runner.fused, dict(eng.runner._graphs))
+    out = []
+    for v in variants:
+        tiles = FusedTiles(**v)
+        try:
+            runner.fused, runner._graphs = FusedDecoder(eng.model, eng.kv, tiles), {}
+            t = forward_ratio(eng, rows=(1, 4), pos=pos, iters=iters)
+            out.append({"tiles": v, "ms1": t[1] * 1e3, "ms4": t[4] * 1e3})
+        except Exception as e:  # a tile that does not compile is reported, not fatal
+            out.append({"tiles": v, "error": f"{type(e).__name__}: {e}"[:200]})
+        print("tiles", out[-1], flush=True)
+    runner.fused, runner._graphs = saved[0], saved[1]
+    return sorted(out, key=lambda r: r.get("ms1", 1e9))
+
+
+TILE_VARIANTS = [
+    {}, {"bn_small": 32}, {"bk_small": 64}, {"bk_small": 256}, {"bn_small": 32, "bk_small": 64},
+    {"bn_head": 32}, {"bn_head": 128}, {"bk_head": 64}, {"bk_head": 256}, {"warps": 2}, {"warps": 8},
+    {"block_keys": 32}, {"block_keys": 128},
+]
+
+
+def profile_step(eng, rows=1, pos=256) -> list[tuple[str, float, int]]:
+    """CUDA time per kernel name of eager (not captured) steps: where a step's time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    toks = torch.randint(10, 1000, (rows,), device=eng.device)
+    use = eng.runner.use_graphs
+    eng.runner.use_graphs = False
+    with torch.inference_mode():
+        for _ in range(3):
+            eng.runner.forward(toks, pos)
+        cuda_sync()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                eng.runner.forward(toks, pos)
+            cuda_sync()
+    eng.runner.use_graphs = use
+    rows_ = []
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if t > 0:
+            rows_.append((ev.key[:60], t / 10, ev.count // 10))
+    return sorted(rows_, key=lambda r: -r[1])[:25]
+
+
 def hf_generate(eng, prompt, n) -> dict:
     """transformers' Gemma3ForCausalLM on the same dequantized weights, bf16, generate()."""
     from mtp_turbo.models.hf_reference import build_hf_gemma3
@@ -147,12 +197,17 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--ks", default="2,3,4", help="draft counts for the n-gram rows")
+    ap.add_argument("--kernels", default="auto", help="the engine's --kernels for the main rows")
+    ap.add_argument("--compare-torch", action="store_true",
+                    help="also time plain decode and the 1/4-row forward with --kernels torch (compiles)")
+    ap.add_argument("--sweep-tiles", action="store_true", help="time fused-step tile variants, use the fastest")
+    ap.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one eager 1-row step")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
     t0 = time.perf_counter()
     eng = Engine(EngineConfig(model=a.model, device=a.device, ctx_size=a.ctx_size, compile=not a.no_compile,
-                              progress=False))
+                              kernels=a.kernels, progress=False))
     R: dict = {"device": str(eng.device), "load_s": time.perf_counter() - t0, "torch": torch.__version__,
                "gpu": torch.cuda.get_device_name() if eng.device.type == "cuda" else "cpu"}
     R["copy_GBps"] = copy_bandwidth(eng.device)
@@ -162,6 +217,18 @@ def main() -> int:
     t0 = time.perf_counter()
     eng.generate_ids(STORY_PROMPT, sampler=GREEDY, max_tokens=8)  # capture/compile the 1-row step
     R["warmup_s"] = time.perf_counter() - t0
+    R["kernels"] = eng.runner.kernels
+    if a.sweep_tiles and eng.runner.fused is not None:
+        R["tile_sweep"] = sweep_tiles(eng, TILE_VARIANTS)
+        best = next((r for r in R["tile_sweep"] if "ms1" in r), None)
+        if best is not None:
+            from mtp_turbo.models.fused import FusedDecoder, FusedTiles
+
+            eng.runner.fused, eng.runner._graphs = FusedDecoder(eng.model, eng.kv, FusedTiles(**best["tiles"])), {}
+            R["tiles_used"] = best["tiles"]
+            eng.generate_ids(STORY_PROMPT, sampler=GREEDY, max_tokens=8)
+    if a.profile:
+        R["profile_1row"] = profile_step(eng)
     plain = time_generate(eng, STORY_PROMPT, GREEDY, n, reps=a.reps)
     R["plain_greedy"] = plain
     ctx_len = len(eng.tokenizer.encode(STORY_PROMPT)) + n // 2
@@ -197,6 +264,17 @@ def main() -> int:
                                 "same_text": sp["ids"] == base["ids"]}
             R["spec"][f"{name}/{sname}"] = row
 
+    if a.compare_torch and eng.runner.kernels != "torch":
+        del eng
+        torch.cuda.empty_cache()
+        et = Engine(EngineConfig(model=a.model, device=a.device, ctx_size=a.ctx_size, compile=not a.no_compile,
+                                 kernels="torch", progress=False))
+        et.generate_ids(STORY_PROMPT, sampler=GREEDY, max_tokens=8)
+        pt = time_generate(et, STORY_PROMPT, GREEDY, n, reps=a.reps)
+        fst = forward_ratio(et, rows=(1, 4))
+        R["torch_kernels"] = {"plain_tok_s": pt["tok_s"], "forward_s": {str(k): v for k, v in fst.items()},
+                              "same_text_as_main": pt["ids"] == plain["ids"]}
+        eng = et
     if not a.skip_hf:
         R["hf"] = hf_generate(eng, STORY_PROMPT, n)
         for v in R["hf"].values():
@@ -208,7 +286,10 @@ def main() -> int:
         r.pop("ids", None)
 
     # ---- table -------------------------------------------------------------------------------------
-    print(f"\n== decode bench: {R['gpu']} torch {R['torch']} | copy {R['copy_GBps']:.0f} GB/s | load {R['load_s']:.1f} s")
+    print(f"\n== decode bench: {R['gpu']} torch {R['torch']} | copy {R['copy_GBps']:.0f} GB/s | load {R['load_s']:.1f} s"
+          f" | kernels {R['kernels']} {R.get('tiles_used', '')}")
+    for name, t, cnt in R.get("profile_1row", []):
+        print(f"  profile {t:9.1f} us x{cnt:4d}  {name}")
     print(f"plain greedy: {plain['tok_s']:.1f} tok/s ({1e3 / plain['tok_s']:.3f} ms/tok); "
           f"floor {R['decode_floor_ms']:.3f} ms/tok ({R['decode_bytes'] / 1e6:.0f} MB/step)")
     print(f"pp512: {R['pp512_tok_s']:.0f} tok/s")
@@ -219,6 +300,10 @@ def main() -> int:
         cells = " | ".join(f"k{k}: {row[f'k{k}']['tok_s']:.0f} tok/s, {row[f'k{k}']['tokens_per_round']:.2f} t/r"
                            f"{'' if row[f'k{k}']['same_text'] else ' (TEXT DIFFERS)'}" for k in ks)
         print(f"ngram {key}: plain {row['plain_tok_s']:.0f} tok/s | {cells}")
+    if "torch_kernels" in R:
+        tk = R["torch_kernels"]
+        print(f"torch kernels: plain {tk['plain_tok_s']:.1f} tok/s, forward 1 row {tk['forward_s']['1'] * 1e3:.3f} ms, "
+              f"4 rows {tk['forward_s']['4'] * 1e3:.3f} ms, same greedy text: {tk['same_text_as_main']}")
     if "hf" in R:
         for k, v in R["hf"].items():
             print(f"transformers generate ({k} cache): " + (f"{v['tok_s']:.1f} tok/s, greedy agrees for "

@@ -23,6 +23,8 @@ HELP = {
     "cuda_graphs": "replay captured decode/verify steps as CUDA graphs",
     "compile": "torch.compile the captured steps (fuses elementwise kernels; first call compiles)",
     "progress": "progress bars while loading and prefilling",
+    "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "
+    "same logits as one-row steps), torch (compiled torch ops), auto (triton on CUDA)",
     # SamplerConfig
     "temperature": "0 = greedy (argmax after penalties)",
     "top_k": "keep the k most likely tokens (0 = off)",
@@ -46,6 +48,9 @@ HELP = {
     "drafter": "MTP head GGUF (default: the head shipped for the default model)",
     "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: q8_0 (as stored), "
     "q5_0, q4_0 (Lloyd scale search) or bf16 (the stored Q8_0 values in the compute dtype); K/V stay Q8_0",
+    "draft_tile": "MTP drafter GEMV tile override KERNEL,BN,BK,WARPS,STAGES for A/B tests (empty = defaults "
+    "per matrix class); rejected unless it is a supported combination",
+    "draft_head_quant": "MTP drafter LM-head rows: main (the main model's stored bytes), bf16, q8_0, q5_0, q4_0",
 }
 
 

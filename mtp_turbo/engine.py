@@ -39,6 +39,7 @@ class EngineConfig:
     prefill_chunk: int = 512  # rows per prefill forward
     cuda_graphs: bool = True  # replay captured decode/verify steps on CUDA
     compile: bool = True  # torch.compile the captured steps (fuses elementwise work)
+    kernels: str = "auto"  # few-row steps: triton (fused kernels), torch, auto (triton on CUDA)
     progress: bool = True  # progress bars on loading and long prefills
 
     def __post_init__(self) -> None:
@@ -46,6 +47,8 @@ class EngineConfig:
             raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
         if self.ctx_size < 16:
             raise ConfigError(f"ctx-size must be >= 16, got {self.ctx_size}")
+        if self.kernels not in ("auto", "triton", "torch"):
+            raise ConfigError(f"kernels must be auto, triton or torch, got {self.kernels!r}")
         if self.prefill_chunk < 1:
             raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")
 
@@ -102,6 +105,17 @@ def pick_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def pick_kernels(name: str, device: torch.device) -> str:
+    """'auto' -> 'triton' on CUDA when Triton imports, else 'torch'. 'triton' needs CUDA."""
+    from .models import fused
+
+    if name == "auto":
+        return "triton" if device.type == "cuda" and fused.available() else "torch"
+    if name == "triton" and (device.type != "cuda" or not fused.available()):
+        raise ConfigError("--kernels triton needs a CUDA device and the triton package")
+    return name
+
+
 class Engine:
     def __init__(self, cfg: EngineConfig = EngineConfig()):
         self.cfg = cfg
@@ -113,7 +127,8 @@ class Engine:
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
-        self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile)
+        self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile,
+                                 kernels=pick_kernels(cfg.kernels, self.device))
         self.tokens: list[int] = []
         self.drafter = None  # the drafter of the last speculative call (keeps its cache across calls)
         self._drafter_spec = None

@@ -19,9 +19,19 @@ from .gemma3 import Gemma3
 
 
 class StepRunner:
-    def __init__(self, model: Gemma3, kv, use_graphs: bool, compile: bool = False, max_rows: int = 8):
+    def __init__(self, model: Gemma3, kv, use_graphs: bool, compile: bool = False, max_rows: int = 8,
+                 kernels: str = "torch"):
+        assert kernels in ("torch", "triton"), kernels
         self.model, self.kv = model, kv
         self.use_graphs = use_graphs and model.device.type == "cuda"
+        self.kernels = kernels
+        self.fused = None
+        if kernels == "triton":
+            from .fused import MAX_ROWS, FusedDecoder
+
+            self.fused = FusedDecoder(model, kv)
+            max_rows = min(max_rows, MAX_ROWS)
+            compile = False  # nothing left for the compiler to fuse
         self.compile = compile
         self.max_rows = max_rows
         self._graphs: dict[int, tuple] = {}
@@ -33,8 +43,14 @@ class StepRunner:
         Returns (logits [T, V] fp32, hidden [T, D]); with graphs these are static buffers valid
         until the next call with the same T."""
         T = int(tokens.shape[0])
-        if not self.use_graphs or T > self.max_rows:
+        if T > self.max_rows:
             with torch.inference_mode():
+                return self.model.forward(tokens, pos0, self.kv)
+        if not self.use_graphs:
+            with torch.inference_mode():
+                if self.fused is not None:
+                    pos = torch.arange(pos0, pos0 + T, dtype=torch.int64, device=tokens.device)
+                    return self.fused.forward(tokens, pos)
                 return self.model.forward(tokens, pos0, self.kv)
         g = self._graphs.get(T) or self._capture(T)
         graph, tok_buf, pos_buf, out = g
@@ -45,6 +61,8 @@ class StepRunner:
 
     # ---- capture ------------------------------------------------------------------------------
     def _body(self, tokens: torch.Tensor, pos: torch.Tensor):
+        if self.fused is not None:
+            return self.fused.forward(tokens, pos)
         m = self.model
         W = m.cfg.sliding_window
         offs = torch.arange(-(W - 1), pos.shape[0], device=pos.device)  # [W-1+T]

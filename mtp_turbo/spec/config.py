@@ -21,6 +21,8 @@ class SpecConfig:
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
     draft_quant: str = "q8_0"  # MTP drafter weight format: q8_0 | q5_0 | q4_0 | bf16
+    draft_tile: str = ""  # GEMV tile override "KERNEL,BN,BK,W,S" for A/B ("" = per-matrix defaults)
+    draft_head_quant: str = "main"  # drafter LM-head rows: main (the model's own bytes) | bf16 | q8_0 | q5_0 | q4_0
 
     def __post_init__(self) -> None:
         if self.draft not in DRAFTERS:
@@ -37,3 +39,9 @@ class SpecConfig:
             raise ConfigError(f"draft-window must be >= 1, got {self.draft_window}")
         if self.draft_quant not in ("q8_0", "q5_0", "q4_0", "bf16"):
             raise ConfigError(f"draft-quant must be one of q8_0, q5_0, q4_0, bf16, got {self.draft_quant!r}")
+        if self.draft_tile:
+            from ..quant.gemv import parse_tile
+
+            parse_tile(self.draft_tile)  # ConfigError naming the supported tiles
+        if self.draft_head_quant not in ("main", "bf16", "q8_0", "q5_0", "q4_0"):
+            raise ConfigError(f"draft-head-quant must be one of main, bf16, q8_0, q5_0, q4_0, got {self.draft_head_quant!r}")

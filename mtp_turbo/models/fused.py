@@ -1,0 +1,149 @@
+"""The fused few-row forward: Gemma-3 decode/verify steps as a fixed sequence of Triton kernels.
+
+Owns: the launch sequence of one forward of 1..MAX_ROWS rows (7 kernels per layer: norm+residual+
+qkv GEMV, q/k norm+RoPE+KV write, attention over key chunks, chunk merge, o GEMV, norm+residual+
+gate/up GEMV+GELU gating, down GEMV; then norm+residual+LM head), its scratch buffers and tiles.
+Ignores: prefill (the torch forward, gemma3.py, does long chunks with SDPA), graph capture
+(step.py), cache lengths (cache/kv.py).
+
+Why: the compiled torch step runs ~14 kernels per layer (cuBLAS GEMVs, separate norms, a masked
+softmax over gathered cells); at this model size a decode step is bound by kernel count, not
+bytes. Every launch here has a fixed grid and reads positions from a device tensor, so a CUDA
+graph of it serves every position. The kernels are batch-invariant (fused_kernels.py): a verify
+of k+1 rows yields bit-identical logits to one-row steps.
+
+Runs wherever Triton runs: CUDA, or the CPU under TRITON_INTERPRET=1 (how CI checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from . import fused_kernels as fk
+from .gemma3 import Gemma3
+
+MAX_ROWS = 8  # verify rows (k+1); query rows per KV group (MAX_ROWS * heads/kv_heads) <= QR
+MP = 16  # GEMV rows computed (>= MAX_ROWS; 16 is the smallest tl.dot tile)
+QR = 32  # attention query rows per KV group computed (>= MAX_ROWS * 4 for Gemma-3-270M)
+
+
+def available() -> bool:
+    """True when the Triton kernels can run (Triton imports)."""
+    return fk.triton is not None
+
+
+@dataclass(frozen=True)
+class FusedTiles:
+    """GEMV tiles (output rows BN x K step BK) per matrix kind, and the attention key chunk."""
+
+    bn_small: int = 16  # qkv, o, gate/up, down: small matrices want many programs
+    bk_small: int = 128
+    bn_head: int = 64  # the LM head: 262144 rows
+    bk_head: int = 128
+    block_keys: int = 64  # key cells per attention program
+    warps: int = 4
+
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+class FusedDecoder:
+    """Buffers and launches for forwards of up to MAX_ROWS rows of `model` over cache `kv`."""
+
+    def __init__(self, model: Gemma3, kv, tiles: FusedTiles = FusedTiles()):
+        assert available(), "Triton is not available"
+        c = model.cfg
+        self.model, self.kv, self.tiles = model, kv, tiles
+        rep = c.n_heads // c.n_kv_heads
+        assert MAX_ROWS * rep <= QR, f"{c.n_heads}/{c.n_kv_heads} heads: raise QR"
+        assert c.head_dim & (c.head_dim - 1) == 0 and c.head_dim >= 32, "head_dim must be a power of two"
+        dev, act = model.device, model.dtype
+        D, DH = c.hidden, c.head_dim
+        nq, nkv = c.n_heads * DH, c.n_kv_heads * DH
+
+        def buf(*shape, dtype=act):
+            return torch.zeros(shape, dtype=dtype, device=dev)
+
+        self.res = [buf(MAX_ROWS, D), buf(MAX_ROWS, D)]  # residual stream, ping-pong
+        self.qkv = buf(MAX_ROWS, nq + 2 * nkv)
+        self.q = buf(MAX_ROWS, c.n_heads, DH)
+        self.att = buf(MAX_ROWS, c.n_heads, DH)
+        self.o = buf(MAX_ROWS, D)
+        self.gu = buf(MAX_ROWS, c.ffn)
+        self.down = buf(MAX_ROWS, D)
+        self.hidden = buf(MAX_ROWS, D)
+        self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)
+        bs = tiles.block_keys
+        # key chunks a program grid covers: global layers every chunk of the cache; sliding layers
+        # the window plus the verify rows, starting at any alignment (+1)
+        self.n_chunks = {True: -(-kv.capacity // bs), False: -(-(c.sliding_window + MAX_ROWS - 1) // bs) + 1}
+        ns = max(self.n_chunks.values()) * c.n_kv_heads
+        self.op = buf(ns, QR, DH, dtype=torch.float32)
+        self.mx = buf(ns, QR, dtype=torch.float32)
+        self.ls = buf(ns, QR, dtype=torch.float32)
+        self.kp = _pow2(max(D, c.ffn, nq))
+
+    def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
+                gated=False, head=False):
+        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]."""
+        t = self.tiles
+        M, K = x.shape
+        N = w.shape[0] // 2 if gated else w.shape[0]
+        assert M <= MP and w.shape[1] == K and y.shape[1] == N
+        bn, bk = (t.bn_head, t.bk_head) if head else (t.bn_small, t.bk_small)
+        dummy = x
+        fk.linear[(-(-N // bn),)](
+            x, h if h is not None else dummy, delta if delta is not None else dummy,
+            wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
+            hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, num_warps=t.warps)
+
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
+        MAX_ROWS. Writes the rows' K/V at cells pos. Returns views (logits [T, V] fp32, hidden [T, D]
+        before the final norm) into buffers reused by the next call."""
+        m, c, kv, t = self.model, self.model.cfg, self.kv, self.tiles
+        T = tokens.shape[0]
+        assert 1 <= T <= MAX_ROWS and pos.shape == (T,) and pos.dtype == torch.int64
+        eps, DH, H, HKV = c.eps, c.head_dim, c.n_heads, c.n_kv_heads
+        res = [r[:T] for r in self.res]
+        torch.mul(m.embed[tokens], m.embed_scale, out=res[0])  # [T, D]
+        cur = 0  # res[cur] holds the residual stream
+        delta = None  # the previous sub-block's output, added (normed) in the next prologue
+        for i in range(c.n_layers):
+            L = m.layers[i]
+            qkv = self.qkv[:T]
+            if delta is None:
+                self._linear(res[cur], L["qkv"], qkv, pro=1, wpre=L["attn_norm"])
+            else:
+                self._linear(res[cur], L["qkv"], qkv, pro=2, h=res[cur], delta=delta,
+                             wpost=m.layers[i - 1]["post_ffn_norm"], wpre=L["attn_norm"], hout=res[1 - cur])
+                cur = 1 - cur
+            glob = c.is_global(i)
+            cos, sin = m.rope[glob]
+            kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
+            fk.qk_rope_write[(T,)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
+                                   H=H, HKV=HKV, DH=DH, num_warps=t.warps)
+            window = 0 if glob else c.sliding_window
+            n_ch = self.n_chunks[glob]
+            fk.attn_partial[(n_ch, HKV)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
+                                        c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
+                                        num_warps=t.warps)
+            fk.attn_combine[(T * (H // HKV), HKV)](self.op, self.mx, self.ls, pos, self.att, T, window,
+                                                  H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
+                                                  num_warps=t.warps)
+            o = self.o[:T]
+            self._linear(self.att[:T].view(T, H * DH), L["o"], o)
+            gu = self.gu[:T]
+            self._linear(res[cur], L["gate_up"], gu, pro=2, h=res[cur], delta=o, wpost=L["post_attn_norm"],
+                         wpre=L["ffn_norm"], hout=res[1 - cur], gated=True)
+            cur = 1 - cur
+            delta = self.down[:T]
+            self._linear(gu, L["down"], delta)
+        logits, hidden = self.logits[:T], self.hidden[:T]
+        self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,
+                     wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True)
+        return logits, hidden

@@ -1,0 +1,215 @@
+"""Triton kernels of the fused few-row decode step (decode 1 row, verify k+1 rows).
+
+Owns: four kernels and nothing else: `linear` (GEMV for up to 16 rows with the sandwich norms and
+the residual add folded into its prologue and GELU-gating into its epilogue), `qk_rope_write`
+(q/k RMSNorm + RoPE, K/V written into the cache), `attn_partial` (one chunk of keys per program,
+flash-decoding style) and `attn_combine`. Ignores: buffers, shapes and launch order (fused.py).
+
+Batch invariance: every kernel computes each row from that row's inputs alone, in an order that
+does not depend on how many rows are present (rows are padded to a fixed 16 / 32 and the row
+count is never specialised), so a k+1-row verify gives bit-identical logits to k+1 one-row
+decodes. That is what makes the speculative output equal the plain output on the GPU too.
+
+Rounding follows the torch forward in gemma3.py: norms in fp32 rounded to the activation dtype,
+residual adds rounded to it, matmuls accumulated in fp32.
+"""
+
+from __future__ import annotations
+
+try:  # the module imports without Triton; fused.available() says whether it can run
+    import triton
+    import triton.language as tl
+except ImportError:
+    triton = None
+
+if triton is not None:
+
+    @triton.jit
+    def _tanh(z):
+        # tl has no tanh in every backend (the interpreter included): 1 - 2 / (e^{2z} + 1) saturates
+        # correctly at both ends in fp32
+        return 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
+
+    @triton.jit
+    def _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd,
+                 PRO: tl.constexpr, ACT: tl.constexpr):
+        # The GEMV input for columns rk of rows rm, [MP, BK] in ACT: PRO 0 = X as is;
+        # 1 = rmsnorm(X) * WPRE; 2 = rmsnorm(H + rmsnorm(DELTA) * WPOST) * WPRE.
+        msk = m_mask[:, None] & k_mask[None, :]
+        off = rm[:, None] * K + rk[None, :]
+        if PRO == 0:
+            x = tl.load(X + off, mask=msk, other=0.0).to(ACT)
+        else:
+            wpre = tl.load(WPRE + rk, mask=k_mask, other=0.0).to(tl.float32)
+            if PRO == 1:
+                hf = tl.load(X + off, mask=msk, other=0.0).to(tl.float32)
+            else:
+                d = tl.load(DELTA + off, mask=msk, other=0.0).to(tl.float32)
+                wpost = tl.load(WPOST + rk, mask=k_mask, other=0.0).to(tl.float32)
+                dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
+                hf = (tl.load(H + off, mask=msk, other=0.0).to(tl.float32) + dn).to(ACT).to(tl.float32)
+            x = (hf * rstd[:, None] * wpre[None, :]).to(ACT)
+        return x
+
+    @triton.jit(do_not_specialize=["M"])
+    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
+               PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr):
+        """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
+        x per PRO (see _x_chunk); with PRO 2 program 0 also stores the new residual into HOUT.
+        W [N or 2N, K] row-major in the activation dtype; X/H/DELTA/HOUT [M, K]; Y [M, N].
+        MP (>= M, >= 16) rows are computed, M stored; KP = next power of two >= K."""
+        ACT: tl.constexpr = W.dtype.element_ty
+        pid = tl.program_id(0)
+        rm = tl.arange(0, MP)
+        m_mask = rm < M
+        rd = tl.zeros([MP], dtype=tl.float32)
+        rstd = tl.zeros([MP], dtype=tl.float32)
+        if PRO != 0:  # per-row inverse RMS of the norm inputs, over the whole row
+            rka = tl.arange(0, KP)
+            ka_mask = rka < K
+            msk = m_mask[:, None] & ka_mask[None, :]
+            off = rm[:, None] * K + rka[None, :]
+            if PRO == 1:
+                hf = tl.load(X + off, mask=msk, other=0.0).to(tl.float32)
+            else:
+                d = tl.load(DELTA + off, mask=msk, other=0.0).to(tl.float32)
+                rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
+                wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
+                dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
+                h = (tl.load(H + off, mask=msk, other=0.0).to(tl.float32) + dn).to(ACT)
+                if pid == 0:
+                    tl.store(HOUT + off, h, mask=msk)
+                hf = h.to(tl.float32)
+            rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=1) / K + eps)
+        rn = pid * BN + tl.arange(0, BN)
+        n_mask = rn < N
+        acc = tl.zeros([MP, BN], dtype=tl.float32)
+        acc_u = tl.zeros([MP, BN], dtype=tl.float32)
+        for k0 in range(0, K, BK):
+            rk = k0 + tl.arange(0, BK)
+            k_mask = rk < K
+            x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT)
+            w_msk = n_mask[:, None] & k_mask[None, :]
+            w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
+            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+            if GATED:
+                wu = tl.load(W + (rn[:, None] + N) * K + rk[None, :], mask=w_msk, other=0.0)
+                acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision="ieee")
+        if GATED:
+            g = acc.to(ACT).to(tl.float32)
+            u = acc_u.to(ACT).to(tl.float32)
+            gl = 0.5 * g * (1.0 + _tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+            acc = gl.to(ACT).to(tl.float32) * u
+        y_msk = m_mask[:, None] & n_mask[None, :]
+        tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
+
+    @triton.jit
+    def _norm_rope(base, wn, cos, sin, rh, eps, DH: tl.constexpr, ACT: tl.constexpr):
+        # RMSNorm over one head of DH values at `base`, rounded to ACT, then rotate-half RoPE.
+        lo = tl.load(base + rh).to(tl.float32)
+        hi = tl.load(base + DH // 2 + rh).to(tl.float32)
+        rstd = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / DH + eps)
+        nlo = (lo * rstd * tl.load(wn + rh).to(tl.float32)).to(ACT).to(tl.float32)
+        nhi = (hi * rstd * tl.load(wn + DH // 2 + rh).to(tl.float32)).to(ACT).to(tl.float32)
+        return (nlo * cos - nhi * sin).to(ACT), (nhi * cos + nlo * sin).to(ACT)
+
+    @triton.jit
+    def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, eps,
+                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr):
+        """One program per row m: QKV [M, (H + 2 HKV) DH] -> QOUT [M, H, DH] (normed, roped);
+        K (normed, roped) and V into cache cells KC/VC [capacity, HKV, DH] at POS[m].
+        COS/SIN [n_pos, DH] fp32 tables (both halves equal: rotate-half RoPE)."""
+        ACT: tl.constexpr = KC.dtype.element_ty
+        m = tl.program_id(0)
+        p = tl.load(POS + m)
+        rh = tl.arange(0, DH // 2)
+        cos = tl.load(COS + p * DH + rh)
+        sin = tl.load(SIN + p * DH + rh)
+        row = QKV + m * (H + 2 * HKV) * DH
+        for j in tl.static_range(H):
+            olo, ohi = _norm_rope(row + j * DH, QN, cos, sin, rh, eps, DH, ACT)
+            out = QOUT + (m * H + j) * DH
+            tl.store(out + rh, olo)
+            tl.store(out + DH // 2 + rh, ohi)
+        for j in tl.static_range(HKV):
+            olo, ohi = _norm_rope(row + (H + j) * DH, KN, cos, sin, rh, eps, DH, ACT)
+            cell = (p * HKV + j) * DH
+            tl.store(KC + cell + rh, olo)
+            tl.store(KC + cell + DH // 2 + rh, ohi)
+            vrow = row + (H + HKV + j) * DH
+            tl.store(VC + cell + rh, tl.load(vrow + rh).to(ACT))
+            tl.store(VC + cell + DH // 2 + rh, tl.load(vrow + DH // 2 + rh).to(ACT))
+
+    @triton.jit
+    def _chunk0(POS, M, window, BS: tl.constexpr):
+        # First key chunk any row reads, and the last position: the chunks [c0, p_last // BS].
+        p_first = tl.load(POS)
+        p_last = tl.load(POS + M - 1)
+        lo = tl.where(window > 0, tl.maximum(p_first - window + 1, 0), 0)
+        return lo // BS, p_last
+
+    @triton.jit(do_not_specialize=["M"])
+    def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
+                     H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
+                     QR: tl.constexpr, BS: tl.constexpr):
+        """Program (s, g): key chunk c0 + s (BS cells) against the M * H/HKV query rows of KV
+        group g. Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer.
+        Writes unnormalised O [QR, DH], row max and row sum into OP/MX/LS slot (s, g)."""
+        s = tl.program_id(0)
+        g = tl.program_id(1)
+        REP: tl.constexpr = H // HKV
+        c0, p_last = _chunk0(POS, M, window, BS)
+        start = (c0 + s) * BS
+        if start <= p_last:
+            rq = tl.arange(0, QR)  # query row r = m * REP + i: row m, head g * REP + i
+            q_ok = rq < M * REP
+            qm = rq // REP
+            qh = g * REP + rq % REP
+            qpos = tl.load(POS + qm, mask=q_ok, other=0)
+            rd = tl.arange(0, DH)
+            q = tl.load(Q + (qm * H + qh)[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
+            rs = start + tl.arange(0, BS)
+            k_ok = rs <= p_last
+            kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
+            k = tl.load(KC + kv_off, mask=k_ok[:, None], other=0.0)
+            sc = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [QR, BS]
+            ok = q_ok[:, None] & k_ok[None, :] & (rs[None, :] <= qpos[:, None])
+            ok = ok & ((window == 0) | (qpos[:, None] - rs[None, :] < window))
+            sc = tl.where(ok, sc, float("-inf"))
+            mx = tl.max(sc, axis=1)
+            mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
+            p = tl.where(ok, tl.exp(sc - mx_safe[:, None]), 0.0)
+            v = tl.load(VC + kv_off, mask=k_ok[:, None], other=0.0).to(tl.float32)
+            o = tl.dot(p, v, input_precision="ieee")  # [QR, DH]
+            slot = s * tl.num_programs(1) + g
+            tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o)
+            tl.store(MX + slot * QR + rq, mx)
+            tl.store(LS + slot * QR + rq, tl.sum(p, axis=1))
+
+    @triton.jit(do_not_specialize=["M"])
+    def attn_combine(OP, MX, LS, POS, OUT, M, window,
+                     H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
+                     QR: tl.constexpr, BS: tl.constexpr):
+        """Program (r, g): merge query row r of group g over the chunks, in chunk order, into
+        OUT [M, H, DH] (activation dtype)."""
+        r = tl.program_id(0)
+        g = tl.program_id(1)
+        G = tl.num_programs(1)
+        REP: tl.constexpr = H // HKV
+        c0, p_last = _chunk0(POS, M, window, BS)
+        n = p_last // BS - c0 + 1
+        m_all = tl.load(MX + g * QR + r)
+        for s in range(1, n):
+            m_all = tl.maximum(m_all, tl.load(MX + (s * G + g) * QR + r))
+        rd = tl.arange(0, DH)
+        acc = tl.zeros([DH], dtype=tl.float32)
+        l_all = 0.0
+        for s in range(0, n):
+            slot = s * G + g
+            w = tl.exp(tl.load(MX + slot * QR + r) - m_all)  # a chunk with no key for r: exp(-inf) = 0
+            acc += w * tl.load(OP + (slot * QR + r) * DH + rd)
+            l_all += w * tl.load(LS + slot * QR + r)
+        m = r // REP
+        h = g * REP + r % REP
+        tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
