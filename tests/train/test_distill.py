@@ -61,7 +61,7 @@ def test_tiny_run_lowers_loss(engine, tmp_path):
     side = {"heldout_rows": 2, "seq_len": 25, "sources": "test"}
     data_mod.save(tmp_path / "d.npy", rows, side)
     tc = TrainConfig(steps=16, batch=2, lr=3e-3, warmup=3, chain=2, vocab_rows=256, sink=4, window=8,
-                     eval_every=0, eval_rows=2, ckpt_every=0)
+                     eval_every=0, eval_rows=2, ckpt_every=0, eval_offset=0)
     out = tmp_path / "head.gguf"
     res = train(engine.model, engine.gguf.sha256(), str(tmp_path / "d.npy"), str(out), tc, "cpu", progress=False)
     first, last = res["history"][0], res["history"][-1]

@@ -90,14 +90,14 @@ def test_sampled_rows_are_the_model_greedy_tokens(engine):
     m, tok = engine.model, engine.tokenizer
     prompts = [tok.encode(tok.apply_chat_template([{"role": "user", "content": q}]), add_bos=False)
                for q in ("Name a colour.", "Count to three, please, slowly and with words.")]
-    gc = GenConfig(rows=3, length=40, batch=2, temps=(0.0,), time_budget=0, seed=1)
+    gc = GenConfig(rows=3, length=28, batch=2, temps=(0.0,), time_budget=0, seed=1)
     blocks, masks = sample_rows(m, prompts, gc, tok.bos_id, tuple(tok.stop_ids), tok.encode("\n", add_bos=False),
                                 progress=False)
-    assert [b.shape for b in blocks] == [(2, 40), (1, 40)]
+    assert [b.shape for b in blocks] == [(2, 28), (1, 28)]
     rows, sampled = np.concatenate(blocks), np.concatenate(masks)
     for r, smp in zip(rows, sampled):
         assert r[0] == tok.bos_id and not smp[0]
-        first = next(i for i in range(1, 40) if smp[i])
+        first = next(i for i in range(1, 28) if smp[i])
         assert r[1:first].tolist() in prompts  # a whole prompt is forced first
         assert smp[first:].sum() > 5
         kv = KVCache(m.cfg.n_layers, 64, m.cfg.n_kv_heads, m.cfg.head_dim, m.device, m.dtype)
