@@ -12,6 +12,12 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--model-path", default=None,
+                     help="GGUF for the real-model tests (default: the packaged Gemma-3-270M; the GPU host "
+                     "has no registry access, so its session passes the carried file)")
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
@@ -22,10 +28,13 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def model_path():
+def model_path(request):
+    from pathlib import Path
+
     from mtp_turbo.io.gguf_file import default_model_path
 
-    return default_model_path()
+    given = request.config.getoption("--model-path")
+    return Path(given) if given else default_model_path()
 
 
 @pytest.fixture(scope="session")

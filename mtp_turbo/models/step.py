@@ -79,7 +79,14 @@ class StepRunner:
         assert p0 >= 0, "context smaller than the step"
         pos_buf = torch.arange(p0, p0 + T, dtype=torch.int64, device=dev)
         fn = self._body
-        if self.compile:
+        if self.fused is not None:
+            try:
+                self._warm(fn, tok_buf, pos_buf)
+            except Exception as e:  # a Triton build failure costs speed, never the answer
+                print(f"mtp-turbo: fused Triton step failed ({type(e).__name__}: {str(e)[:300]}); "
+                      "using the torch step instead", file=sys.stderr)
+                self.fused, self.kernels, self.max_rows = None, "torch", 8
+        if self.compile and self.fused is None:
             try:
                 # static shapes: one specialisation per row count (decode 1, verify k+1; the
                 # round pads short drafts to k+1): 1.39 ms per 1-row step on an H200 against
