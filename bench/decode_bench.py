@@ -136,10 +136,56 @@ def sweep_tiles(eng, variants, pos=256, iters=100) -> list[dict]:
 
 
 TILE_VARIANTS = [
-    {}, {"bn_small": 32}, {"bk_small": 64}, {"bk_small": 256}, {"bn_small": 32, "bk_small": 64},
-    {"bn_head": 32}, {"bn_head": 128}, {"bk_head": 64}, {"bk_head": 256}, {"warps": 2}, {"warps": 8},
-    {"block_keys": 32}, {"block_keys": 128},
+    {}, {"warps_small": 4}, {"bn_small": 32}, {"bk_small": 256}, {"bk_small": 64}, {"bk_tall": 128},
+    {"bk_tall": 512}, {"warps_head": 8}, {"bn_head": 64}, {"bn_head": 256, "warps_head": 8}, {"block_keys": 16},
+    {"block_keys": 64}, {"warps_attn": 8}, {"warps_attn": 2}, {"split_norm": True},
+    {"split_norm": True, "bk_small": 256}, {"split_norm": True, "warps_small": 4},
 ]
+
+
+def combine_best(sweep: list[dict]) -> dict:
+    """Per field, the value of the fastest one-field variant that beat the defaults ({})."""
+    base = next((r["ms1"] for r in sweep if r["tiles"] == {} and "ms1" in r), None)
+    best: dict = {}
+    for r in sorted((r for r in sweep if "ms1" in r and base is not None and r["ms1"] < base), key=lambda r: -r["ms1"]):
+        best.update(r["tiles"])  # faster variants applied last win their fields
+    return best
+
+
+def time_linears(eng, reps=50) -> dict:
+    """us per launch of each GEMV kind of the fused step at 1 row (graph of `reps` launches)."""
+    dec = eng.runner.fused
+    m, L = eng.model, eng.model.layers[1]
+    T = 1
+    res, o, gu, dn = dec.res, dec.o[:T], dec.gu[:T], dec.down[:T]
+    kinds = {
+        "qkv (norm+residual prologue)": lambda: dec._linear(res[0][:T], L["qkv"], dec.qkv[:T], pro=2, h=res[0][:T],
+                                                              delta=dn, wpost=L["post_ffn_norm"], wpre=L["attn_norm"],
+                                                              hout=res[1][:T]),
+        "o": lambda: dec._linear(dec.att[:T].view(T, -1), L["o"], o),
+        "gate_up (prologue + GELU gating)": lambda: dec._linear(res[0][:T], L["gate_up"], gu, pro=2, h=res[0][:T],
+                                                                delta=o, wpost=L["post_attn_norm"], wpre=L["ffn_norm"],
+                                                                hout=res[1][:T], gated=True),
+        "down": lambda: dec._linear(gu, L["down"], dn),
+        "head": lambda: dec._linear(res[0][:T], m.embed, dec.logits[:T], pro=2, h=res[0][:T], delta=dn,
+                                    wpost=L["post_ffn_norm"], wpre=m.out_norm, hout=dec.hidden[:T], head=True),
+    }
+    out = {}
+    for name, fn in kinds.items():
+        for _ in range(3):
+            fn()
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for _ in range(reps):
+                fn()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        ts = []
+        for _ in range(5):
+            s.record(); g.replay(); e.record(); e.synchronize()
+            ts.append(s.elapsed_time(e) * 1e3 / reps)
+        out[name] = statistics.median(ts)
+    return out
 
 
 def profile_step(eng, rows=1, pos=256) -> list[tuple[str, float, int]]:
@@ -202,6 +248,7 @@ def main() -> int:
                     help="also time plain decode and the 1/4-row forward with --kernels torch (compiles)")
     ap.add_argument("--sweep-tiles", action="store_true", help="time fused-step tile variants, use the fastest")
     ap.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one eager 1-row step")
+    ap.add_argument("--mtp-ks", default="", help="draft counts for MTP-drafter rows (e.g. 3; empty = none)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -220,6 +267,9 @@ def main() -> int:
     R["kernels"] = eng.runner.kernels
     if a.sweep_tiles and eng.runner.fused is not None:
         R["tile_sweep"] = sweep_tiles(eng, TILE_VARIANTS)
+        comb = combine_best(R["tile_sweep"])
+        if comb and not any(r["tiles"] == comb for r in R["tile_sweep"]):
+            R["tile_sweep"] = sorted(R["tile_sweep"] + sweep_tiles(eng, [comb]), key=lambda r: r.get("ms1", 1e9))
         best = next((r for r in R["tile_sweep"] if "ms1" in r), None)
         if best is not None:
             from mtp_turbo.models.fused import FusedDecoder, FusedTiles
@@ -229,6 +279,8 @@ def main() -> int:
             eng.generate_ids(STORY_PROMPT, sampler=GREEDY, max_tokens=8)
     if a.profile:
         R["profile_1row"] = profile_step(eng)
+        if eng.runner.fused is not None and eng.device.type == "cuda":
+            R["linear_us"] = time_linears(eng)
     plain = time_generate(eng, STORY_PROMPT, GREEDY, n, reps=a.reps)
     R["plain_greedy"] = plain
     ctx_len = len(eng.tokenizer.encode(STORY_PROMPT)) + n // 2
@@ -263,6 +315,16 @@ def main() -> int:
                                 "acceptance": sp["spec"]["acceptance_per_position"],
                                 "same_text": sp["ids"] == base["ids"]}
             R["spec"][f"{name}/{sname}"] = row
+            for k in [int(x) for x in a.mtp_ks.split(",") if x]:
+                try:
+                    sp = time_generate(eng, prompt, sampler, n, spec=SpecConfig(draft="mtp", draft_tokens=k), reps=a.reps)
+                    row[f"mtp{k}"] = {"tok_s": sp["tok_s"], "tokens_per_round": sp["spec"]["tokens_per_round"],
+                                      "acceptance": sp["spec"]["acceptance_per_position"],
+                                      "same_text": sp["ids"] == base["ids"],
+                                      "draft_ms_per_round": 1e3 * sp["spec"]["draft_s"] / max(1, sp["spec"]["rounds"]),
+                                      "verify_ms_per_round": 1e3 * sp["spec"]["verify_s"] / max(1, sp["spec"]["rounds"])}
+                except Exception as e:  # report, keep the session going
+                    row[f"mtp{k}"] = {"error": f"{type(e).__name__}: {e}"[:300]}
 
     if a.compare_torch and eng.runner.kernels != "torch":
         del eng
@@ -290,6 +352,8 @@ def main() -> int:
           f" | kernels {R['kernels']} {R.get('tiles_used', '')}")
     for name, t, cnt in R.get("profile_1row", []):
         print(f"  profile {t:9.1f} us x{cnt:4d}  {name}")
+    for name, t in R.get("linear_us", {}).items():
+        print(f"  GEMV {name}: {t:.2f} us per launch (1 row, graph)")
     print(f"plain greedy: {plain['tok_s']:.1f} tok/s ({1e3 / plain['tok_s']:.3f} ms/tok); "
           f"floor {R['decode_floor_ms']:.3f} ms/tok ({R['decode_bytes'] / 1e6:.0f} MB/step)")
     print(f"pp512: {R['pp512_tok_s']:.0f} tok/s")
@@ -300,6 +364,11 @@ def main() -> int:
         cells = " | ".join(f"k{k}: {row[f'k{k}']['tok_s']:.0f} tok/s, {row[f'k{k}']['tokens_per_round']:.2f} t/r"
                            f"{'' if row[f'k{k}']['same_text'] else ' (TEXT DIFFERS)'}" for k in ks)
         print(f"ngram {key}: plain {row['plain_tok_s']:.0f} tok/s | {cells}")
+        for mk in [k for k in row if k.startswith("mtp")]:
+            r = row[mk]
+            print(f"  {mk} {key}: " + (f"{r['tok_s']:.0f} tok/s, {r['tokens_per_round']:.2f} t/r, draft "
+                                        f"{r['draft_ms_per_round']:.2f} ms/round, verify {r['verify_ms_per_round']:.2f} "
+                                        f"ms/round{'' if r['same_text'] else ' (TEXT DIFFERS)'}" if "tok_s" in r else r["error"]))
     if "torch_kernels" in R:
         tk = R["torch_kernels"]
         print(f"torch kernels: plain {tk['plain_tok_s']:.1f} tok/s, forward 1 row {tk['forward_s']['1'] * 1e3:.3f} ms, "

@@ -36,14 +36,20 @@ def available() -> bool:
 
 @dataclass(frozen=True)
 class FusedTiles:
-    """GEMV tiles (output rows BN x K step BK) per matrix kind, and the attention key chunk."""
+    """GEMV tiles (output rows BN x K step BK) per matrix kind, warps per kernel kind, and the
+    attention key chunk. Defaults from the H200 sweep in bench/decode_bench.py (RESULTS.md)."""
 
-    bn_small: int = 16  # qkv, o, gate/up, down: small matrices want many programs
+    bn_small: int = 16  # qkv, gate/up (K = hidden): small matrices want many programs
     bk_small: int = 128
-    bn_head: int = 64  # the LM head: 262144 rows
+    bk_tall: int = 256  # o, down (K >= 1024, few output rows)
+    warps_small: int = 8
+    bn_head: int = 128  # the LM head: 262144 rows
     bk_head: int = 128
-    block_keys: int = 64  # key cells per attention program
-    warps: int = 4
+    warps_head: int = 4
+    block_keys: int = 32  # key cells per attention program
+    warps_attn: int = 4
+    warps: int = 4  # q/k norm + RoPE and the merge
+    split_norm: bool = False  # norms + residual in their own kernel instead of every GEMV program
 
 
 def _pow2(n: int) -> int:
@@ -74,6 +80,7 @@ class FusedDecoder:
         self.o = buf(MAX_ROWS, D)
         self.gu = buf(MAX_ROWS, c.ffn)
         self.down = buf(MAX_ROWS, D)
+        self.xn = buf(MAX_ROWS, D)  # normed GEMV input (split_norm)
         self.hidden = buf(MAX_ROWS, D)
         self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)
         bs = tiles.block_keys
@@ -84,7 +91,8 @@ class FusedDecoder:
         self.op = buf(ns, QR, DH, dtype=torch.float32)
         self.mx = buf(ns, QR, dtype=torch.float32)
         self.ls = buf(ns, QR, dtype=torch.float32)
-        self.kp = _pow2(max(D, c.ffn, nq))
+        # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
+        self.prec = "ieee" if act == torch.float32 else "tf32"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -93,13 +101,22 @@ class FusedDecoder:
         M, K = x.shape
         N = w.shape[0] // 2 if gated else w.shape[0]
         assert M <= MP and w.shape[1] == K and y.shape[1] == N
-        bn, bk = (t.bn_head, t.bk_head) if head else (t.bn_small, t.bk_small)
+        if pro != 0 and t.split_norm:  # prologue as its own kernel, then a plain GEMV
+            xn = self.xn[:M]
+            fk.residual_norm[(M,)](x if pro == 1 else h, delta if delta is not None else x,
+                                   wpost if wpost is not None else wpre, wpre, hout if hout is not None else xn,
+                                   xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), num_warps=t.warps)
+            return self._linear(xn, w, y, gated=gated, head=head)
+        if head:
+            bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
+        else:
+            bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
         dummy = x
         fk.linear[(-(-N // bn),)](
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, num_warps=t.warps)
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
@@ -131,7 +148,7 @@ class FusedDecoder:
             n_ch = self.n_chunks[glob]
             fk.attn_partial[(n_ch, HKV)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                        num_warps=t.warps)
+                                        PREC=self.prec, num_warps=t.warps_attn)
             fk.attn_combine[(T * (H // HKV), HKV)](self.op, self.mx, self.ls, pos, self.att, T, window,
                                                   H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
                                                   num_warps=t.warps)

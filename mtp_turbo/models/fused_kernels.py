@@ -54,11 +54,12 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 program 0 also stores the new residual into HOUT.
         W [N or 2N, K] row-major in the activation dtype; X/H/DELTA/HOUT [M, K]; Y [M, N].
-        MP (>= M, >= 16) rows are computed, M stored; KP = next power of two >= K."""
+        MP (>= M, >= 16) rows are computed, M stored; KP = next power of two >= K.
+        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
         ACT: tl.constexpr = W.dtype.element_ty
         pid = tl.program_id(0)
         rm = tl.arange(0, MP)
@@ -92,10 +93,10 @@ if triton is not None:
             x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT)
             w_msk = n_mask[:, None] & k_mask[None, :]
             w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
-            acc = tl.dot(x, tl.trans(w), acc, input_precision="ieee")
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
             if GATED:
                 wu = tl.load(W + (rn[:, None] + N) * K + rk[None, :], mask=w_msk, other=0.0)
-                acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision="ieee")
+                acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
         if GATED:
             g = acc.to(ACT).to(tl.float32)
             u = acc_u.to(ACT).to(tl.float32)
@@ -103,6 +104,30 @@ if triton is not None:
             acc = gl.to(ACT).to(tl.float32) * u
         y_msk = m_mask[:, None] & n_mask[None, :]
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
+
+    @triton.jit
+    def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, K, eps, PRO: tl.constexpr, KP: tl.constexpr):
+        """One program per row m, the GEMV prologue as its own kernel (FusedTiles.split_norm):
+        PRO 1: XOUT = rmsnorm(H) * WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) * WPOST, then
+        XOUT = rmsnorm(HOUT) * WPRE. Same rounding points as linear's prologue."""
+        ACT: tl.constexpr = XOUT.dtype.element_ty
+        m = tl.program_id(0)
+        rk = tl.arange(0, KP)
+        k_mask = rk < K
+        off = m * K + rk
+        if PRO == 1:
+            hf = tl.load(H + off, mask=k_mask, other=0.0).to(tl.float32)
+        else:
+            d = tl.load(DELTA + off, mask=k_mask, other=0.0).to(tl.float32)
+            rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / K + eps)
+            wpost = tl.load(WPOST + rk, mask=k_mask, other=0.0).to(tl.float32)
+            dn = (d * rd * wpost).to(ACT).to(tl.float32)
+            h = (tl.load(H + off, mask=k_mask, other=0.0).to(tl.float32) + dn).to(ACT)
+            tl.store(HOUT + off, h, mask=k_mask)
+            hf = h.to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=0) / K + eps)
+        wpre = tl.load(WPRE + rk, mask=k_mask, other=0.0).to(tl.float32)
+        tl.store(XOUT + off, (hf * rstd * wpre).to(ACT), mask=k_mask)
 
     @triton.jit
     def _norm_rope(base, wn, cos, sin, rh, eps, DH: tl.constexpr, ACT: tl.constexpr):
@@ -152,10 +177,12 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr):
+                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
         """Program (s, g): key chunk c0 + s (BS cells) against the M * H/HKV query rows of KV
         group g. Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer.
-        Writes unnormalised O [QR, DH], row max and row sum into OP/MX/LS slot (s, g)."""
+        Writes unnormalised O [QR, DH], row max and row sum into OP/MX/LS slot (s, g).
+        P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
+        the row sum is taken over the rounded P, so the weights stay normalised."""
         s = tl.program_id(0)
         g = tl.program_id(1)
         REP: tl.constexpr = H // HKV
@@ -173,19 +200,19 @@ if triton is not None:
             k_ok = rs <= p_last
             kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
             k = tl.load(KC + kv_off, mask=k_ok[:, None], other=0.0)
-            sc = tl.dot(q, tl.trans(k), input_precision="ieee") * scale  # [QR, BS]
+            sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
             ok = q_ok[:, None] & k_ok[None, :] & (rs[None, :] <= qpos[:, None])
             ok = ok & ((window == 0) | (qpos[:, None] - rs[None, :] < window))
             sc = tl.where(ok, sc, float("-inf"))
             mx = tl.max(sc, axis=1)
             mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
-            p = tl.where(ok, tl.exp(sc - mx_safe[:, None]), 0.0)
-            v = tl.load(VC + kv_off, mask=k_ok[:, None], other=0.0).to(tl.float32)
-            o = tl.dot(p, v, input_precision="ieee")  # [QR, DH]
+            p = tl.where(ok, tl.exp(sc - mx_safe[:, None]), 0.0).to(KC.dtype.element_ty)
+            v = tl.load(VC + kv_off, mask=k_ok[:, None], other=0.0)
+            o = tl.dot(p, v, input_precision=PREC)  # [QR, DH] fp32
             slot = s * tl.num_programs(1) + g
             tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o)
             tl.store(MX + slot * QR + rq, mx)
-            tl.store(LS + slot * QR + rq, tl.sum(p, axis=1))
+            tl.store(LS + slot * QR + rq, tl.sum(p.to(tl.float32), axis=1))
 
     @triton.jit(do_not_specialize=["M"])
     def attn_combine(OP, MX, LS, POS, OUT, M, window,

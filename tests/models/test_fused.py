@@ -37,7 +37,7 @@ def tiny_model(seed=0, layers=6, window=16, heads=4, kv_heads=1, head_dim=32, hi
     return Gemma3(cfg, w, "cpu", torch.float32)
 
 
-def run_both(model, n_prefill, T, capacity=96):
+def run_both(model, n_prefill, T, capacity=96, tiles=None):
     c = model.cfg
     kv_ref = KVCache(c.n_layers, capacity, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
     g = torch.Generator().manual_seed(1)
@@ -47,7 +47,7 @@ def run_both(model, n_prefill, T, capacity=96):
     kv_f.k.copy_(kv_ref.k)
     kv_f.v.copy_(kv_ref.v)
     ref_logits, ref_h = model.forward(toks[n_prefill:], n_prefill, kv_ref)
-    dec = fused.FusedDecoder(model, kv_f)
+    dec = fused.FusedDecoder(model, kv_f, **({"tiles": tiles} if tiles else {}))
     pos = torch.arange(n_prefill, n_prefill + T)
     logits, hidden = dec.forward(toks[n_prefill:], pos)
     return (ref_logits, ref_h, kv_ref), (logits.clone(), hidden.clone(), kv_f), dec
@@ -66,6 +66,13 @@ def test_fused_matches_torch_forward(n_prefill, T):
     assert rel(fh, rh) < 1e-4
     n = n_prefill + T
     assert rel(kf.k[:, :n], kr.k[:, :n]) < 1e-5 and rel(kf.v[:, :n], kr.v[:, :n]) < 1e-5
+
+
+def test_fused_split_norm_variant_matches():
+    # the prologue as its own kernel (a tile option the GPU sweep compares) computes the same
+    model = tiny_model(seed=7)
+    (rl, rh, _), (fl, fh, _), _ = run_both(model, 40, 3, tiles=fused.FusedTiles(split_norm=True, block_keys=16))
+    assert rel(fl, rl) < 1e-4 and rel(fh, rh) < 1e-4
 
 
 def test_fused_gqa_two_kv_groups():
