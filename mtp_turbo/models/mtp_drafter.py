@@ -18,6 +18,7 @@ mtp.vocab_ids (absent = full head), mtp.recipe (JSON).
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +44,9 @@ DRAFT_QUANT_KEYS = ("q", "o", "fc_e", "fc_h", "gate", "up", "down")
 _REQUANT_FMT = {"q8_0": None, "bf16": None, "q5_0": "q5_0", "q4_0": "q4_0_lloyd"}
 HEAD_QUANTS = ("main", "bf16", "q8_0", "q5_0", "q4_0")  # LM head rows: the main model's format, or told
 GEMV_BACKENDS = ("auto", "dense", "torch", "triton")  # see uses_packed
+# static path: captured CUDA graphs exist for catch-up batches of <= GRAPH_ROWS rows (a round
+# catches up accepted + 1 rows) and chains of <= GRAPH_K drafts; bigger work runs the same code eagerly
+GRAPH_ROWS, GRAPH_K = 8, 8
 
 
 @dataclass(frozen=True)
@@ -234,7 +238,11 @@ class MTPDrafter:
 
     name = "mtp"
 
-    def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None, engine=None):
+    def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None, engine=None,
+                 static: bool | None = None, graphs: bool = True):
+        """static: run propose's catch-up + chain with static shapes (read cells padded to
+        sink + window + 1 and masked, inputs staged in one int64 vector; default: on CUDA);
+        graphs: replay that work from a CUDA graph per (catch-up rows, k) (CUDA only)."""
         c = head.cfg
         self.head, self.main = head, main  # main: for final_norm when hidden_source is post_norm
         self.engine = engine  # only read for its `tokens` in on_prefill
@@ -248,6 +256,17 @@ class MTPDrafter:
         self.tokens: list[int] = []
         self._prefill_next: int | None = None
         self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tests)
+        # static path (see _propose_static): on CUDA by default; the CPU keeps the variable-shape path
+        self.static = dev.type == "cuda" if static is None else bool(static)
+        self.use_graphs = bool(graphs) and self.static and dev.type == "cuda"
+        self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
+        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * self.max_reads
+        self._stage_dev = torch.zeros(self._stage_len, dtype=torch.int64, device=dev)  # graphs read these
+        self._stage_host = torch.zeros(self._stage_len, dtype=torch.int64,
+                                       pin_memory=dev.type == "cuda")  # one non_blocking upload a round
+        self._graphs: dict[tuple[int, int], tuple] = {}  # (n, k) -> (graph, drafts [k], logits [k, N])
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # the head's tables, >= capacity rows
+        self.last_drafts: torch.Tensor | None = None  # int64 [k] on the device (static path)
 
     # ---- engine hooks --------------------------------------------------------------------------
     def reset(self) -> None:
@@ -362,6 +381,8 @@ class MTPDrafter:
         self._repair(p0)
         c = max(min(self.cells.cell1, p0), self.h_lo)
         self.cells.truncate(c)
+        if self.static:
+            return self._propose_static(tokens, c, p0, k)
         # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
         # one batch: each matrix is read once for all of them
         xs, qs = self._encode(c, p0 - c + 1, tokens)
@@ -387,6 +408,107 @@ class MTPDrafter:
             drafts.append(d)
         self.last_logits = torch.stack(logits)
         return [int(t) for t in torch.stack(drafts).tolist()]  # the one host sync per draft chain
+
+    # ---- static path (CUDA graphs) -------------------------------------------------------------
+    # The same math as above with shapes that depend only on (n, k): catch-up rows [c, p0] (n of
+    # them, draft 0's row last) and k chain steps. Inputs live in one int64 vector, staged on the
+    # host and uploaded with one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft
+    # step j its read cells padded with -1 to M = sink + window + 1 [k, M]. The read cells follow
+    # from the cell bookkeeping alone (never from the drafts), so the host knows them up front;
+    # drafts are chosen and embedded on the device, and the k ids come back in one sync at the end.
+    # Attention over M masked cells sums in another order than over the exact cells, so logits
+    # differ from the variable-shape path by fp32 rounding; graph replay and the eager run of the
+    # static path are the same kernels (equal results), so a capture failure costs only speed.
+    def _stage(self, tokens: list[int], c: int, p0: int, k: int) -> torch.Tensor:
+        """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
+        n, M = p0 - c + 1, self.max_reads
+        self.cells.wrote(c, n)
+        L = 2 * n + k * M
+        fits = n <= GRAPH_ROWS and k <= GRAPH_K
+        host = self._stage_host[:L] if fits else torch.empty(L, dtype=torch.int64)
+        a = host.numpy()
+        a[:n] = np.arange(c, p0 + 1)
+        a[n: 2 * n] = tokens[c + 1: p0 + 2]
+        idx = a[2 * n:].reshape(k, M)
+        idx.fill(-1)
+        for j in range(k):
+            r = self.cells.read_cells_with_chain(p0 + j, range(p0 + 1, p0 + j + 1))
+            assert r.size <= M, (r.size, M)
+            idx[j, : r.size] = r
+        if not fits:
+            return host.to(self.head.device)
+        dev = self._stage_dev[:L]
+        dev.copy_(host, non_blocking=True)  # pinned: the host buffer is reused only after the round's sync
+        return dev
+
+    def _chain(self, staged: torch.Tensor, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The round's device work from its staged inputs -> (draft ids int64 [k], fp32 logits [k, N]).
+        No host syncs and no shape that depends on positions: capturable."""
+        head, W, cfg = self.head, self.head.ops, self.head.cfg
+        cos_t, sin_t = self._rope
+        pos, toks = staged[:n], staged[n: 2 * n]
+        raw = staged[2 * n:].view(k, self.max_reads)
+        valid, idx = raw >= 0, raw.clamp(min=0)
+        x = input_rows(W, cfg, head.embed[toks] * head.embed_scale, self.hbuf[pos])
+        q, kk, vv = qkv(W, cfg, x, cos_t[pos], sin_t[pos])
+        self.k_cache.index_copy_(0, pos, kk)
+        self.v_cache.index_copy_(0, pos, vv)
+        x, q = x[-1:], q[-1:]
+        drafts, logits = [], []
+        for j in range(k):
+            if j > 0:  # chain cell p0 + j
+                pj = pos[-1:] + j
+                q, kk, vv = qkv(W, cfg, x, cos_t[pj], sin_t[pj])
+                self.k_cache.index_copy_(0, pj, kk)
+                self.v_cache.index_copy_(0, pj, vv)
+            o = attend(cfg, q, self.k_cache[idx[j]], self.v_cache[idx[j]], valid[j: j + 1])
+            h = block_out(W, cfg, x, o)
+            lg = head.logits(h)
+            logits.append(lg[0])
+            i = lg[0].argmax()
+            d = i if head.vocab_ids is None else head.vocab_ids[i]
+            if j + 1 < k:
+                x = input_rows(W, cfg, head.embed[d.view(1)] * head.embed_scale, h)
+            drafts.append(d)
+        return torch.stack(drafts), torch.stack(logits)
+
+    def _propose_static(self, tokens: list[int], c: int, p0: int, k: int) -> list[int]:
+        if self._rope is None:  # grow the head's tables to every position once (same values)
+            self.head.rope_at(torch.tensor([self.capacity - 1], device=self.head.device))
+            self._rope = self.head.rope
+        n = p0 - c + 1
+        staged = self._stage(tokens, c, p0, k)
+        out = None
+        if self.use_graphs and n <= GRAPH_ROWS and k <= GRAPH_K:
+            g = self._graphs.get((n, k)) or self._capture(staged, n, k)
+            if g is not None:
+                g[0].replay()
+                out = g[1:]
+        if out is None:
+            out = self._chain(staged, n, k)
+        self.last_drafts, self.last_logits = out
+        return [int(t) for t in out[0].tolist()]  # the one host sync per round
+
+    def _capture(self, staged: torch.Tensor, n: int, k: int):
+        """Warm up on a side stream and capture the (n, k) work; None (and no more graphs) on
+        failure. The warm-up runs are this round's work done early: they write the same K/V."""
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    self._chain(staged, n, k)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                drafts, logits = self._chain(staged, n, k)
+        except Exception as e:  # a capture failure costs speed, never the answer
+            print(f"mtp-turbo: drafter CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
+                  "drafting eagerly", file=sys.stderr)
+            self.use_graphs = False
+            return None
+        self._graphs[(n, k)] = (graph, drafts, logits)
+        return self._graphs[(n, k)]
 
 
 # ---- loading ---------------------------------------------------------------------------------

@@ -149,8 +149,9 @@ def test_load_mtp_drafter_plumbs_draft_quant(head_file):
 
 
 # ---- the packed path: the same drafter on PackedLinear layers (torch fallback / Triton kernels) --
-def _drive(head, seed: int = 3, rounds: int = 3, k: int = 3):
-    """A short engine-like session: prefill, then rounds with random acceptance. -> (drafts, logits)."""
+def _drive(head, seed: int = 3, rounds: int = 3, k: int = 3, static: bool = False):
+    """A short engine-like session: prefill, then rounds with random acceptance. -> (drafts, logits).
+    static: the drafter's static-shape path (the one captured in CUDA graphs)."""
     import random
 
     from mtp_turbo.models.mtp_drafter import MTPDrafter
@@ -159,7 +160,7 @@ def _drive(head, seed: int = 3, rounds: int = 3, k: int = 3):
     g = torch.Generator().manual_seed(seed)
     tokens = [rng.randrange(V) for _ in range(21)]
     H = torch.randn(200, D, generator=g) * 2
-    dr = MTPDrafter(head, capacity=128, sink=4, window=8)
+    dr = MTPDrafter(head, capacity=128, sink=4, window=8, static=static)
     dr.on_prefill(0, len(tokens) - 1, H[: len(tokens) - 1].clone(), tokens)
     drafts, logits = [], []
     for _ in range(rounds):
@@ -205,9 +206,10 @@ def test_packed_path_matches_value_path(head_file, dq):
             assert ops[k].w.fmt == dq, k
             assert torch.equal(ops[k].w.dequantize(), dense.W[k]), k  # packed bytes = policy values
     d0, l0 = _drive(dense)
-    d1, l1 = _drive(packed)
-    assert d0 == d1
-    assert (l1 - l0).abs().max() <= 1e-5 * l0.abs().max(), float((l1 - l0).abs().max())
+    for static in (False, True):  # the static-shape path reads the packed layers the same way
+        d1, l1 = _drive(packed, static=static)
+        assert d0 == d1
+        assert (l1 - l0).abs().max() <= 1e-5 * l0.abs().max(), float((l1 - l0).abs().max())
 
 
 @pytest.mark.interpret
@@ -227,7 +229,7 @@ def test_kernel_path_matches_value_path(head_file, dq, monkeypatch):
     kern = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="triton")
     assert kern.ops["head"].use_kernel and kern.ops["down"].use_kernel
     d0, l0 = _drive(dense, rounds=2)
-    d1, l1 = _drive(kern, rounds=2)
+    d1, l1 = _drive(kern, rounds=2, static=dq == "q8_0")  # (static: the launches graphs capture)
     assert calls and max(calls) <= 4  # the kernels ran, on chunks of at most 4 rows
     assert d0 == d1
     assert (l1 - l0).abs().max() <= 1e-5 * l0.abs().max(), float((l1 - l0).abs().max())

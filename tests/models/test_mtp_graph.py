@@ -1,0 +1,255 @@
+"""The drafter's static-shape path (the one CUDA graphs capture): on the CPU it must draft the
+same tokens as the variable-shape path, with logits equal to fp32 rounding, over sessions with
+chunked prefill, rounds of k = 1..4, random acceptance, rollbacks, new prompts sharing a prefix,
+and contexts far past sink + window (the padded, masked read-cell vectors); the staged input
+vector is the documented layout; on CUDA (gpu tests) graph replay equals the eager static run
+bit for bit over real generates, and speculative temp-0 text equals plain text."""
+
+import random
+
+import pytest
+import torch
+
+from mtp_turbo.models.gemma3 import Gemma3Config
+from mtp_turbo.models.mtp_drafter import GRAPH_K, GRAPH_ROWS, MTPConfig, MTPDrafter, MTPHead, tensor_names
+
+V, D = 97, 64
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: threads only add contention (10x slower on a busy 2-core CI box)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# (built here rather than imported from test_mtp_drafter.py: --import-mode=importlib)
+def make_head(vocab_ids=None, seed=0):
+    mc = Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
+                      eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
+                      query_scale=32 ** -0.5, context_length=2048)
+    cfg = MTPConfig.for_main(mc)
+    g = torch.Generator().manual_seed(seed)
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes = {"fc_e": (D, D), "fc_h": (D, D), "q": (qd, D), "k": (kvd, D), "v": (kvd, D), "o": (D, qd),
+              "gate": (cfg.ffn, D), "up": (cfg.ffn, D), "down": (D, cfg.ffn)}
+    W = {}
+    for k in tensor_names(cfg):
+        if k.endswith("norm"):
+            W[k] = 1.0 + 0.1 * torch.randn(cfg.head_dim if k in ("q_norm", "k_norm") else D, generator=g)
+        else:
+            W[k] = torch.randn(*shapes[k], generator=g) / shapes[k][1] ** 0.5
+    embed = torch.randn(V, D, generator=torch.Generator().manual_seed(seed + 1))
+    return MTPHead(cfg, W, embed, vocab_ids, "cpu", torch.float32)
+
+
+class FakeMain:
+    """Hidden state of position c from (c, token c, token c-1): stale rows would show."""
+
+    def __init__(self, seed=0, n=1200):
+        g = torch.Generator().manual_seed(seed + 7)
+        self.P = torch.randn(n, D, generator=g) * 3
+        self.E = torch.randn(V, D, generator=g) * 3
+
+    def hidden(self, toks):
+        t = torch.tensor(toks)
+        prev = torch.cat([t[:1], t[:-1]])
+        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
+
+
+def twin_session(head, sink, window, seed, rounds, capacity=1100, prompt=(5, 60), chunk=37, ks=(1, 2, 3, 4)):
+    """Drive a variable-shape and a static drafter with the same calls; every propose must give
+    the same drafts, logits equal to fp32 rounding and the same cell state. Returns (rounds, the
+    longest context seen, the largest read-cell count of a query)."""
+    rng = random.Random(seed)
+    main = FakeMain(seed)
+    ref = MTPDrafter(head, capacity=capacity, sink=sink, window=window, static=False)
+    st = MTPDrafter(head, capacity=capacity, sink=sink, window=window, static=True)
+    assert not ref.static and st.static and not st.use_graphs  # no graphs without CUDA
+    both = (ref, st)
+
+    def prefill(tokens, start):
+        n_rows = len(tokens) - 1
+        H = main.hidden(tokens)
+        for c0 in range(start, n_rows, chunk):
+            c1 = min(n_rows, c0 + chunk)
+            for dr in both:
+                dr.on_prefill(c0, c1, H[c0:c1].clone(), tokens, n_rows=n_rows)
+
+    tokens = [rng.randrange(V) for _ in range(rng.randrange(*prompt))]
+    prefill(tokens, 0)
+    for dr in both:
+        dr.begin(tokens)
+    longest = widest = 0
+    for r in range(rounds):
+        k = rng.choice(ks)
+        want = ref.propose(tokens, k)
+        got = st.propose(tokens, k)
+        assert got == want, (r, got, want)
+        assert len(got) == k
+        torch.testing.assert_close(st.last_logits, ref.last_logits, rtol=1e-5, atol=1e-5)
+        assert st.cells == ref.cells
+        assert st.last_drafts.tolist() == got
+        longest = max(longest, len(tokens))
+        widest = max(widest, st.cells.read_cells(len(tokens) - 2).size)
+        a = rng.randrange(0, k + 1)
+        n = len(tokens)
+        new = tokens + got[:a] + [rng.randrange(V)]
+        hid = main.hidden(new)[n - 1: n + a]
+        for dr in both:
+            dr.observe(new, a, hid.clone())
+        tokens = new
+        u = rng.random()
+        if u < 0.1 and len(tokens) > 4:  # rollback (stop token / checkpoint restore)
+            m = rng.randrange(max(2, len(tokens) - 40), len(tokens))
+            tokens = tokens[:m]
+            for dr in both:
+                dr.truncate(m)
+        elif u < 0.15:  # a new prompt sharing a prefix (maybe long: past sink + window)
+            keep = rng.randrange(1, len(tokens))
+            tokens = tokens[:keep] + [rng.randrange(V) for _ in range(rng.randrange(1, 120))]
+            tokens = tokens[: capacity - 40]
+            prefill(tokens, keep - 1 if keep > 1 else 0)
+            for dr in both:
+                dr.begin(tokens)
+    return rounds, longest, widest
+
+
+@pytest.mark.parametrize("sink,window", [(0, 256), (64, 256)])
+def test_static_equals_variable_shape_long_context(sink, window):
+    """The engine's two drafter settings, contexts from ~450 tokens past sink + window."""
+    _, longest, widest = twin_session(make_head(), sink, window, seed=sink, rounds=120, prompt=(420, 480))
+    assert longest > sink + window + 100
+    assert widest == sink + window + 1  # queries read the full padded width
+
+
+@pytest.mark.parametrize("sink,window,seed", [(4, 8, 1), (0, 6, 2), (3, 1, 3), (16, 64, 4)])
+def test_static_equals_variable_shape_small_windows(sink, window, seed):
+    """Small sinks / windows: chain cells leave the window, sink and run split, repairs."""
+    twin_session(make_head(), sink, window, seed=seed, rounds=150, capacity=400, prompt=(5, 60))
+
+
+def test_static_reduced_vocab_and_big_batches():
+    """vocab_ids mapping on the device; k and catch-up batches past the graph limits (the
+    unstaged eager path) agree too."""
+    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40)))
+    twin_session(make_head(vocab_ids=ids), 4, 16, seed=5, rounds=30, capacity=400)
+    twin_session(make_head(seed=2), 8, 32, seed=6, rounds=12, capacity=400, ks=(GRAPH_K + 1, GRAPH_K + 3))
+
+
+def test_staged_layout():
+    """positions | tokens | read cells per chain step padded with -1, as the cell rules say."""
+    head = make_head()
+    main = FakeMain(0)
+    dr = MTPDrafter(head, capacity=200, sink=2, window=5, static=True)
+    toks = [random.Random(0).randrange(V) for _ in range(30)]
+    dr.on_prefill(0, 29, main.hidden(toks)[:29], toks)
+    dr.begin(toks)
+    p0, c, k = 28, 26, 3
+    dr.cells.truncate(c)  # three catch-up rows, draft 0's row last
+    M = dr.max_reads
+    st = dr._stage(toks, c, p0, k)
+    n = p0 - c + 1
+    assert st.shape == (2 * n + k * M,) and n <= GRAPH_ROWS
+    assert st[:n].tolist() == [26, 27, 28] and st[n: 2 * n].tolist() == toks[27:30]
+    rows = st[2 * n:].view(k, M).tolist()
+    for j, row in enumerate(rows):
+        p = p0 + j
+        want = [0, 1] + [x for x in range(p - 5, p + 1)]  # sink + window, chain cells p0+1..p included
+        assert row[: len(want)] == want and all(v == -1 for v in row[len(want):]), (j, row)
+    assert dr.cells.cell1 == p0 + 1
+
+
+# ---- CUDA ----------------------------------------------------------------------------------
+class Tee:
+    """Drives several MTP drafters with the engine's calls; the first one's drafts are used.
+    Every round: graph replay == eager static (drafts and logits bit for bit); the variable-shape
+    drafter's drafts are counted against them (fp32-rounding ties may flip a rare argmax)."""
+
+    name = "mtp"
+
+    def __init__(self, graph, eager, variable):
+        self.ds = (graph, eager, variable)
+        self.rounds = self.same_as_variable = self.drafted = 0
+
+    def __getattr__(self, name):  # on_prefill, truncate, reset, begin, observe
+        if name not in ("on_prefill", "truncate", "reset", "begin", "observe"):
+            raise AttributeError(name)
+        return lambda *a, **kw: [getattr(d, name)(*a, **kw) for d in self.ds][0]
+
+    def propose(self, tokens, k):
+        g, e, v = (d.propose(tokens, k) for d in self.ds)
+        assert g == e, (g, e)
+        if g:
+            assert torch.equal(self.ds[0].last_logits, self.ds[1].last_logits)
+        self.rounds += 1
+        self.drafted += len(g)
+        self.same_as_variable += sum(a == b for a, b in zip(g, v))
+        return g
+
+
+@pytest.mark.gpu
+def test_cuda_graph_drafts_equal_eager_and_text_is_exact(model_path, monkeypatch):
+    import mtp_turbo.spec.round as round_mod
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    eng = Engine(EngineConfig(model=str(model_path), device="cuda", progress=False))
+    greedy = SamplerConfig(temperature=0.0)
+    prompt = "Question: Explain in detail how a steam engine works.\nAnswer:"
+    plain = eng.generate_ids(prompt, sampler=greedy, max_tokens=96)
+    spec = SpecConfig(draft="mtp", draft_tokens=3)
+    got = eng.generate_ids(prompt, sampler=greedy, max_tokens=96, spec=spec)
+    assert got == plain
+    dr = eng.drafter
+    assert dr.static and dr.use_graphs and dr._graphs, "the engine's drafter replays graphs"
+    assert eng.last_stats.spec["accepted"] > 0
+
+    def tee(engine, sp):
+        g, e, v = (load_mtp_drafter(engine, sp) for _ in range(3))
+        e.use_graphs = False
+        v.static = False
+        return Tee(g, e, v)
+
+    monkeypatch.setattr(round_mod, "make_drafter", tee)
+    spec4 = SpecConfig(draft="mtp", draft_tokens=4)  # a new spec: the engine makes (and prefills) a drafter
+    long_prompt = "The history of the printing press. " * 40 + "Summarize:"
+    for p in (prompt, long_prompt):
+        got = eng.generate_ids(p, sampler=greedy, max_tokens=80, spec=spec4)
+        assert got == eng.generate_ids(p, sampler=greedy, max_tokens=80)
+        eng.drafter, eng._drafter_spec = None, None
+    t = None
+    got = eng.generate_ids(prompt, sampler=greedy, max_tokens=80, spec=spec4)
+    t = eng.drafter
+    assert isinstance(t, Tee) and t.rounds > 10 and t.ds[0]._graphs
+    assert t.same_as_variable >= 0.95 * t.drafted, (t.same_as_variable, t.drafted)
+
+
+@pytest.mark.gpu
+def test_cuda_capture_failure_falls_back_with_same_drafts(model_path, monkeypatch, capsys):
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
+    from mtp_turbo.spec.config import SpecConfig
+
+    eng = Engine(EngineConfig(model=str(model_path), device="cuda", progress=False))
+    spec = SpecConfig(draft="mtp", draft_tokens=3)
+    a, b = load_mtp_drafter(eng, spec), load_mtp_drafter(eng, spec)
+    b.use_graphs = False
+    toks = eng.encode_prompt("One, two, three, four, five, six, seven,")
+    g = torch.Generator().manual_seed(0)
+    hid = torch.randn(len(toks) - 1, eng.model.cfg.hidden, generator=g).to("cuda", eng.model.dtype)
+
+    def boom(*a, **kw):
+        raise RuntimeError("no capture today")
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", boom)
+    for d in (a, b):
+        d.on_prefill(0, len(toks) - 1, hid, toks)
+        d.begin(toks)
+    assert a.propose(toks, 3) == b.propose(toks, 3)
+    assert not a.use_graphs and "capture failed" in capsys.readouterr().err
+    assert torch.equal(a.last_logits, b.last_logits)
