@@ -7,10 +7,12 @@ For each --draft-quant:
 - draft step: a drafter loaded like the engine loads it (packed layers on the Triton GEMV on
   CUDA, dense F.linear on the CPU; LM head rows in the main model's format), prefilled with a
   1k-token context, then `propose(tokens, 1)` (one draft step: one row through fc, the block and
-  the head, plus the id's host sync) timed many times after warm-up, median, CUDA-synchronised.
-  The drafter's propose is not capturable (host-side cell bookkeeping), so this is plain timing;
-  beside it, the GEMV chain of one step (every matrix of the step, head included) replayed as a
-  CUDA graph: the weight-reading floor of the step, with its bytes and GB/s.
+  the head, plus the id's host sync) timed many times after warm-up, median, CUDA-synchronised;
+  and ms per round of k = 3 / k = 1 drafts (with 1 or 2 catch-up rows) in each propose mode:
+  graph (CUDA-graph replay, the CUDA default), static (the same code eagerly), variable (the
+  variable-shape path: the CPU default). Beside it, the GEMV chain of one step (every matrix of
+  the step, head included) replayed as a CUDA graph: the weight-reading floor of the step, with
+  its bytes and GB/s.
   An extra row "bf16/dense-head" is the old all-dense path (bf16 matrices and bf16 head rows).
 - acceptance: bench/accept.py's prompts and run_cell on the MT-Bench first turns (temp 0,
   k = 3): tokens per round and acceptance per draft position.
@@ -54,22 +56,57 @@ def make_drafter(engine: Engine, path: Path, quant: str, head_quant: str, ctx: i
     return MTPDrafter(head, max(engine.ctx_size, ctx + 64), sink=64, window=256, main=engine.model)
 
 
-def time_propose(dr: MTPDrafter, tokens: list[int], steps: int, warmup: int) -> dict:
-    """Median ms of propose(tokens, 1) (one draft step) and propose(tokens, 3) / 3."""
+# propose's modes: "graph" = static shapes replayed from CUDA graphs (the CUDA default),
+# "static" = the same static-shape code run eagerly (what a failed capture falls back to),
+# "variable" = the variable-shape path (the CPU default; the CUDA path before the graphs)
+MODES = ("graph", "static", "variable")
+
+
+def set_mode(dr: MTPDrafter, mode: str) -> None:
+    dr.static = mode != "variable"
+    dr.use_graphs = mode == "graph"
+
+
+def time_propose(dr: MTPDrafter, tokens: list[int], steps: int, warmup: int, catch_up: int = 1) -> dict:
+    """Median ms of propose(tokens, 1) (one draft step) and propose(tokens, 3) / 3; catch_up: rows
+    the round encodes before drafting (a real round after `a` accepted drafts: a + 1)."""
     dev = dr.head.device
+    p0 = len(tokens) - 2
     out = {}
     for k in (1, 3):
-        for _ in range(warmup):
-            dr.propose(tokens, k)
         ts = []
-        for _ in range(steps):
+        for i in range(warmup + steps):
+            dr.cells.truncate(p0 - catch_up + 1)  # rows p0-catch_up+1 .. p0 to encode again
             _sync(dev)
             t0 = time.perf_counter()
             dr.propose(tokens, k)
             _sync(dev)
-            ts.append(time.perf_counter() - t0)
+            if i >= warmup:
+                ts.append(time.perf_counter() - t0)
         out[f"ms_propose_k{k}"] = statistics.median(ts) * 1e3
     out["ms_per_step_k3"] = out["ms_propose_k3"] / 3
+    return out
+
+
+def time_modes(dr: MTPDrafter, tokens: list[int], steps: int, warmup: int) -> dict:
+    """ms per round of k = 3 drafts (catch-up 1 and 2 rows) for each mode, and whether the graph
+    mode's drafts equal the eager static mode's."""
+    out = {}
+    modes = MODES if dr.head.device.type == "cuda" else MODES[1:]
+    drafts = {}
+    for mode in modes:
+        set_mode(dr, mode)
+        for cu in (1, 2):
+            r = time_propose(dr, tokens, steps, warmup, catch_up=cu)
+            out[f"ms_round_k3_cu{cu}_{mode}"] = r["ms_propose_k3"]
+            out[f"ms_round_k1_cu{cu}_{mode}"] = r["ms_propose_k1"]
+        dr.cells.truncate(len(tokens) - 3)
+        drafts[mode] = dr.propose(tokens, 3)
+    if "graph" in drafts:
+        out["graph_used"] = bool(dr._graphs) and dr.use_graphs
+        out["graph_drafts_equal_static"] = drafts["graph"] == drafts["static"]
+    out["static_drafts_equal_variable"] = drafts["static"] == drafts["variable"]
+    set_mode(dr, "graph" if dr.head.device.type == "cuda" else "variable")
     return out
 
 
@@ -144,6 +181,7 @@ def measure_step(engine, path, quant, head_quant, args) -> dict:
     hid = (torch.randn(len(ctx) - 1, engine.model.cfg.hidden, generator=g) * 2).to(dr.head.device, dr.head.dtype)
     dr.on_prefill(0, len(ctx) - 1, hid, ctx)
     r = time_propose(dr, ctx, args.steps, args.warmup)
+    r.update(time_modes(dr, ctx, args.steps, args.warmup))
     r["packed_layers"] = sorted(k for k, v in dr.head.ops.items() if not isinstance(v, torch.Tensor))
     if engine.device.type == "cuda":
         r.update(time_gemv_chain(dr.head))
@@ -215,6 +253,13 @@ def main(argv=None) -> int:
               f"| {f(r.get('gemv_chain_gbs'), '.0f')} | {f(a.get('tokens_per_round'), '.3f')} "
               f"| {' '.join(f'{x:.3f}' for x in a.get('acceptance_per_position', [])) or '-'}"
               f"{' | FAILED: ' + err if err else ''} |")
+    print("\nms per propose round (median, CUDA-synchronised), by mode; cu = catch-up rows encoded in the round")
+    cols = [(m, k, cu) for m in MODES for k in (3, 1) for cu in (1, 2)]
+    print("| draft quant | " + " | ".join(f"{m} k={k} cu={cu}" for m, k, cu in cols) + " | graph == static |")
+    print("|---|" + "---|" * (len(cols) + 1))
+    for r in rows:
+        print(f"| {r['quant']} | " + " | ".join(f(r.get(f"ms_round_k{k}_cu{cu}_{m}"), ".3f") for m, k, cu in cols)
+              + f" | {r.get('graph_drafts_equal_static', '-')} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": str(engine.device), "cuda_name": torch.cuda.get_device_name() if cuda else None,
