@@ -451,26 +451,27 @@ class MTPDrafter:
         valid, idx = raw >= 0, raw.clamp(min=0)
         x = input_rows(W, cfg, head.embed[toks] * head.embed_scale, self.hbuf[pos])
         q, kk, vv = qkv(W, cfg, x, cos_t[pos], sin_t[pos])
-        self.k_cache.index_copy_(0, pos, kk)
-        self.v_cache.index_copy_(0, pos, vv)
+        self.k_cache.index_copy_(0, pos, kk.to(self.k_cache.dtype))
+        self.v_cache.index_copy_(0, pos, vv.to(self.v_cache.dtype))
         x, q = x[-1:], q[-1:]
         drafts, logits = [], []
         for j in range(k):
             if j > 0:  # chain cell p0 + j
                 pj = pos[-1:] + j
                 q, kk, vv = qkv(W, cfg, x, cos_t[pj], sin_t[pj])
-                self.k_cache.index_copy_(0, pj, kk)
-                self.v_cache.index_copy_(0, pj, vv)
+                self.k_cache.index_copy_(0, pj, kk.to(self.k_cache.dtype))
+                self.v_cache.index_copy_(0, pj, vv.to(self.v_cache.dtype))
             o = attend(cfg, q, self.k_cache[idx[j]], self.v_cache[idx[j]], valid[j: j + 1])
             h = block_out(W, cfg, x, o)
             lg = head.logits(h)
             logits.append(lg[0])
-            i = lg[0].argmax()
+            # [1]-shaped ids: indexing with a 0-dim tensor would call .item() (a sync; no capture)
+            i = lg.argmax(-1)
             d = i if head.vocab_ids is None else head.vocab_ids[i]
             if j + 1 < k:
-                x = input_rows(W, cfg, head.embed[d.view(1)] * head.embed_scale, h)
+                x = input_rows(W, cfg, head.embed[d] * head.embed_scale, h)
             drafts.append(d)
-        return torch.stack(drafts), torch.stack(logits)
+        return torch.cat(drafts), torch.stack(logits)
 
     def _propose_static(self, tokens: list[int], c: int, p0: int, k: int) -> list[int]:
         if self._rope is None:  # grow the head's tables to every position once (same values)

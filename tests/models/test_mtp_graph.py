@@ -162,6 +162,45 @@ def test_staged_layout():
     assert dr.cells.cell1 == p0 + 1
 
 
+class NoSync(torch.utils._python_dispatch.TorchDispatchMode):
+    """Fails on the ops that read a device value on the host (.item(), data-dependent shapes):
+    on CUDA each is a sync, and illegal inside a graph capture."""
+
+    BANNED = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "repeat_interleave.Tensor")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket.__name__) + ("." + func._overloadname if func._overloadname == "Tensor" else "")
+        assert not any(name.startswith(b) for b in self.BANNED), f"host sync in the captured work: {func}"
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_static_chain_has_no_host_syncs(reduced, monkeypatch):
+    """What the graph captures (_chain) never reads a device value on the host (e.g. indexing
+    with a 0-dim id tensor would call .item()); the legacy path does, which is why it is slow."""
+    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40))) if reduced else None
+    dr = MTPDrafter(make_head(vocab_ids=ids), capacity=300, sink=4, window=16, static=True)
+    real, ran = dr._chain, []
+
+    def checked(*a):  # (inference mode hides ops from dispatch modes: leave it for the check)
+        with torch.inference_mode(False), torch.no_grad(), NoSync():
+            ran.append(1)
+            return real(*a)
+
+    monkeypatch.setattr(dr, "_chain", checked)
+    main = FakeMain(0)
+    toks = [random.Random(1).randrange(V) for _ in range(40)]
+    dr.on_prefill(0, 39, main.hidden(toks)[:39], toks)
+    dr.begin(toks)
+    for k in (1, 3):
+        assert len(dr.propose(toks, k)) == k
+    assert len(ran) == 2
+    legacy = MTPDrafter(make_head(vocab_ids=ids), capacity=300, sink=4, window=16, static=False)
+    legacy.on_prefill(0, 39, main.hidden(toks)[:39], toks)
+    with pytest.raises(AssertionError, match="host sync"), torch.no_grad(), NoSync():
+        MTPDrafter.propose.__wrapped__(legacy, toks, 3)  # the mode does catch syncs
+
+
 # ---- CUDA ----------------------------------------------------------------------------------
 class Tee:
     """Drives several MTP drafters with the engine's calls; the first one's drafts are used.
