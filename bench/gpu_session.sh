@@ -45,7 +45,7 @@ case $step in
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
     timeout 240 python3 -m pytest -q -m gpu tests/models -p no:cacheprovider --model-path /tmp/gguf/model.gguf 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
     timeout 400 python3 bench/decode_bench.py --model /tmp/gguf/model.gguf --sweep-tiles --profile --skip-hf \
-      --ks 3 --mtp-ks 3 --out "$OUT/decode.json" 2>&1 | grep -v Warning | tee "$OUT/decode.txt" | tail -60
+      --ks 3 --mtp-ks 3 --reps 2 --out "$OUT/decode.json" 2>&1 | grep -v Warning | tee "$OUT/decode.txt" | tail -60
     tail -1 /tmp/llama-build.log ;;
   gemv)
     timeout 240 python3 bench/gemv_bench.py --shapes 262144x640,2048x640,640x2048,1024x640 \

@@ -46,8 +46,9 @@ HELP = {
     "draft_sink": "MTP drafter: first cells always attended (0 = off, max 1024)",
     "draft_window": "MTP drafter: most recent cells attended",
     "drafter": "MTP head GGUF (default: the head shipped for the default model)",
-    "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: q8_0 (as stored), "
-    "q5_0, q4_0 (Lloyd scale search) or bf16 (the stored Q8_0 values in the compute dtype); K/V stay Q8_0",
+    "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: bf16 (the stored Q8_0 "
+    "values in the compute dtype, dense products: fastest on an H200, bench/RESULTS.md), q8_0 (packed as "
+    "stored), q5_0, q4_0 (Lloyd scale search); K/V stay Q8_0",
     "draft_tile": "MTP drafter GEMV tile override KERNEL,BN,BK,WARPS,STAGES for A/B tests (empty = defaults "
     "per matrix class); rejected unless it is a supported combination",
     "draft_head_quant": "MTP drafter LM-head rows: main (the main model's stored bytes), bf16, q8_0, q5_0, q4_0",

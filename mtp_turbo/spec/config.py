@@ -20,7 +20,7 @@ class SpecConfig:
     draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
-    draft_quant: str = "q8_0"  # MTP drafter weight format: q8_0 | q5_0 | q4_0 | bf16
+    draft_quant: str = "bf16"  # MTP drafter weight format: bf16 | q8_0 | q5_0 | q4_0 (bf16: fastest, RESULTS.md)
     draft_tile: str = ""  # GEMV tile override "KERNEL,BN,BK,W,S" for A/B ("" = per-matrix defaults)
     draft_head_quant: str = "main"  # drafter LM-head rows: main (the model's own bytes) | bf16 | q8_0 | q5_0 | q4_0
 
