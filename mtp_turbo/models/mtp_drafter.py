@@ -5,7 +5,9 @@ Owns: the head's math (`x = fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(
 Gemma-3 block with a sliding-base RoPE, final norm, the main model's tied LM head or a gathered
 subset of its rows), the drafter's static position-indexed KV cache (cell c = the row built from
 (h_c, token c+1), RoPE at position c when K is written), catch-up / chain drafting over the cells
-DraftCells allows (sink + window + current chain), a from-scratch reference used by the tests,
+DraftCells allows (sink + window + current chain), drafting the argmax of the head's logits after
+the sampler's penalty stage (set_sampler; the verifier's penalty window), a from-scratch reference
+used by the tests,
 and loading the head's GGUF with the --draft-quant weight policy (writing it is train/export.py's job).
 Ignores: the cell bookkeeping rules (cache/cells.py), verification (spec/), training (train/).
 
@@ -28,6 +30,7 @@ import torch.nn.functional as F
 
 from ..cache.cells import DraftCells, DraftCellsConfig
 from ..errors import ModelFileError
+from ..sampling.chain import _apply_penalties
 from .gemma3 import LAYER_TENSORS, apply_rope, rms_norm, rope_tables
 
 ARCH = "gemma3-mtp"
@@ -260,11 +263,18 @@ class MTPDrafter:
         self.static = dev.type == "cuda" if static is None else bool(static)
         self.use_graphs = bool(graphs) and self.static and dev.type == "cuda"
         self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
-        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * self.max_reads
+        # + GRAPH_K: per chain step, the head index of the token leaving the penalty window (penalties on)
+        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * self.max_reads + GRAPH_K
         self._stage_dev = torch.zeros(self._stage_len, dtype=torch.int64, device=dev)  # graphs read these
         self._stage_host = torch.zeros(self._stage_len, dtype=torch.int64,
                                        pin_memory=dev.type == "cuda")  # one non_blocking upload a round
-        self._graphs: dict[tuple[int, int], tuple] = {}  # (n, k) -> (graph, drafts [k], logits [k, N])
+        self._graphs: dict[tuple, tuple] = {}  # (n, k, penalty key) -> (graph, drafts [k], logits [k, N])
+        # sampler penalties (set_sampler): drafts are the argmax of the PENALISED head logits
+        self._pen = None  # SamplerConfig whose penalty stage runs, or None (raw argmax, as without one)
+        self._vmap: np.ndarray | None = None  # full token id -> head index (-1: not a head row)
+        n_rows = head.head_rows.shape[0]
+        self._pen_dev = torch.zeros(n_rows, dtype=torch.float32, device=dev)  # window counts [N]
+        self._pen_host = torch.zeros(n_rows, dtype=torch.float32, pin_memory=dev.type == "cuda")
         self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # the head's tables, >= capacity rows
         self.last_drafts: torch.Tensor | None = None  # int64 [k] on the device (static path)
 
@@ -332,6 +342,65 @@ class MTPDrafter:
             if n > 0:
                 self._encode(a, n, self.tokens)
 
+    # ---- sampler penalties ---------------------------------------------------------------------
+    # Under the exact rule a draft is accepted with probability p_i(draft), p_i the main model's
+    # distribution after the whole sampler chain, so the best draft is that distribution's argmax.
+    # Temperature / top-p / min-p keep the argmax; the penalties move it. So the head's logits get
+    # the same penalty stage (sampling/chain.py) over the window the verifier will use at that row:
+    # the committed tokens plus the drafts before it in the chain. Drafts are proposals only:
+    # exactness does not depend on this, acceptance does.
+    def set_sampler(self, sampler) -> None:
+        """The SamplerConfig the verifier uses (None = raw argmax drafts). Only its penalty stage
+        matters here; without penalties the drafts are exactly the unpenalised ones."""
+        on = (sampler is not None and sampler.uses_penalties and "penalties" in sampler.order)
+        self._pen = sampler if on else None
+
+    def _pen_key(self):
+        p = self._pen
+        return None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
+
+    def _head_index(self) -> np.ndarray:
+        """full token id -> head row index (-1 where the head has no row for it)."""
+        if self._vmap is None:
+            v = self.head.embed.shape[0]
+            ids = self.head.vocab_ids
+            if ids is None:
+                self._vmap = np.arange(v, dtype=np.int64)
+            else:
+                self._vmap = np.full(v, -1, dtype=np.int64)
+                self._vmap[ids.cpu().numpy()] = np.arange(ids.shape[0], dtype=np.int64)
+        return self._vmap
+
+    def _pen_window(self, tokens: list[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Penalty window of draft 0 (the last penalty_last_n committed tokens; -1 = all) as head
+        counts float32 [N], and for each chain step j the head index of the committed token that
+        leaves the window when draft j-1 enters it, int64 [k] (-1 = none; entry 0 is always -1).
+        Tokens without a head row are left out: they cannot change the head's argmax."""
+        last_n, T = self._pen.penalty_last_n, len(tokens)
+        vmap = self._head_index()
+        lo = 0 if last_n < 0 else max(0, T - last_n)
+        win = vmap[np.asarray(tokens[lo:], dtype=np.int64)]
+        counts = np.bincount(win[win >= 0], minlength=self._pen_dev.shape[0]).astype(np.float32)
+        leave = np.full(k, -1, dtype=np.int64)
+        if last_n > 0:
+            for j in range(1, k):
+                t = T - last_n + j - 1  # history T + j tokens, window [T + j - last_n, T + j)
+                if t >= 0:
+                    leave[j] = vmap[tokens[t]]
+        return counts, leave
+
+    def _penalised_pick(self, lg: torch.Tensor, c: torch.Tensor | None, i_prev: torch.Tensor | None,
+                        leave: torch.Tensor | None):
+        """Head logits lg [1, N] -> (head index [1] of the draft, counts [N] used). c: counts of
+        the previous step (None = penalties off); i_prev [1]: the previous draft's head index
+        (enters the window), leave [1]: the index leaving it (-1 = none). Out of place, no sync."""
+        if c is None:
+            return lg.argmax(-1), None
+        if i_prev is not None:
+            c = c.index_add(0, i_prev, torch.ones(1, dtype=c.dtype, device=c.device))
+            c = c.index_add(0, leave.clamp(min=0), -(leave >= 0).to(c.dtype))
+        return _apply_penalties(lg, c[None], self._pen).argmax(-1), c
+
     # ---- Drafter interface ---------------------------------------------------------------------
     def begin(self, tokens: list[int]) -> None:
         m = 0
@@ -390,6 +459,10 @@ class MTPDrafter:
         head, W, cfg = self.head, self.head.ops, self.head.cfg
         dev = head.device
         drafts, chain, logits = [], [], []
+        cnt = leave = i = None
+        if self._pen is not None:
+            c_np, l_np = self._pen_window(tokens, k)
+            cnt, leave = torch.from_numpy(c_np).to(dev), torch.from_numpy(l_np).to(dev)
         for j in range(k):
             p = p0 + j
             if j > 0:  # chain cell: K/V of a draft, not committed
@@ -401,19 +474,22 @@ class MTPDrafter:
             h = block_out(W, cfg, x, attend(cfg, q, self.k_cache[idx], self.v_cache[idx]))
             lg = head.logits(h)
             logits.append(lg[0])
-            i = lg[0].argmax()
+            i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None,
+                                          None if leave is None else leave[j: j + 1])
             d = i if head.vocab_ids is None else head.vocab_ids[i]
             if j + 1 < k:
-                x = input_rows(W, cfg, head.embed[d.view(1)] * head.embed_scale, h)
+                x = input_rows(W, cfg, head.embed[d] * head.embed_scale, h)
             drafts.append(d)
         self.last_logits = torch.stack(logits)
-        return [int(t) for t in torch.stack(drafts).tolist()]  # the one host sync per draft chain
+        return [int(t) for t in torch.cat(drafts).tolist()]  # the one host sync per draft chain
 
     # ---- static path (CUDA graphs) -------------------------------------------------------------
     # The same math as above with shapes that depend only on (n, k): catch-up rows [c, p0] (n of
     # them, draft 0's row last) and k chain steps. Inputs live in one int64 vector, staged on the
     # host and uploaded with one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft
-    # step j its read cells padded with -1 to M = sink + window + 1 [k, M]. The read cells follow
+    # step j its read cells padded with -1 to M = sink + window + 1 [k, M] | with sampler penalties
+    # only: for each step j the head index leaving the penalty window [k] (-1 none), next to draft
+    # 0's window counts [N] uploaded to _pen_dev (drafts update a copy on the device). The read cells follow
     # from the cell bookkeeping alone (never from the drafts), so the host knows them up front;
     # drafts are chosen and embedded on the device, and the k ids come back in one sync at the end.
     # Attention over M masked cells sums in another order than over the exact cells, so logits
@@ -423,14 +499,19 @@ class MTPDrafter:
         """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
         n, M = p0 - c + 1, self.max_reads
         self.cells.wrote(c, n)
-        L = 2 * n + k * M
+        pen = self._pen is not None
+        L = 2 * n + k * M + (k if pen else 0)
         fits = n <= GRAPH_ROWS and k <= GRAPH_K
         host = self._stage_host[:L] if fits else torch.empty(L, dtype=torch.int64)
         a = host.numpy()
         a[:n] = np.arange(c, p0 + 1)
         a[n: 2 * n] = tokens[c + 1: p0 + 2]
-        idx = a[2 * n:].reshape(k, M)
+        idx = a[2 * n: 2 * n + k * M].reshape(k, M)
         idx.fill(-1)
+        if pen:  # window counts of draft 0 -> _pen_dev (pinned, reused after the round's sync)
+            counts, a[2 * n + k * M:] = self._pen_window(tokens, k)
+            self._pen_host.numpy()[:] = counts
+            self._pen_dev.copy_(self._pen_host, non_blocking=True)
         for j in range(k):
             r = self.cells.read_cells_with_chain(p0 + j, range(p0 + 1, p0 + j + 1))
             assert r.size <= M, (r.size, M)
@@ -447,7 +528,13 @@ class MTPDrafter:
         head, W, cfg = self.head, self.head.ops, self.head.cfg
         cos_t, sin_t = self._rope
         pos, toks = staged[:n], staged[n: 2 * n]
-        raw = staged[2 * n:].view(k, self.max_reads)
+        km = k * self.max_reads
+        raw = staged[2 * n: 2 * n + km].view(k, self.max_reads)
+        # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
+        # and the head index leaving the window at each chain step [k]
+        cnt = None if self._pen is None else self._pen_dev
+        leave = None if self._pen is None else staged[2 * n + km:]
+        i = None
         valid, idx = raw >= 0, raw.clamp(min=0)
         x = input_rows(W, cfg, head.embed[toks] * head.embed_scale, self.hbuf[pos])
         q, kk, vv = qkv(W, cfg, x, cos_t[pos], sin_t[pos])
@@ -466,7 +553,8 @@ class MTPDrafter:
             lg = head.logits(h)
             logits.append(lg[0])
             # [1]-shaped ids: indexing with a 0-dim tensor would call .item() (a sync; no capture)
-            i = lg.argmax(-1)
+            i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None,
+                                          None if leave is None else leave[j: j + 1])
             d = i if head.vocab_ids is None else head.vocab_ids[i]
             if j + 1 < k:
                 x = input_rows(W, cfg, head.embed[d] * head.embed_scale, h)
@@ -481,7 +569,7 @@ class MTPDrafter:
         staged = self._stage(tokens, c, p0, k)
         out = None
         if self.use_graphs and n <= GRAPH_ROWS and k <= GRAPH_K:
-            g = self._graphs.get((n, k)) or self._capture(staged, n, k)
+            g = self._graphs.get((n, k, self._pen_key())) or self._capture(staged, n, k)
             if g is not None:
                 g[0].replay()
                 out = g[1:]
@@ -508,8 +596,9 @@ class MTPDrafter:
                   "drafting eagerly", file=sys.stderr)
             self.use_graphs = False
             return None
-        self._graphs[(n, k)] = (graph, drafts, logits)
-        return self._graphs[(n, k)]
+        key = (n, k, self._pen_key())  # the penalty values are constants of the captured work
+        self._graphs[key] = (graph, drafts, logits)
+        return self._graphs[key]
 
 
 # ---- loading ---------------------------------------------------------------------------------

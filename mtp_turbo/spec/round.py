@@ -63,6 +63,8 @@ class _Timer:
 def speculative_tokens(engine, sampler, spec: SpecConfig, budget: int, stats, drafter: Drafter | None = None) -> Iterator[list[int]]:
     """Yield the tokens each round emits (accepted drafts + one recovered or bonus token)."""
     drafter = drafter or make_drafter(engine, spec)
+    if hasattr(drafter, "set_sampler"):  # drafts the argmax after the verifier's penalties (MTP)
+        drafter.set_sampler(sampler if spec.spec_sample == "exact" else None)
     drafter.begin(engine.tokens)
     K = spec.draft_tokens
     drafted_at = [0] * K

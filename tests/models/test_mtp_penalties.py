@@ -1,0 +1,231 @@
+"""The MTP drafter under sampler penalties: every draft is the argmax of the head's logits after
+the sampling chain's own penalty stage, over the window the verifier uses at that row (committed
+tokens ++ the earlier drafts of the chain, last penalty_last_n of them), checked against a plain
+reference (full-vocab logits, penalty_counts, the greedy chain) over sessions with chained drafts
+that repeat window tokens, tokens leaving the window, rollbacks and reduced heads; the static
+(graph) path equals the variable-shape path; without penalties nothing changes."""
+
+import dataclasses
+import random
+
+import pytest
+import torch
+
+from mtp_turbo.models.gemma3 import Gemma3Config
+from mtp_turbo.models.mtp_drafter import MTPConfig, MTPDrafter, MTPHead, reference_drafts, tensor_names
+from mtp_turbo.sampling.chain import penalty_counts, probs_from_logits
+from mtp_turbo.sampling.config import SamplerConfig
+
+V, D = 97, 64
+SINK, WINDOW = 4, 16
+PEN = SamplerConfig(temperature=0.6, top_k=0, top_p=0.95, min_p=0.05, repeat_penalty=1.15,
+                    presence_penalty=0.3, frequency_penalty=0.1, penalty_last_n=8)
+STRONG = dataclasses.replace(PEN, repeat_penalty=1.3, presence_penalty=0.6, frequency_penalty=0.3)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny tensors: threads only add contention on a busy 2-core CI box."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+# (built here rather than imported from test_mtp_drafter.py: --import-mode=importlib)
+def make_head(vocab_ids=None, seed=0):
+    mc = Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
+                      eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
+                      query_scale=32 ** -0.5, context_length=2048)
+    cfg = MTPConfig.for_main(mc)
+    g = torch.Generator().manual_seed(seed)
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    shapes = {"fc_e": (D, D), "fc_h": (D, D), "q": (qd, D), "k": (kvd, D), "v": (kvd, D), "o": (D, qd),
+              "gate": (cfg.ffn, D), "up": (cfg.ffn, D), "down": (D, cfg.ffn)}
+    W = {}
+    for k in tensor_names(cfg):
+        if k.endswith("norm"):
+            W[k] = 1.0 + 0.1 * torch.randn(cfg.head_dim if k in ("q_norm", "k_norm") else D, generator=g)
+        else:
+            W[k] = torch.randn(*shapes[k], generator=g) / shapes[k][1] ** 0.5
+    embed = torch.randn(V, D, generator=torch.Generator().manual_seed(seed + 1))
+    return MTPHead(cfg, W, embed, vocab_ids, "cpu", torch.float32)
+
+
+class FakeMain:
+    """Hidden state of position c from (c, token c, token c-1)."""
+
+    def __init__(self, seed=0, n=600):
+        g = torch.Generator().manual_seed(seed + 7)
+        self.P = torch.randn(n, D, generator=g) * 3
+        self.E = torch.randn(V, D, generator=g) * 3
+
+    def hidden(self, toks):
+        t = torch.tensor(toks)
+        prev = torch.cat([t[:1], t[:-1]])
+        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
+
+
+def reference_penalised(head, tokens, hidden, drafts, cfg, use_drafts=True):
+    """The drafts the rule asks for, given the chain's inputs `drafts` (teacher forced): the head's
+    logits scattered into the full vocabulary (-inf elsewhere), then the sampling chain at temp 0
+    with penalty counts of history ++ drafts[:j] for row j (use_drafts=False: the committed
+    history only, to show the drafts' counts matter)."""
+    k = len(drafts)
+    _, lg = reference_drafts(head, tokens, hidden, k, SINK, WINDOW, forced=drafts)
+    full = torch.full((k, V), float("-inf"))
+    cols = torch.arange(V) if head.vocab_ids is None else head.vocab_ids
+    full[:, cols] = lg
+    hist = tokens + (drafts[: k - 1] if use_drafts else [])
+    counts = penalty_counts(torch.tensor(hist), k, V, cfg.penalty_last_n) if use_drafts else \
+        penalty_counts(torch.tensor(hist), 1, V, cfg.penalty_last_n).expand(k, V)
+    p = probs_from_logits(full.double(), counts.double(), dataclasses.replace(cfg, temperature=0.0))
+    return p.argmax(-1).tolist()
+
+
+def session(head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
+    """Variable-shape and static drafters with the sampler set, driven alike; every propose is
+    checked against the reference (and the static one against the variable one). Returns stats."""
+    rng = random.Random(seed)
+    main = FakeMain(seed)
+    var = MTPDrafter(head, capacity=400, sink=SINK, window=WINDOW, static=False)
+    drs = [var]
+    if static_twin:
+        drs.append(MTPDrafter(head, capacity=400, sink=SINK, window=WINDOW, static=True))
+    for d in drs:
+        d.set_sampler(cfg)
+    tokens = [rng.randrange(V) for _ in range(rng.randrange(20, 50))]
+    H = main.hidden(tokens)
+    for d in drs:
+        d.on_prefill(0, len(tokens) - 1, H[: len(tokens) - 1].clone(), tokens)
+        d.begin(tokens)
+    st = {"repeats": 0, "drafts_count": 0, "differs_raw": 0}
+    for r in range(rounds):
+        k = rng.choice(ks)
+        got = var.propose(tokens, k)
+        hid = main.hidden(tokens)[: len(tokens) - 1]
+        want = reference_penalised(head, tokens, hid, got, cfg)
+        assert got == want, (r, got, want)
+        if static_twin:
+            assert drs[1].propose(tokens, k) == got, r
+            torch.testing.assert_close(drs[1].last_logits, var.last_logits, rtol=1e-5, atol=1e-5)
+            assert drs[1].last_drafts.tolist() == got
+        # chained drafts that repeat a token of their window (committed or an earlier draft)
+        L = cfg.penalty_last_n
+        for j in range(1, k):
+            win = (tokens + got[:j])[-L:] if L > 0 else tokens + got[:j]
+            st["repeats"] += got[j] in win
+        st["drafts_count"] += want != reference_penalised(head, tokens, hid, got, cfg, use_drafts=False)
+        raw, _ = reference_drafts(head, tokens, hid, k, SINK, WINDOW, forced=got)
+        st["differs_raw"] += raw != got
+        a = rng.randrange(0, k + 1)
+        n = len(tokens)
+        new = tokens + got[:a] + [rng.randrange(V)]
+        h_new = main.hidden(new)[n - 1: n + a]
+        for d in drs:
+            d.observe(new, a, h_new.clone())
+        tokens = new
+        if rng.random() < 0.1:  # rollback
+            m = rng.randrange(max(2, len(tokens) - 10), len(tokens))
+            tokens = tokens[:m]
+            for d in drs:
+                d.truncate(m)
+    return st
+
+
+@pytest.mark.parametrize("reduced", [False, True])
+def test_drafts_are_argmax_of_penalised_logits_and_static_equals_variable(reduced):
+    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40))) if reduced else None
+    st = session(make_head(vocab_ids=ids), PEN, seed=1 + reduced, rounds=30)
+    assert st["differs_raw"] > 0  # the penalties did move drafts
+    assert st["drafts_count"] > 0  # the earlier drafts' counts did matter
+    assert st["repeats"] > 0  # chained drafts repeating a window token were checked
+
+
+@pytest.mark.parametrize("last_n", [-1, 3])
+def test_windows_all_history_and_short(last_n):
+    """-1: the whole history (nothing leaves); 3: shorter than the chain (drafts leave too)."""
+    cfg = dataclasses.replace(PEN, penalty_last_n=last_n, repeat_penalty=1.1, presence_penalty=0.3,
+                              frequency_penalty=0.0)
+    st = session(make_head(seed=1), cfg, seed=5, rounds=20, ks=(3, 4))
+    assert st["differs_raw"] > 0
+
+
+def test_greedy_with_penalties_and_negative_penalties():
+    """temp 0 with penalties uses them too; rewarding penalties (r < 1, presence < 0) as well."""
+    greedy = SamplerConfig(temperature=0.0, repeat_penalty=1.2, presence_penalty=0.5, penalty_last_n=16)
+    assert session(make_head(), greedy, seed=7, rounds=12, static_twin=False)["differs_raw"] > 0
+    reward = dataclasses.replace(PEN, repeat_penalty=0.8, presence_penalty=-0.7, frequency_penalty=-0.2)
+    st = session(make_head(), reward, seed=8, rounds=12, static_twin=False)
+    assert st["differs_raw"] > 0 and st["repeats"] > 0
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_without_penalties_nothing_changes(static):
+    """No sampler, None, greedy or temp > 0 without penalties (or penalty_last_n 0): the drafts,
+    logits and the staged input layout are exactly those of a drafter never told a sampler."""
+    head = make_head()
+    main = FakeMain(3)
+    rng = random.Random(4)
+    toks = [rng.randrange(V) for _ in range(40)]
+    H = main.hidden(toks)[:39]
+    cfgs = [None, SamplerConfig(temperature=0.0), SamplerConfig(temperature=0.6, top_p=0.9),
+            dataclasses.replace(PEN, penalty_last_n=0), dataclasses.replace(PEN, order=("top_k", "temperature"))]
+    outs = []
+    for cfg in [False] + cfgs:
+        d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW, static=static)
+        if cfg is not False:
+            d.set_sampler(cfg)
+            assert d._pen is None
+        d.on_prefill(0, 39, H.clone(), toks)
+        d.begin(toks)
+        outs.append((d.propose(toks, 4), d.last_logits.clone()))
+        if static:
+            d.cells.truncate(36)
+            assert d._stage(toks, 36, 38, 3).shape == (2 * 3 + 3 * d.max_reads,)
+    for drafts, logits in outs[1:]:
+        assert drafts == outs[0][0] and torch.equal(logits, outs[0][1])
+    # huge penalties over the whole history: no draft may repeat a window token (+), every draft
+    # must (-); the raw drafts break one of the two, so one of them moves
+    moved = []
+    for sign in (1.0, -1.0):
+        d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW, static=static)
+        d.set_sampler(dataclasses.replace(PEN, presence_penalty=50.0 * sign, penalty_last_n=-1))
+        d.on_prefill(0, 39, H.clone(), toks)
+        d.begin(toks)
+        got = d.propose(toks, 4)
+        assert all((t in toks + got[:j]) == (sign < 0) for j, t in enumerate(got)), (sign, got)
+        moved.append(got != outs[0][0])
+        d.set_sampler(None)  # and back: unchanged again
+        assert d.propose(toks, 4) == outs[0][0]
+    assert any(moved)
+
+
+class NoSync(torch.utils._python_dispatch.TorchDispatchMode):
+    BANNED = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "repeat_interleave.Tensor")
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func.overloadpacket.__name__) + ("." + func._overloadname if func._overloadname == "Tensor" else "")
+        assert not any(name.startswith(b) for b in self.BANNED), f"host sync in the captured work: {func}"
+        return func(*args, **(kwargs or {}))
+
+
+def test_static_chain_with_penalties_has_no_host_syncs(monkeypatch):
+    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40)))
+    dr = MTPDrafter(make_head(vocab_ids=ids), capacity=300, sink=SINK, window=WINDOW, static=True)
+    dr.set_sampler(PEN)
+    real, ran = dr._chain, []
+
+    def checked(*a):
+        with torch.inference_mode(False), torch.no_grad(), NoSync():
+            ran.append(1)
+            return real(*a)
+
+    monkeypatch.setattr(dr, "_chain", checked)
+    rng = random.Random(1)
+    toks = [rng.randrange(V) for _ in range(40)]
+    dr.on_prefill(0, 39, FakeMain(0).hidden(toks)[:39], toks)
+    dr.begin(toks)
+    for k in (1, 4):
+        assert len(dr.propose(toks, k)) == k
+    assert len(ran) == 2
