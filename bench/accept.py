@@ -100,6 +100,7 @@ def main(argv=None) -> int:
     ap.add_argument("--sink", type=int, default=64)
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--draft-penalties", default="on", help="on, off or on,off (A/B of penalty-aware drafting)")
     ap.add_argument("--out", default="out/accept.json")
     args = ap.parse_args(argv)
     engine = Engine(EngineConfig(model=args.model, device=args.device, progress=False))
@@ -108,16 +109,18 @@ def main(argv=None) -> int:
     cells = []
     drafters = args.drafter.split(",") if args.drafter else [None]
     print(f"{'drafter':24s} {'set':10s} {'sampler':8s} {'k':>2s} {'tok/round':>9s}  acceptance per position")
-    for dr in drafters:
+    pens = [x == "on" for x in args.draft_penalties.split(",")]
+    for dr, pen in ((d, p) for d in drafters for p in pens):
         for s in args.sets.split(","):
             for sn in args.samplers.split(","):
                 for k in (int(x) for x in args.ks.split(",")):
                     spec = SpecConfig(draft=args.draft, draft_tokens=k, drafter=dr,
-                                      draft_sink=args.sink, draft_window=args.window)
+                                      draft_sink=args.sink, draft_window=args.window, draft_penalties=pen)
                     r = run_cell(engine, prompts[s], samp[sn], spec, args.max_tokens)
-                    r.update(set=s, sampler=sn, drafter=dr or "default")
+                    r.update(set=s, sampler=sn, drafter=dr or "default", draft_penalties=pen)
                     cells.append(r)
-                    print(f"{Path(dr).name if dr else 'default':24s} {s:10s} {sn:8s} {k:2d} {r['tokens_per_round']:9.2f}  "
+                    name = (Path(dr).name if dr else "default") + ("" if pen else " (no pen.)")
+                    print(f"{name:24s} {s:10s} {sn:8s} {k:2d} {r['tokens_per_round']:9.2f}  "
                           + " ".join(f"{a:.3f}" for a in r["acceptance_per_position"]), flush=True)
     res = {"drafter": args.drafter or f"default ({args.draft})", "device": str(engine.device),
            "prompts_per_set": args.prompts, "max_tokens": args.max_tokens,

@@ -49,6 +49,8 @@ HELP = {
     "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: bf16 (the stored Q8_0 "
     "values in the compute dtype, dense products: fastest on an H200, bench/RESULTS.md), q8_0 (packed as "
     "stored), q5_0, q4_0 (Lloyd scale search); K/V stay Q8_0",
+    "draft_penalties": "MTP drafter: draft the argmax after the sampler's repetition/presence/frequency penalties "
+    "(the best guess under exact verification; drafts only, the output is unchanged either way)",
     "draft_tile": "MTP drafter GEMV tile override KERNEL,BN,BK,WARPS,STAGES for A/B tests (empty = defaults "
     "per matrix class); rejected unless it is a supported combination",
     "draft_head_quant": "MTP drafter LM-head rows: main (the main model's stored bytes), bf16, q8_0, q5_0, q4_0",

@@ -64,7 +64,7 @@ def speculative_tokens(engine, sampler, spec: SpecConfig, budget: int, stats, dr
     """Yield the tokens each round emits (accepted drafts + one recovered or bonus token)."""
     drafter = drafter or make_drafter(engine, spec)
     if hasattr(drafter, "set_sampler"):  # drafts the argmax after the verifier's penalties (MTP)
-        drafter.set_sampler(sampler if spec.spec_sample == "exact" else None)
+        drafter.set_sampler(sampler if spec.spec_sample == "exact" and spec.draft_penalties else None)
     drafter.begin(engine.tokens)
     K = spec.draft_tokens
     drafted_at = [0] * K
