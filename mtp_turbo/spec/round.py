@@ -29,7 +29,7 @@ def make_drafter(engine, spec: SpecConfig) -> Drafter:
         return NGramDrafter(spec.ngram_min, spec.ngram_max)
     if spec.draft == "mtp":
         try:
-            from ..models.mtp_drafter import load_mtp_drafter
+            from ..models.mtp_load import load_mtp_drafter
         except ImportError:
             raise ConfigError("the MTP drafter is not available in this build; use --draft ngram or none") from None
         return load_mtp_drafter(engine, spec)

@@ -31,7 +31,8 @@ from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..models.gemma3 import LAYER_TENSORS, rms_norm
-from ..models.mtp_drafter import MTPConfig, load_head
+from ..models.mtp_drafter import MTPConfig
+from ..models.mtp_load import load_head
 from . import data as data_mod
 from .export import save_head
 from .forward import chain_states, main_hidden, virtual_positions

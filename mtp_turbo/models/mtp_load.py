@@ -1,0 +1,219 @@
+"""Loading an MTP head GGUF into a drafter, with the --draft-quant weight policy.
+
+Owns: the per-matrix format policy (q/o, fc_embedding, fc_hidden and the FFN in the chosen format;
+K/V in Q8_0; norms float; the gathered LM head in the main model's format unless told otherwise),
+its byte count, packing the matrices for the GEMV kernels, checking the head belongs to the main
+model, and building the drafter for an engine. Ignores: the head's math and the drafter
+(mtp_drafter.py), the GEMV kernels (quant/), writing heads (train/export.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ModelFileError
+from .mtp_drafter import (
+    _REQUANT_FMT, ARCH, DEFAULT_HEAD, DRAFT_QUANT_KEYS, DRAFT_QUANTS, GEMV_BACKENDS, HEAD_QUANTS, HIDDEN_SOURCES,
+    MTPConfig, MTPDrafter, MTPHead, tensor_names,
+)
+
+
+def _policy_fmt(draft_quant: str, key: str) -> tuple[str, str] | None:
+    """(packed format, quantizer name) of matrix `key` under --draft-quant (None = dense)."""
+    if draft_quant == "bf16":
+        return None
+    if key not in DRAFT_QUANT_KEYS:
+        return "q8_0", "q8_0"  # K/V
+    return draft_quant, _REQUANT_FMT[draft_quant] or draft_quant
+
+
+def policy_bytes(W: dict[str, torch.Tensor], draft_quant: str,
+                 stored: dict[str, np.ndarray] | None = None) -> dict[str, tuple[str, np.ndarray]]:
+    """GGUF bytes of every matrix of W under the policy: key -> (format, uint8 [rows, row bytes]).
+    stored: key -> the file's own Q8_0 bytes, used as they are where the target is Q8_0 (so q8_0
+    packs exactly what the file holds). bf16: {} (everything stays dense)."""
+    from ..quant.formats import quantize
+
+    stored = stored or {}
+    out = {}
+    for k, w in W.items():
+        pf = None if k.endswith("norm") else _policy_fmt(draft_quant, k)
+        if pf is None:
+            continue
+        fmt, qname = pf
+        if fmt == "q8_0" and k in stored:
+            out[k] = (fmt, np.asarray(stored[k]).reshape(w.shape[0], -1))
+        else:
+            assert w.ndim == 2 and w.shape[1] % 32 == 0, (k, tuple(w.shape))
+            out[k] = (fmt, quantize(w.detach().float().cpu(), qname))
+    return out
+
+
+def apply_draft_quant(W: dict[str, torch.Tensor], draft_quant: str,
+                      pbytes: dict | None = None) -> dict[str, torch.Tensor]:
+    """The --draft-quant policy on float32 weights as read from the head file (its matrices are
+    Q8_0, so these are the dequantized Q8_0 values) -> a new dict, same keys, float32.
+
+    q8_0: as stored. bf16: also as stored: the file is already Q8_0, so bf16 cannot recover more
+    precision; the values are only cast to the compute dtype by the caller (no requantization).
+    q5_0 / q4_0: the DRAFT_QUANT_KEYS matrices are requantized from the Q8_0 values (q4_0 with the
+    Lloyd scale search) and dequantized back: exactly the values the packed GEMV reads (see
+    pack_ops), so the dense and the packed path compute with the same weights. pbytes: the
+    policy_bytes of W when the caller has them (else computed here)."""
+    from ..errors import ConfigError
+    from ..quant.formats import dequantize, ggml_type_of
+
+    if draft_quant not in DRAFT_QUANTS:
+        raise ConfigError(f"draft-quant must be one of {', '.join(DRAFT_QUANTS)}, got {draft_quant!r}")
+    out = dict(W)
+    if _REQUANT_FMT[draft_quant] is None:
+        return out
+    if pbytes is None:
+        pbytes = policy_bytes({k: W[k] for k in DRAFT_QUANT_KEYS}, draft_quant)
+    for k in DRAFT_QUANT_KEYS:
+        fmt, raw = pbytes[k]
+        w = W[k]
+        assert w.dtype == torch.float32, (k, w.dtype)
+        out[k] = dequantize(torch.from_numpy(np.ascontiguousarray(raw)).reshape(-1).to(w.device), ggml_type_of(fmt),
+                            tuple(w.shape)).to(torch.float32)
+    return out
+
+
+def uses_packed(gemv_backend: str, device) -> bool:
+    """Whether the drafter computes with packed weights: 'dense' never, 'torch' / 'triton'
+    always, 'auto' on CUDA when Triton imports (the CPU keeps the dense F.linear path)."""
+    assert gemv_backend in GEMV_BACKENDS, gemv_backend
+    if gemv_backend == "auto":
+        from ..quant import gemv_triton
+
+        return torch.device(device).type == "cuda" and gemv_triton.available()
+    return gemv_backend != "dense"
+
+
+def pack_ops(W: dict[str, torch.Tensor], packed: dict, head, cfg: MTPConfig, backend: str = "auto",
+             tile=None) -> dict:
+    """The cached drafter's ops: W (norms, dense matrices) with every packed matrix replaced by a
+    PackedLinear; q|k|v fused into one "qkv" layer and gate|up into "gate_up" when their formats
+    match (one GEMV call, one launch); head (a PackedWeight or None) as ops["head"].
+    backend: PackedLinear's ("auto" | "torch" | "triton"); tile: a TileConfig for all (A/B)."""
+    from ..quant.gemv import PackedLinear
+    from ..quant.repack import PackedWeight
+
+    mk = (lambda pw: PackedLinear(pw, tile, "auto" if backend in ("auto", "dense") else backend))
+    ops = dict(W)
+    for fused, parts in (("qkv", ("q", "k", "v")), ("gate_up", ("gate", "up"))):
+        if all(p in packed for p in parts) and len({packed[p].fmt for p in parts}) == 1:
+            ops[fused] = mk(PackedWeight.cat([packed[p] for p in parts]))
+            for p in parts:
+                del ops[p]
+    for k, pw in packed.items():
+        if k in ops:
+            ops[k] = mk(pw)
+    if head is not None:
+        ops["head"] = mk(head)
+    return ops
+
+
+def _main_head(main_gguf, vocab_ids: torch.Tensor | None):
+    """The main model's LM head (tied embedding) in its own block format, rows gathered, on the
+    CPU; None when the file is not given or its format has no GEMV kernel."""
+    from ..quant.repack import BLOCK_FORMATS, PackedWeight
+
+    info = None if main_gguf is None else main_gguf.tensors.get("token_embd.weight")
+    if info is None:
+        return None
+    fmt = {8: "q8_0", 6: "q5_0", 2: "q4_0"}.get(int(info.ggml_type))  # ggml type ids
+    if fmt not in BLOCK_FORMATS:
+        return None
+    pw = PackedWeight.from_gguf_bytes(main_gguf.raw("token_embd.weight"), fmt, tuple(info.shape))
+    return pw if vocab_ids is None else pw.rows(vocab_ids.cpu())
+
+
+def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None,
+              draft_quant: str = "q8_0", head_quant: str = "main", gemv_backend: str = "auto",
+              tile=None, main_gguf=None) -> MTPHead:
+    """MTPHead from a head GGUF, tied to the main model `main` (a Gemma3), with the --draft-quant
+    policy `draft_quant` applied (see apply_draft_quant). Raises ModelFileError when the file is
+    not a head, misses tensors, or was trained for another base model.
+
+    On the packed path (uses_packed(gemv_backend, device)) the drafter's matrices are PackedLinear
+    layers over the policy's bytes: q/o, fc_embedding, fc_hidden, FFN in draft_quant, K/V Q8_0
+    (bf16: all dense). head_quant: "main" = the LM head rows in the main model's stored format
+    (its token_embd bytes from main_gguf, a GGUFFile; dense rows when absent or not a block
+    format), "bf16" = dense rows, or q8_0 / q5_0 / q4_0 = requantized from the main's values."""
+    from ..errors import ConfigError
+    from ..io.gguf_file import GGUFFile
+
+    if head_quant not in HEAD_QUANTS:
+        raise ConfigError(f"draft head format must be one of {', '.join(HEAD_QUANTS)}, got {head_quant!r}")
+    gf = GGUFFile(path)
+    if gf.metadata.get("general.architecture") != ARCH:
+        raise ModelFileError(f"{path}: not an MTP head file (architecture {gf.metadata.get('general.architecture')!r}, expected {ARCH!r})")
+    base = gf.metadata.get("mtp.base_model_sha256")
+    if expect_sha is not None and base != expect_sha:
+        raise ModelFileError(f"{path}: this MTP head was trained for the model with sha256 {str(base)[:16]}..., "
+                             f"but the loaded model's sha256 is {expect_sha[:16]}...; train a head for it with "
+                             "`mtp-turbo train-mtp` or pass the right --drafter")
+    src = gf.metadata.get("mtp.hidden_source", "pre_norm")
+    if src not in HIDDEN_SOURCES:
+        raise ModelFileError(f"{path}: mtp.hidden_source {src!r} is not one of {HIDDEN_SOURCES}")
+    cfg = MTPConfig.for_main(main.cfg, hidden_source=src)
+    device = main.device if device is None else torch.device(device)
+    dtype = main.dtype if dtype is None else dtype
+    W, stored = {}, {}
+    for k, name in tensor_names(cfg).items():
+        if name not in gf.tensors:
+            raise ModelFileError(f"{path}: missing tensor {name}")
+        W[k] = gf.load(name, device=device, dtype=torch.float32)  # float32 holds Q8_0 values exactly
+        if not k.endswith("norm") and int(gf.tensors[name].ggml_type) == 8:  # Q8_0 blocks as stored
+            stored[k] = gf.raw(name)
+    packed_path = uses_packed(gemv_backend, device)
+    # the policy's bytes, once: the packed layers read them and the dense values are decoded from them
+    pbytes = policy_bytes(W, draft_quant, stored) if packed_path or _REQUANT_FMT.get(draft_quant) else None
+    Wq = apply_draft_quant(W, draft_quant, pbytes)
+    ids = gf.metadata.get("mtp.vocab_ids")
+    vocab_ids = None if ids is None else torch.as_tensor(np.asarray(ids, dtype=np.int64))
+    if vocab_ids is not None and (vocab_ids.min() < 0 or vocab_ids.max() >= main.cfg.vocab_size):
+        raise ModelFileError(f"{path}: mtp.vocab_ids outside the model's vocabulary")
+    head_pw, head_rows = None, None
+    if head_quant in ("q8_0", "q5_0", "q4_0"):
+        from ..quant.formats import quantize
+        from ..quant.repack import PackedWeight
+
+        rows = main.embed if vocab_ids is None else main.embed[vocab_ids.to(main.embed.device)]
+        raw = quantize(rows.float().cpu(), _REQUANT_FMT.get(head_quant) or head_quant)
+        head_pw = PackedWeight.from_gguf_bytes(raw, head_quant, tuple(rows.shape))
+        head_rows = head_pw.dequantize().to(device, dtype)
+    elif head_quant == "main" and packed_path:
+        head_pw = _main_head(main_gguf, vocab_ids)
+    # cast matrices to the compute dtype (norms stay float32)
+    W = {k: w if k.endswith("norm") else w.to(dtype) for k, w in Wq.items()}
+    ops = None
+    if packed_path:
+        from ..quant.repack import PackedWeight
+
+        packed = {k: PackedWeight.from_gguf_bytes(raw, fmt, tuple(W[k].shape)).to(device)
+                  for k, (fmt, raw) in pbytes.items()}
+        ops = pack_ops(W, packed, None if head_pw is None else head_pw.to(device), cfg, gemv_backend, tile)
+    return MTPHead(cfg, W, main.embed, vocab_ids, device, dtype, ops=ops, head_rows=head_rows)
+
+
+def load_mtp_drafter(engine, spec) -> MTPDrafter:
+    """The drafter for `engine` per SpecConfig `spec` (spec.drafter path or the shipped head).
+    Reads spec.draft_tile / draft_head_quant when SpecConfig has them (A/B overrides)."""
+    from ..quant.gemv import parse_tile
+
+    path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
+    if not path.exists():
+        raise ModelFileError(f"MTP head file {path} does not exist" + (
+            " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
+    tile = getattr(spec, "draft_tile", None)
+    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256(), draft_quant=spec.draft_quant,
+                     head_quant=getattr(spec, "draft_head_quant", None) or "main",
+                     tile=parse_tile(tile) if isinstance(tile, str) and tile else None,
+                     main_gguf=getattr(engine, "gguf", None))
+    return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model,
+                      engine=engine)
