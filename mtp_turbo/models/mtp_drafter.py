@@ -388,6 +388,18 @@ class MTPDrafter:
                     leave[j] = vmap[tokens[t]]
         return counts, leave
 
+    def _next_draft(self, lg: torch.Tensor, h: torch.Tensor, cnt, i, j: int, k: int, leave):
+        """Draft j of a chain from head logits lg [1, Nv] and the block's output h [1, D]: the
+        (penalised) argmax as a [1] full-vocabulary id d, the head index i and counts cnt it leaves,
+        and the next chain step's input row (None after the last draft). Shared by the variable and
+        the static (captured) path; [1]-shaped ids because indexing with a 0-dim tensor would call
+        .item() (a sync, which breaks capture)."""
+        head = self.head
+        i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1])
+        d = i if head.vocab_ids is None else head.vocab_ids[i]
+        x = input_rows(head.ops, head.cfg, head.embed[d] * head.embed_scale, h) if j + 1 < k else None
+        return d, i, cnt, x
+
     def _penalised_pick(self, lg: torch.Tensor, c: torch.Tensor | None, i_prev: torch.Tensor | None,
                         leave: torch.Tensor | None):
         """Head logits lg [1, N] -> (head index [1] of the draft, counts [N] used). c: counts of
@@ -473,11 +485,7 @@ class MTPDrafter:
             h = block_out(W, cfg, x, attend(cfg, q, self.k_cache[idx], self.v_cache[idx]))
             lg = head.logits(h)
             logits.append(lg[0])
-            i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None,
-                                          None if leave is None else leave[j: j + 1])
-            d = i if head.vocab_ids is None else head.vocab_ids[i]
-            if j + 1 < k:
-                x = input_rows(W, cfg, head.embed[d] * head.embed_scale, h)
+            d, i, cnt, x = self._next_draft(lg, h, cnt, i, j, k, leave)
             drafts.append(d)
         self.last_logits = torch.stack(logits)
         return [int(t) for t in torch.cat(drafts).tolist()]  # the one host sync per draft chain
@@ -551,12 +559,7 @@ class MTPDrafter:
             h = block_out(W, cfg, x, o)
             lg = head.logits(h)
             logits.append(lg[0])
-            # [1]-shaped ids: indexing with a 0-dim tensor would call .item() (a sync; no capture)
-            i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None,
-                                          None if leave is None else leave[j: j + 1])
-            d = i if head.vocab_ids is None else head.vocab_ids[i]
-            if j + 1 < k:
-                x = input_rows(W, cfg, head.embed[d] * head.embed_scale, h)
+            d, i, cnt, x = self._next_draft(lg, h, cnt, i, j, k, leave)
             drafts.append(d)
         return torch.cat(drafts), torch.stack(logits)
 
