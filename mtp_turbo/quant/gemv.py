@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce")  # see gemv_triton.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8")  # see gemv_triton.py
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,14 @@ def _tiles(kernel: str, *specs: tuple[int, int, int, int]) -> tuple[TileConfig, 
 _DOT = ((16, 128, 4, 3), (32, 64, 4, 3), (32, 128, 4, 3), (64, 32, 4, 4), (64, 64, 4, 3),
         (64, 128, 4, 3), (128, 32, 4, 4), (128, 64, 4, 3), (128, 64, 8, 3), (256, 32, 8, 4),
         (256, 64, 8, 3))
+# dot_i8 also gets wider K steps (128 contiguous bytes per q8_0 row and step) for the head sweep
+_I8 = _DOT + ((128, 128, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (64, 128, 4, 4), (128, 64, 4, 4),
+              (256, 64, 8, 4), (128, 128, 4, 2))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
-    _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE))
+    _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
+    + _tiles("dot_i8", *_I8))
 
 # Defaults per matrix class (unmeasured until bench/gemv_bench.py runs on the GPU). Programs =
 # ceil(N_out / BLOCK_N): small BLOCK_N keeps the drafter's 256..2048-row matrices spread over the

@@ -1,7 +1,7 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
 Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
-verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Three variants,
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Four variants,
 picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
 - "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
@@ -16,6 +16,11 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   fp32 = int * scale), each row keeps an elementwise fp32 accumulator of the tile's shape
   (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
   candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
+- "dot_i8": integer tensor cores. A small pre-kernel (x_pieces) splits each 32-block of x into 4
+  int8 pieces with power-of-two scales (27 bits, past fp32's 24); the int8 weight tile then goes
+  into the dot as it is loaded (nibbles widened to int8, no int -> float conversion per weight),
+  giving exact int32 per block, scaled by the x piece and weight scales in fp32. The bf16/tf32
+  variants spend one int -> float conversion per weight byte, which bounds them on big matrices.
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -217,6 +222,77 @@ if triton is not None:
         if M > 3:
             tl.store(Y + 3 * stride_ym + rn, tl.sum(tl.sum(acc3, axis=2), axis=1), mask=n_mask)
 
+    @triton.jit
+    def x_pieces(X, XQ, XS, K, stride_xm, M: tl.constexpr, INTERLEAVE: tl.constexpr):
+        # One 32-block kb of x [M, K] -> XQ int8 [nb, 16, 32] and XS fp32 [nb, 16]: row 4p + m is
+        # piece p of x row m, |piece| <= 65, and sum_p XQ[kb, 4p+m, c] * XS[kb, 4p+m] == x[m, e(c)]
+        # to 27 bits below the block's max |x| (past fp32's 24). e(c) = c, or with INTERLEAVE
+        # (nibble formats: their tile row 2j+h holds element j + 16h) e(c) = c // 2 + 16 (c % 2).
+        kb = tl.program_id(0)
+        r = tl.arange(0, 16)
+        c = tl.arange(0, 32)
+        m = r % 4
+        p = r // 4
+        if INTERLEAVE:
+            e = c // 2 + 16 * (c % 2)
+        else:
+            e = c
+        x = tl.load(X + m[:, None] * stride_xm + kb * 32 + e[None, :],
+                    mask=(m < M)[:, None] & ((kb * 32 + e) < K)[None, :], other=0.0).to(tl.float32)
+        a = tl.max(tl.abs(x), axis=1)  # [16] max |x| of row m's block (same for its 4 pieces)
+        # a < 2^(ef - 126) (ef: a's biased exponent), so v = x * 2^(132 - ef) has |v| < 64; the
+        # scale is built from its bits (exact); ef >= 5 keeps it finite (tinier rows lose bits only)
+        ef = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 5)
+        sc = ((259 - ef) << 23).to(tl.float32, bitcast=True)
+        v = x * sc[:, None]
+        q = tl.zeros([16, 32], dtype=tl.float32)
+        for i in tl.static_range(4):  # nearest integer, then the exact remainder scaled by 2^7
+            pi = tl.floor(v + 0.5)
+            q = tl.where(p[:, None] == i, pi, q)
+            v = (v - pi) * 128.0
+        tl.store(XQ + kb * 512 + r[:, None] * 32 + c[None, :], q.to(tl.int8))
+        step = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 128, tl.where(p == 2, 1.0 / 16384, 1.0 / 2097152)))
+        tl.store(XS + kb * 16 + r, tl.where(m < M, step / sc, 0.0))
+
+    @triton.jit
+    def gemv_i8(XQ, XS, QS, QH, SC, Y, N, K, stride_ym,
+                M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                FMT: tl.constexpr, F32_OPERANDS: tl.constexpr):
+        # Integer tensor cores: per 32-block, x's int8 pieces [16, 32] (x_pieces) times the int8
+        # weight tile [32, BN] -> exact int32; no per-weight conversion (the cost that bounds the
+        # bf16 variant: one int -> float per weight byte). |dot| <= 32 * 65 * 128 < 2^22, so the
+        # int32 -> fp32 step is the magic-number add (exact, full-rate ALU instead of I2F).
+        BKB: tl.constexpr = BLOCK_K // 32
+        pid = tl.program_id(0)
+        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = rn < N
+        nb = K // 32
+        r16 = tl.arange(0, 16)
+        c32 = tl.arange(0, 32)
+        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+        for kb0 in range(0, nb, BKB):
+            for b in tl.static_range(BKB):
+                kb = kb0 + b
+                okn = n_mask & ((rn * 0 + kb) < nb)
+                s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
+                if FMT == 0:
+                    q = _q8_block(QS, rn, okn, kb, K)  # int8 [32, BN]
+                else:  # rows 2j + h = element j + 16h (x_pieces interleaves x the same way)
+                    lo, hi = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
+                    q = tl.reshape(tl.permute(tl.join(lo.to(tl.int8), hi.to(tl.int8)), (0, 2, 1)), [32, BLOCK_N])
+                ok16 = (r16 * 0 + kb) < nb
+                xq = tl.load(XQ + kb * 512 + r16[:, None] * 32 + c32[None, :], mask=ok16[:, None], other=0)
+                xs = tl.load(XS + kb * 16 + r16, mask=ok16, other=0.0)  # [16]
+                if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
+                    part = tl.dot(xq.to(tl.float32), q.to(tl.float32), input_precision="ieee")
+                else:
+                    ip = tl.dot(xq, q.to(tl.int8), out_dtype=tl.int32)
+                    part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+                acc += (part * xs[:, None]) * s[None, :]
+        y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)  # rows 4p + m: sum the pieces
+        rm = tl.arange(0, 4)
+        tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
+
 
 def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with the kernel `tile.kernel`.
@@ -243,6 +319,12 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
         gemv_reduce[grid](*args, E=32 if fmt == 0 else 16, **meta)
+    elif tile.kernel == "dot_i8":
+        nb = k // 32
+        xq = torch.empty(nb, 16, 32, dtype=torch.int8, device=x.device)
+        xs = torch.empty(nb, 16, dtype=torch.float32, device=x.device)
+        x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, INTERLEAVE=fmt != 0, num_warps=1)
+        gemv_i8[grid](xq, xs, w.qs, qh, w.scales, out, n, k, out.stride(0), F32_OPERANDS=not x.is_cuda, **meta)
     else:
         gemv_dot[grid](*args, PREC=0 if tile.kernel == "dot_bf16x3" else 1,
                        F32_OPERANDS=not x.is_cuda, **meta)

@@ -272,3 +272,37 @@ def test_packed_linear_any_rows(backend):
         _check(y.reshape(-1, 24), x.reshape(-1, 64), ref_w, tol=1e-6)
     xb = torch.randn(2, 64, generator=g).to(torch.bfloat16).to(dev)
     assert lin(xb).dtype == torch.bfloat16 and lin(xb, out_dtype=torch.float32).dtype == torch.float32
+
+
+@pytest.mark.interpret
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
+@pytest.mark.parametrize("interleave", [False, True])
+def test_int8_pieces_reconstruct_x(interleave):
+    """dot_i8's x operand: row 4p+m of each block holds int8 piece p of x row m; sum_p piece * scale
+    == x to 2^-26 of the block's max |x| (exact for elements within 8x of it), zero rows past M,
+    and (interleaved, for nibble formats) column 2j+h holds element j + 16h."""
+    from mtp_turbo.quant import gemv_triton
+
+    dev = _kernel_device()
+    g = torch.Generator().manual_seed(5)
+    k, m = 96, 3
+    x = torch.randn(4, k, generator=g) * torch.logspace(-3, 3, 4)[:, None]  # rows of very different size
+    x[1, 32:64] = 0.0  # an all-zero block
+    xq = torch.zeros(k // 32, 16, 32, dtype=torch.int8, device=dev)
+    xs = torch.full((k // 32, 16), float("nan"), device=dev)
+    gemv_triton.x_pieces[(k // 32,)](x.to(dev), xq, xs, k, x.stride(0), M=m, INTERLEAVE=interleave)
+    xq, xs = xq.cpu().double(), xs.cpu().double()
+    assert xq.abs().max() <= 65 and not xs.isnan().any()
+    recon = (xq * xs[:, :, None]).reshape(k // 32, 4, 4, 32).sum(1)  # [nb, m, c]
+    if interleave:
+        c = torch.arange(32)
+        recon = recon[:, :, torch.argsort(c // 2 + 16 * (c % 2))]
+    recon = recon.permute(1, 0, 2).reshape(4, k)
+    xd = x.double()
+    assert not recon[m:].any() and not xs.reshape(-1, 4, 4)[:, :, m:].any()  # rows >= M are zero
+    bmax = xd[:m].reshape(m, -1, 32).abs().amax(-1, keepdim=True).expand(-1, -1, 32).reshape(m, k)
+    err = (recon[:m] - xd[:m]).abs()
+    assert (err <= bmax * 2.0 ** -26).all(), float((err / bmax.clamp(min=1e-300)).max())
+    big = xd[:m].abs() >= bmax / 8
+    assert torch.equal(recon[:m][big], xd[:m][big])
+    assert (xq[:, 4:] != 0).any()  # the lower pieces carry bits
