@@ -68,12 +68,29 @@ class TrainConfig:
     gen_time: float = 60.0  # seconds for sampling them
     gen_temps: str = "0,0.7"
     gen_frac: float = 0.3  # share of training batches drawn from them
+    # the sampler chain of their sampled rows (temperature > 0; see sampling/config.py)
+    gen_top_k: int = 0
+    gen_top_p: float = 1.0
+    gen_min_p: float = 0.05
+    gen_repeat_penalty: float = 1.0
+    gen_presence_penalty: float = 0.0
+    gen_frequency_penalty: float = 0.0
+    gen_penalty_last_n: int = 64
+    # + accept_weight * (1 - sum_x p_s(x) q_s(x)) per chain step, p_s / q_s = main / head at
+    # accept_temp with min-p accept_min_p: the chance a draft drawn from the head's sampled
+    # distribution is accepted by exact verification; pulls the head's top token onto the main
+    # model's where sampled decoding is uncertain (0 = off)
+    accept_weight: float = 0.0
+    accept_temp: float = 0.6
+    accept_min_p: float = 0.05
 
     def __post_init__(self) -> None:
         if self.chain < 1 or self.steps < 1 or self.batch < 1 or self.block < 1:
             raise ConfigError("chain, steps, batch and block must be >= 1")
         if self.pos_offset < 0 or self.eval_offset < 0 or not (0 <= self.offset_frac <= 1) or not (0 <= self.gen_frac <= 1):
             raise ConfigError("pos-offset/eval-offset must be >= 0, offset-frac and gen-frac in [0, 1]")
+        if self.accept_weight < 0 or not self.accept_temp > 0 or not (0 <= self.accept_min_p < 1):
+            raise ConfigError("accept-weight must be >= 0, accept-temp > 0, accept-min-p in [0, 1)")
 
 
 def frequent_ids(rows: np.ndarray, vocab: int, n: int) -> np.ndarray:
@@ -103,11 +120,21 @@ def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
     return {k: v.to(model.device) for k, v in W.items()}
 
 
+def sampled_probs(logits: torch.Tensor, temp: float, min_p: float) -> torch.Tensor:
+    """softmax(logits / temp) over the last axis with tokens below min_p * max dropped, renormalised."""
+    p = torch.softmax(logits / temp, -1)
+    p = p * (p >= min_p * p.amax(-1, keepdim=True))
+    return p / p.sum(-1, keepdim=True)
+
+
 def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Tensor | None, tokens: torch.Tensor,
-                tc: TrainConfig, full_argmax: bool = False, offset: int = 0):
-    """tokens [B, T] -> (list of KL per chain step, list of top-1 agreement per step).
-    Agreement is with the main model's argmax over the head's ids, or over the full vocabulary
-    when full_argmax (eval). offset: virtual gap after the sink for the head (forward.py)."""
+                tc: TrainConfig, full_argmax: bool = False, offset: int = 0, stats: dict | None = None):
+    """tokens [B, T] -> (list of loss per chain step, list of top-1 agreement per step).
+    Loss = KL (+ the acceptance term when tc.accept_weight). Agreement is with the main model's
+    argmax over the head's ids, or over the full vocabulary when full_argmax (eval). offset:
+    virtual gap after the sink for the head (forward.py). stats (eval): gets per step "kl" (the
+    KL alone) and "accept": the mean p_s(argmax q) (p_s at accept_temp / accept_min_p, over the
+    head's ids) = the acceptance of the head's argmax draft under that sampler without penalties."""
     H = main_hidden(model, tokens)  # [B, T, D] pre-norm
     Hn = model.final_norm(H)
     src = Hn if cfg.hidden_source == "post_norm" else H
@@ -127,6 +154,16 @@ def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Te
         logp = torch.log_softmax(p_logits, -1)
         logq = torch.log_softmax(q, -1)
         kl = (logp.exp() * (logp - logq)).sum(-1).mean()
+        if stats is not None:
+            stats.setdefault("kl", []).append(float(kl))
+        if tc.accept_weight or stats is not None:
+            with torch.no_grad():
+                ps = sampled_probs(p_logits, tc.accept_temp, tc.accept_min_p)  # [B, m, N]
+            if tc.accept_weight:
+                qs = sampled_probs(q, tc.accept_temp, 0.0)  # min-p's mask has no gradient
+                kl = kl + tc.accept_weight * (1.0 - (ps * qs).sum(-1).mean())
+            if stats is not None:
+                stats.setdefault("accept", []).append(float(ps.gather(-1, q.argmax(-1, keepdim=True)).mean()))
         losses.append(kl)
         with torch.no_grad():
             qa = q.argmax(-1)
@@ -139,7 +176,10 @@ def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Te
 
 def gen_config(tc: TrainConfig, row_len: int) -> GenConfig:
     return GenConfig(rows=tc.gen_rows, length=tc.gen_len or row_len, batch=tc.gen_batch,
-                     temps=tuple(float(x) for x in tc.gen_temps.split(",")), time_budget=tc.gen_time, seed=tc.seed)
+                     temps=tuple(float(x) for x in tc.gen_temps.split(",")), time_budget=tc.gen_time, seed=tc.seed,
+                     top_k=tc.gen_top_k, top_p=tc.gen_top_p, min_p=tc.gen_min_p,
+                     repeat_penalty=tc.gen_repeat_penalty, presence_penalty=tc.gen_presence_penalty,
+                     frequency_penalty=tc.gen_frequency_penalty, penalty_last_n=tc.gen_penalty_last_n)
 
 
 def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, device, resume: bool = False,
@@ -209,16 +249,20 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
         with torch.no_grad(), amp:
             Wd = {k: p.to(model.dtype) if not k.endswith("norm") else p for k, p in params.items()}
             for tag, off in (("", 0), ("_far", tc.eval_offset)) if tc.eval_offset else (("", 0),):
-                res_l, res_a = [], []
+                res_l, res_a, res_p = [], [], []
                 for i in range(0, held.shape[0], tc.batch):
-                    l, a = step_losses(model, Wd, cfg, head_rows, ids_dev, held[i: i + tc.batch, :T], tc,
-                                       full_argmax=True, offset=off)
-                    res_l.append([float(x) for x in l])
+                    st: dict = {}
+                    _, a = step_losses(model, Wd, cfg, head_rows, ids_dev, held[i: i + tc.batch, :T], tc,
+                                       full_argmax=True, offset=off, stats=st)
+                    res_l.append(st["kl"])
                     res_a.append(a)
+                    res_p.append(st["accept"])
                 rec["kl" + tag] = np.mean(res_l, 0).round(4).tolist()
                 rec["top1" + tag] = np.mean(res_a, 0).round(4).tolist()
+                rec["accept" + tag] = np.mean(res_p, 0).round(4).tolist()
         history.append(rec)
-        tqdm.write(f"eval @ {step}: KL per step {rec['kl']}  top-1 agreement per step {rec['top1']}"
+        tqdm.write(f"eval @ {step}: KL per step {rec['kl']}  top-1 agreement per step {rec['top1']}  "
+                   f"p_{tc.accept_temp}(argmax draft) per step {rec['accept']}"
                    + (f"  | sink {tc.eval_offset} away: KL {rec['kl_far']} top-1 {rec['top1_far']}" if tc.eval_offset else ""))
         return rec
 
@@ -275,16 +319,22 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
               "gen_rows": int(sum(len(b) for b in gen_blocks)), "gen_len": [int(b.shape[1]) for b in gen_blocks],
               "gen_temps": tc.gen_temps if gen_blocks else None, "gen_frac": tc.gen_frac if gen_blocks else 0.0,
               "gen_seconds": round(gen_s, 1),
-              "loss": "sum_j KL(p_main restricted+renormalised to vocab_ids || q_j)",
+              "gen_sampler": {k: getattr(tc, k) for k in ("gen_top_k", "gen_top_p", "gen_min_p", "gen_repeat_penalty",
+                                                          "gen_presence_penalty", "gen_frequency_penalty",
+                                                          "gen_penalty_last_n")} if gen_blocks else None,
+              "loss": "sum_j KL(p_main restricted+renormalised to vocab_ids || q_j)"
+              + (f" + {tc.accept_weight} * (1 - sum_x p_s q_s), p_s/q_s at temp {tc.accept_temp}, main min-p "
+                 f"{tc.accept_min_p}" if tc.accept_weight else ""),
               "train_seconds": round(time.perf_counter() - t0, 1), "final_eval": final}
     save_head(out, {k: p.detach() for k, p in params.items()}, cfg, base_sha, ids, recipe)
     far = "kl_far" in history[0]
     print("\nstep | " + " | ".join(f"KL{j + 1}" for j in range(tc.chain)) + " | " +
-          " | ".join(f"top1@{j + 1}" for j in range(tc.chain))
+          " | ".join(f"top1@{j + 1}" for j in range(tc.chain)) + " | " +
+          " | ".join(f"p{tc.accept_temp}@{j + 1}" for j in range(tc.chain))
           + (" | " + " | ".join(f"far top1@{j + 1}" for j in range(tc.chain)) if far else ""))
     for r in history:
         print(f"{r['step']:5d} | " + " | ".join(f"{x:.3f}" for x in r["kl"]) + " | " +
-              " | ".join(f"{x:.3f}" for x in r["top1"])
+              " | ".join(f"{x:.3f}" for x in r["top1"]) + " | " + " | ".join(f"{x:.3f}" for x in r["accept"])
               + (" | " + " | ".join(f"{x:.3f}" for x in r["top1_far"]) if far else ""))
     print(f"wrote {out} ({Path(out).stat().st_size / 2**20:.1f} MiB) after {step} steps")
     return {"history": history, "steps": step, "recipe": recipe}
@@ -316,9 +366,11 @@ def add_parser(sub) -> None:
     p.add_argument("--device", default="auto")
     for name in ("steps", "batch", "seq_len", "warmup", "chain", "vocab_rows", "sink", "window", "eval_every",
                  "eval_rows", "ckpt_every", "seed", "block", "pos_offset", "eval_offset", "gen_rows", "gen_len",
-                 "gen_batch"):
+                 "gen_batch", "gen_top_k", "gen_penalty_last_n"):
         p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    for name in ("lr", "weight_decay", "offset_frac", "gen_time", "gen_frac"):
+    for name in ("lr", "weight_decay", "offset_frac", "gen_time", "gen_frac", "gen_top_p", "gen_min_p",
+                 "gen_repeat_penalty", "gen_presence_penalty", "gen_frequency_penalty", "accept_weight",
+                 "accept_temp", "accept_min_p"):
         p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name))
     p.add_argument("--time-budget", type=float, default=d.time_budget,
                    help="seconds of training (after --gen-time); stops cleanly and writes the head")

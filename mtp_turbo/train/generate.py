@@ -4,7 +4,10 @@ Owns: turning a pool of user prompts (chat turns ending in the model's generatio
 train/data.py's prompts file) into rows of `length` tokens that start with BOS and alternate
 forced prompt tokens with the main model's sampled replies: every row starts on a prompt; when the
 model ends its turn (a stop id), a newline and the next prompt are forced in, so a row is a
-multi-turn chat in which every reply token is the main model's (greedy or temperature + min-p).
+multi-turn chat in which every reply token is the main model's: greedy (temperature 0: the plain
+argmax) or drawn through the engine's own sampler chain (sampling/chain.py: top-k, penalties over
+the row's last tokens, temperature, min-p, top-p), so the head trains on the contexts that
+sampled decoding with those settings produces.
 All rows share positions (no padding): a row whose prompt is still being fed simply takes the
 forced token instead of the sampled one. Bounded by a wall-clock budget; a batch cut short is kept
 when it reached `min_length` tokens.
@@ -22,6 +25,8 @@ import torch
 from tqdm import tqdm
 
 from ..errors import ConfigError
+from ..sampling.chain import probs_from_logits, window_counts
+from ..sampling.config import SamplerConfig
 from .forward import BatchKV, main_hidden
 
 
@@ -31,7 +36,14 @@ class GenConfig:
     length: int = 2048  # tokens per row, BOS first
     batch: int = 256
     temps: tuple[float, ...] = (0.0, 0.7)  # per-row temperature, cycled over rows (0 = greedy)
-    min_p: float = 0.05  # sampled rows drop tokens below min_p * the top probability
+    # the sampler chain of the sampled rows (temperature > 0), as SamplerConfig's fields
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.05
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    penalty_last_n: int = 64
     time_budget: float = 60.0  # seconds for all batches (0 = no limit)
     min_length: int = 256  # a batch cut by the budget is kept if it reached this many tokens
     seed: int = 0
@@ -41,6 +53,33 @@ class GenConfig:
             raise ConfigError("gen rows/batch must be >= 1 and gen length >= 2")
         if any(t < 0 for t in self.temps) or not self.temps:
             raise ConfigError(f"gen temps must be >= 0, got {self.temps}")
+        for t in self.temps:
+            self.sampler(t)  # each temperature's chain must be valid (raises ConfigError)
+
+    def sampler(self, temperature: float) -> SamplerConfig:
+        """The chain a row at this temperature is sampled with (not used for greedy rows)."""
+        return SamplerConfig(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
+                             repeat_penalty=self.repeat_penalty, presence_penalty=self.presence_penalty,
+                             frequency_penalty=self.frequency_penalty, penalty_last_n=self.penalty_last_n)
+
+
+def draw(logits: torch.Tensor, toks: torch.Tensor, temps: list[float], gc: GenConfig,
+         gen: torch.Generator) -> torch.Tensor:
+    """Next tokens [B] for logits [B, V] of rows whose histories are toks [B, s]: the argmax for
+    temperature-0 rows, a draw from gc's sampler chain (penalties over each row's last tokens) for
+    the others, rows grouped by temperature."""
+    nxt = logits.argmax(-1)
+    for t in sorted(set(temps) - {0.0}):
+        idx = torch.tensor([b for b, tb in enumerate(temps) if tb == t], device=logits.device)
+        cfg = gc.sampler(t)
+        counts = None
+        if cfg.uses_penalties:
+            h = toks[idx]
+            counts = window_counts(h, torch.full((len(idx),), h.shape[1], device=h.device), logits.shape[1],
+                                   cfg.penalty_last_n)
+        p = probs_from_logits(logits[idx], counts, cfg)
+        nxt[idx] = torch.multinomial(p, 1, generator=gen)[:, 0]
+    return nxt
 
 
 @torch.no_grad()
@@ -58,8 +97,7 @@ def sample_rows(model, prompts: list[list[int]], gc: GenConfig, bos: int, stop_i
     bar = tqdm(total=gc.rows * (gc.length - 1), desc="gen", unit="tok", disable=not progress, mininterval=2.0)
     while done < gc.rows:
         B = min(gc.batch, gc.rows - done)
-        temps = torch.tensor([gc.temps[(done + b) % len(gc.temps)] for b in range(B)], device=dev)
-        greedy = temps == 0
+        temps = [float(gc.temps[(done + b) % len(gc.temps)]) for b in range(B)]
         queues = [deque(prompts[int(rng.integers(len(prompts)))]) for _ in range(B)]
         toks = torch.full((B, gc.length), bos, dtype=torch.long, device=dev)
         sampled = np.zeros((B, gc.length), dtype=bool)
@@ -71,13 +109,7 @@ def sample_rows(model, prompts: list[list[int]], gc: GenConfig, bos: int, stop_i
                 break
             h = main_hidden(model, toks[:, s: s + 1], pos0=s, cache=cache)[:, 0]
             logits = model.lm_head(model.final_norm(h))  # [B, V] fp32
-            nxt = logits.argmax(-1)
-            if not bool(greedy.all()):
-                p = torch.softmax(logits / temps.clamp(min=1e-6)[:, None], dim=-1)
-                p = p.masked_fill(p < gc.min_p * p.max(-1, keepdim=True).values, 0.0)
-                drawn = torch.multinomial(p, 1, generator=gen)[:, 0]
-                nxt = torch.where(greedy, nxt, drawn)
-            nxt_h = nxt.tolist()  # the one host sync per step
+            nxt_h = draw(logits, toks[:, : s + 1], temps, gc, gen).tolist()  # the one host sync per step
             for b in range(B):
                 q = queues[b]
                 if q:

@@ -74,3 +74,32 @@ def test_tiny_run_lowers_loss(engine, tmp_path):
     res2 = train(engine.model, engine.gguf.sha256(), str(tmp_path / "d.npy"), str(out), tc2, "cpu",
                  resume=True, progress=False)
     assert res2["steps"] == 17 and res2["history"][0]["step"] == 16
+
+
+def test_sampled_probs_by_hand():
+    from mtp_turbo.train.distill import sampled_probs
+
+    logits = torch.tensor([[1.0, 0.0, -3.0], [0.0, 0.0, 0.0]])
+    p = sampled_probs(logits, 0.5, 0.05)
+    e = torch.exp(torch.tensor([2.0, 0.0, -6.0]))
+    want0 = e / e.sum()
+    want0[2] = 0.0  # exp(-8) < 0.05: dropped by min-p, the rest renormalised
+    assert torch.allclose(p[0], want0 / want0.sum()) and p[0, 2] == 0
+    assert torch.allclose(p[1], torch.full((3,), 1 / 3))
+
+
+def test_accept_term_trains_and_is_reported(engine, tmp_path):
+    """--accept-weight adds the sampled-acceptance term: the run still lowers the KL, the eval
+    reports p_s(argmax draft) per chain step in [0, 1] (and it rises), the recipe names the loss."""
+    text = (Path(__file__).resolve().parent.parent / "data" / "tempest_act1.txt").read_text()
+    ids = engine.tokenizer.encode(text, add_bos=False)
+    data_mod.save(tmp_path / "d.npy", data_mod.pack([ids], 25, engine.tokenizer.bos_id, 8),
+                  {"heldout_rows": 2, "seq_len": 25, "sources": "test"})
+    tc = TrainConfig(steps=16, batch=2, lr=3e-3, warmup=3, chain=2, vocab_rows=256, sink=4, window=8,
+                     eval_every=0, eval_rows=2, ckpt_every=0, eval_offset=0, accept_weight=2.0)
+    out = tmp_path / "head.gguf"
+    res = train(engine.model, engine.gguf.sha256(), str(tmp_path / "d.npy"), str(out), tc, "cpu", progress=False)
+    first, last = res["history"][0], res["history"][-1]
+    assert len(last["accept"]) == 2 and all(0.0 <= a <= 1.0 for a in first["accept"] + last["accept"])
+    assert sum(last["kl"]) < 0.9 * sum(first["kl"]) and sum(last["accept"]) > sum(first["accept"]), (first, last)
+    assert "2.0 * (1 - sum_x p_s q_s)" in res["recipe"]["loss"]

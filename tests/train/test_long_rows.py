@@ -159,3 +159,33 @@ def test_build_holds_out_the_bench_play_and_saves_prompts(engine, tmp_path):
     data_mod.save(tmp_path / "x.npy", rows, side, prompts)
     back = data_mod.load_prompts(tmp_path / "x.npy")
     assert back == prompts and all(tok.decode(p).endswith("<start_of_turn>model\n") for p in back)
+
+
+def test_gen_draw_follows_the_sampler_chain():
+    """Sampled training rows are drawn from the engine's chain with penalties over each row's own
+    history (checked against a hand computation); temperature-0 rows take the plain argmax."""
+    from mtp_turbo.train.generate import draw
+
+    logits = torch.tensor([2.0, 1.5, 1.2, -0.5, 0.3, -3.0])
+    hist = torch.tensor([2, 1, 4, 3])  # token 2 falls outside the 3-token penalty window
+    gc = GenConfig(temps=(0.6,), top_p=0.85, min_p=0.05, repeat_penalty=1.1, presence_penalty=0.4,
+                   frequency_penalty=0.1, penalty_last_n=3)
+    # by hand: the window is the last 3 tokens [1, 4, 3]
+    l = logits.double().clone()
+    for t in (1, 4, 3):
+        l[t] = (l[t] / 1.1 if l[t] > 0 else l[t] * 1.1) - 0.4 - 0.1
+    p = torch.softmax(l / 0.6, 0)
+    p[p < 0.05 * p.max()] = 0
+    p /= p.sum()
+    order = torch.argsort(p, descending=True)
+    keep = (torch.cumsum(p[order], 0) - p[order]) < 0.85
+    q = torch.zeros_like(p)
+    q[order[keep]] = p[order[keep]]
+    q /= q.sum()
+    n = 40000
+    temps = [0.0] + [0.6] * n
+    out = draw(logits.repeat(n + 1, 1), hist.repeat(n + 1, 1), temps, gc, torch.Generator().manual_seed(3))
+    assert int(out[0]) == 0  # greedy row: argmax of the raw logits, no penalties
+    freq = torch.bincount(out[1:], minlength=6).double() / n
+    assert (freq[q == 0] == 0).all() and (q > 0).sum() == 2  # min-p and top-p both cut here
+    assert torch.allclose(freq, q, atol=4 * (0.25 / n) ** 0.5), (freq, q)
