@@ -13,6 +13,8 @@ from mtp_turbo.models.gemma3 import Gemma3Config
 from mtp_turbo.models.mtp_drafter import (MTPConfig, MTPDrafter, MTPHead, load_head, reference_drafts,
                                           tensor_names)
 
+# V, D, tiny_main_cfg, random_weights and make_head stay here although tests/models/conftest.py
+# builds the same head (tiny.head): tests/train import D, V, make_head from this file by path
 V, D = 97, 64
 
 
@@ -44,26 +46,11 @@ def make_head(vocab_ids=None, seed=0):
     return MTPHead(cfg, random_weights(cfg, seed), embed, vocab_ids, "cpu", torch.float32)
 
 
-class FakeMain:
-    """Hidden state of position c = a function of (c, tokens[c]) and the previous token: rewriting a
-    token changes the hidden rows that depend on it, so stale rows would show."""
-
-    def __init__(self, seed=0):
-        g = torch.Generator().manual_seed(seed + 7)
-        self.P = torch.randn(600, D, generator=g) * 3
-        self.E = torch.randn(V, D, generator=g) * 3
-
-    def hidden(self, toks):
-        t = torch.tensor(toks)
-        prev = torch.cat([t[:1], t[:-1]])
-        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
-
-
-def run_session(head, sink, window, chunk, seed, rounds=25, k=3):
+def run_session(tiny, head, sink, window, chunk, seed, rounds=25, k=3):
     """Drive the drafter like the engine (chunked prefill, rounds with random acceptance, rollbacks,
     a new prompt sharing a prefix) and check every propose against the reference."""
     rng = random.Random(seed)
-    main = FakeMain(seed)
+    main = tiny.main(seed)  # tests/models/conftest.py
     dr = MTPDrafter(head, capacity=512, sink=sink, window=window)
     checked = 0
 
@@ -104,15 +91,15 @@ def run_session(head, sink, window, chunk, seed, rounds=25, k=3):
 
 
 @pytest.mark.parametrize("sink,window,chunk", [(4, 8, 5), (0, 6, 16), (16, 64, 7), (3, 1, 4)])
-def test_cached_equals_reference(sink, window, chunk):
+def test_cached_equals_reference(sink, window, chunk, tiny):
     head = make_head()
     for seed in range(2):
-        assert run_session(head, sink, window, chunk, seed, rounds=20) == 20
+        assert run_session(tiny, head, sink, window, chunk, seed, rounds=20) == 20
 
 
-def test_reduced_vocab_cached_equals_reference():
+def test_reduced_vocab_cached_equals_reference(tiny):
     ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40)))
-    assert run_session(make_head(vocab_ids=ids), 4, 8, 6, seed=11) == 25
+    assert run_session(tiny, make_head(vocab_ids=ids), 4, 8, 6, seed=11) == 25
 
 
 def test_reduced_head_argmax_is_full_head_restricted():
@@ -126,9 +113,9 @@ def test_reduced_head_argmax_is_full_head_restricted():
     assert not torch.equal(full.argmax_ids(h), want)  # the restriction matters for some rows
 
 
-def test_without_prefill_hook_drafter_warms_up():
+def test_without_prefill_hook_drafter_warms_up(tiny):
     head = make_head()
-    main = FakeMain(1)
+    main = tiny.main(1)
     dr = MTPDrafter(head, capacity=256, sink=2, window=4)
     toks = [1, 2, 3, 4, 5]
     dr.begin(toks)

@@ -10,61 +10,19 @@ import random
 import pytest
 import torch
 
-from mtp_turbo.models.gemma3 import Gemma3Config
-from mtp_turbo.models.mtp_drafter import GRAPH_K, GRAPH_ROWS, MTPConfig, MTPDrafter, MTPHead, tensor_names
+from mtp_turbo.models.mtp_drafter import GRAPH_K, GRAPH_ROWS, MTPDrafter
 
-V, D = 97, 64
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: threads only add contention (10x slower on a busy 2-core CI box)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny, one_thread, watch_chain, no_sync: tests/models/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-# (built here rather than imported from test_mtp_drafter.py: --import-mode=importlib)
-def make_head(vocab_ids=None, seed=0):
-    mc = Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
-                      eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
-                      query_scale=32 ** -0.5, context_length=2048)
-    cfg = MTPConfig.for_main(mc)
-    g = torch.Generator().manual_seed(seed)
-    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    shapes = {"fc_e": (D, D), "fc_h": (D, D), "q": (qd, D), "k": (kvd, D), "v": (kvd, D), "o": (D, qd),
-              "gate": (cfg.ffn, D), "up": (cfg.ffn, D), "down": (D, cfg.ffn)}
-    W = {}
-    for k in tensor_names(cfg):
-        if k.endswith("norm"):
-            W[k] = 1.0 + 0.1 * torch.randn(cfg.head_dim if k in ("q_norm", "k_norm") else D, generator=g)
-        else:
-            W[k] = torch.randn(*shapes[k], generator=g) / shapes[k][1] ** 0.5
-    embed = torch.randn(V, D, generator=torch.Generator().manual_seed(seed + 1))
-    return MTPHead(cfg, W, embed, vocab_ids, "cpu", torch.float32)
-
-
-class FakeMain:
-    """Hidden state of position c from (c, token c, token c-1): stale rows would show."""
-
-    def __init__(self, seed=0, n=1200):
-        g = torch.Generator().manual_seed(seed + 7)
-        self.P = torch.randn(n, D, generator=g) * 3
-        self.E = torch.randn(V, D, generator=g) * 3
-
-    def hidden(self, toks):
-        t = torch.tensor(toks)
-        prev = torch.cat([t[:1], t[:-1]])
-        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
-
-
-def twin_session(head, sink, window, seed, rounds, capacity=1100, prompt=(5, 60), chunk=37, ks=(1, 2, 3, 4)):
+def twin_session(tiny, head, sink, window, seed, rounds, capacity=1100, prompt=(5, 60), chunk=37, ks=(1, 2, 3, 4)):
     """Drive a variable-shape and a static drafter with the same calls; every propose must give
     the same drafts, logits equal to fp32 rounding and the same cell state. Returns (rounds, the
     longest context seen, the largest read-cell count of a query)."""
     rng = random.Random(seed)
-    main = FakeMain(seed)
+    V = tiny.V
+    main = tiny.main(seed, n=1200)
     ref = MTPDrafter(head, capacity=capacity, sink=sink, window=window, static=False)
     st = MTPDrafter(head, capacity=capacity, sink=sink, window=window, static=True)
     assert not ref.static and st.static and not st.use_graphs  # no graphs without CUDA
@@ -118,33 +76,33 @@ def twin_session(head, sink, window, seed, rounds, capacity=1100, prompt=(5, 60)
 
 
 @pytest.mark.parametrize("sink,window", [(0, 256), (64, 256)])
-def test_static_equals_variable_shape_long_context(sink, window):
+def test_static_equals_variable_shape_long_context(sink, window, tiny):
     """The engine's two drafter settings, contexts from ~450 tokens past sink + window."""
-    _, longest, widest = twin_session(make_head(), sink, window, seed=sink, rounds=120, prompt=(420, 480))
+    _, longest, widest = twin_session(tiny, tiny.head(), sink, window, seed=sink, rounds=120, prompt=(420, 480))
     assert longest > sink + window + 100
     assert widest == sink + window + 1  # queries read the full padded width
 
 
 @pytest.mark.parametrize("sink,window,seed", [(4, 8, 1), (0, 6, 2), (3, 1, 3), (16, 64, 4)])
-def test_static_equals_variable_shape_small_windows(sink, window, seed):
+def test_static_equals_variable_shape_small_windows(sink, window, seed, tiny):
     """Small sinks / windows: chain cells leave the window, sink and run split, repairs."""
-    twin_session(make_head(), sink, window, seed=seed, rounds=150, capacity=400, prompt=(5, 60))
+    twin_session(tiny, tiny.head(), sink, window, seed=seed, rounds=150, capacity=400, prompt=(5, 60))
 
 
-def test_static_reduced_vocab_and_big_batches():
+def test_static_reduced_vocab_and_big_batches(tiny):
     """vocab_ids mapping on the device; k and catch-up batches past the graph limits (the
     unstaged eager path) agree too."""
-    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40)))
-    twin_session(make_head(vocab_ids=ids), 4, 16, seed=5, rounds=30, capacity=400)
-    twin_session(make_head(seed=2), 8, 32, seed=6, rounds=12, capacity=400, ks=(GRAPH_K + 1, GRAPH_K + 3))
+    ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40)))
+    twin_session(tiny, tiny.head(vocab_ids=ids), 4, 16, seed=5, rounds=30, capacity=400)
+    twin_session(tiny, tiny.head(seed=2), 8, 32, seed=6, rounds=12, capacity=400, ks=(GRAPH_K + 1, GRAPH_K + 3))
 
 
-def test_staged_layout():
+def test_staged_layout(tiny):
     """positions | tokens | read cells per chain step padded with -1, as the cell rules say."""
-    head = make_head()
-    main = FakeMain(0)
+    head = tiny.head()
+    main = tiny.main(0, n=1200)
     dr = MTPDrafter(head, capacity=200, sink=2, window=5, static=True)
-    toks = [random.Random(0).randrange(V) for _ in range(30)]
+    toks = [random.Random(0).randrange(tiny.V) for _ in range(30)]
     dr.on_prefill(0, 29, main.hidden(toks)[:29], toks)
     dr.begin(toks)
     p0, c, k = 28, 26, 3
@@ -162,42 +120,23 @@ def test_staged_layout():
     assert dr.cells.cell1 == p0 + 1
 
 
-class NoSync(torch.utils._python_dispatch.TorchDispatchMode):
-    """Fails on the ops that read a device value on the host (.item(), data-dependent shapes):
-    on CUDA each is a sync, and illegal inside a graph capture."""
-
-    BANNED = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "repeat_interleave.Tensor")
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket.__name__) + ("." + func._overloadname if func._overloadname == "Tensor" else "")
-        assert not any(name.startswith(b) for b in self.BANNED), f"host sync in the captured work: {func}"
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("reduced", [False, True])
-def test_static_chain_has_no_host_syncs(reduced, monkeypatch):
+def test_static_chain_has_no_host_syncs(reduced, tiny, watch_chain, no_sync):
     """What the graph captures (_chain) never reads a device value on the host (e.g. indexing
     with a 0-dim id tensor would call .item()); the legacy path does, which is why it is slow."""
-    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40))) if reduced else None
-    dr = MTPDrafter(make_head(vocab_ids=ids), capacity=300, sink=4, window=16, static=True)
-    real, ran = dr._chain, []
-
-    def checked(*a):  # (inference mode hides ops from dispatch modes: leave it for the check)
-        with torch.inference_mode(False), torch.no_grad(), NoSync():
-            ran.append(1)
-            return real(*a)
-
-    monkeypatch.setattr(dr, "_chain", checked)
-    main = FakeMain(0)
-    toks = [random.Random(1).randrange(V) for _ in range(40)]
+    ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40))) if reduced else None
+    dr = MTPDrafter(tiny.head(vocab_ids=ids), capacity=300, sink=4, window=16, static=True)
+    ran = watch_chain(dr)  # each _chain call runs under NoSync
+    main = tiny.main(0, n=1200)
+    toks = [random.Random(1).randrange(tiny.V) for _ in range(40)]
     dr.on_prefill(0, 39, main.hidden(toks)[:39], toks)
     dr.begin(toks)
     for k in (1, 3):
         assert len(dr.propose(toks, k)) == k
     assert len(ran) == 2
-    legacy = MTPDrafter(make_head(vocab_ids=ids), capacity=300, sink=4, window=16, static=False)
+    legacy = MTPDrafter(tiny.head(vocab_ids=ids), capacity=300, sink=4, window=16, static=False)
     legacy.on_prefill(0, 39, main.hidden(toks)[:39], toks)
-    with pytest.raises(AssertionError, match="host sync"), torch.no_grad(), NoSync():
+    with pytest.raises(AssertionError, match="host sync"), torch.no_grad(), no_sync():
         MTPDrafter.propose.__wrapped__(legacy, toks, 3)  # the mode does catch syncs
 
 

@@ -11,67 +11,26 @@ import random
 import pytest
 import torch
 
-from mtp_turbo.models.gemma3 import Gemma3Config
-from mtp_turbo.models.mtp_drafter import MTPConfig, MTPDrafter, MTPHead, reference_drafts, tensor_names
+from mtp_turbo.models.mtp_drafter import MTPDrafter, reference_drafts
 from mtp_turbo.sampling.chain import penalty_counts, probs_from_logits
 from mtp_turbo.sampling.config import SamplerConfig
 
-V, D = 97, 64
 SINK, WINDOW = 4, 16
 PEN = SamplerConfig(temperature=0.6, top_k=0, top_p=0.95, min_p=0.05, repeat_penalty=1.15,
                     presence_penalty=0.3, frequency_penalty=0.1, penalty_last_n=8)
 STRONG = dataclasses.replace(PEN, repeat_penalty=1.3, presence_penalty=0.6, frequency_penalty=0.3)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: threads only add contention on a busy 2-core CI box."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# tiny, one_thread, watch_chain: tests/models/conftest.py
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-# (built here rather than imported from test_mtp_drafter.py: --import-mode=importlib)
-def make_head(vocab_ids=None, seed=0):
-    mc = Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
-                      eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
-                      query_scale=32 ** -0.5, context_length=2048)
-    cfg = MTPConfig.for_main(mc)
-    g = torch.Generator().manual_seed(seed)
-    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    shapes = {"fc_e": (D, D), "fc_h": (D, D), "q": (qd, D), "k": (kvd, D), "v": (kvd, D), "o": (D, qd),
-              "gate": (cfg.ffn, D), "up": (cfg.ffn, D), "down": (D, cfg.ffn)}
-    W = {}
-    for k in tensor_names(cfg):
-        if k.endswith("norm"):
-            W[k] = 1.0 + 0.1 * torch.randn(cfg.head_dim if k in ("q_norm", "k_norm") else D, generator=g)
-        else:
-            W[k] = torch.randn(*shapes[k], generator=g) / shapes[k][1] ** 0.5
-    embed = torch.randn(V, D, generator=torch.Generator().manual_seed(seed + 1))
-    return MTPHead(cfg, W, embed, vocab_ids, "cpu", torch.float32)
-
-
-class FakeMain:
-    """Hidden state of position c from (c, token c, token c-1)."""
-
-    def __init__(self, seed=0, n=600):
-        g = torch.Generator().manual_seed(seed + 7)
-        self.P = torch.randn(n, D, generator=g) * 3
-        self.E = torch.randn(V, D, generator=g) * 3
-
-    def hidden(self, toks):
-        t = torch.tensor(toks)
-        prev = torch.cat([t[:1], t[:-1]])
-        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
-
-
-def reference_penalised(head, tokens, hidden, drafts, cfg, use_drafts=True):
+def reference_penalised(tiny, head, tokens, hidden, drafts, cfg, use_drafts=True):
     """The drafts the rule asks for, given the chain's inputs `drafts` (teacher forced): the head's
     logits scattered into the full vocabulary (-inf elsewhere), then the sampling chain at temp 0
     with penalty counts of history ++ drafts[:j] for row j (use_drafts=False: the committed
     history only, to show the drafts' counts matter)."""
-    k = len(drafts)
+    k, V = len(drafts), tiny.V
     _, lg = reference_drafts(head, tokens, hidden, k, SINK, WINDOW, forced=drafts)
     full = torch.full((k, V), float("-inf"))
     cols = torch.arange(V) if head.vocab_ids is None else head.vocab_ids
@@ -83,11 +42,12 @@ def reference_penalised(head, tokens, hidden, drafts, cfg, use_drafts=True):
     return p.argmax(-1).tolist()
 
 
-def session(head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
+def session(tiny, head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
     """Variable-shape and static drafters with the sampler set, driven alike; every propose is
     checked against the reference (and the static one against the variable one). Returns stats."""
+    V = tiny.V
     rng = random.Random(seed)
-    main = FakeMain(seed)
+    main = tiny.main(seed)
     var = MTPDrafter(head, capacity=400, sink=SINK, window=WINDOW, static=False)
     drs = [var]
     if static_twin:
@@ -104,7 +64,7 @@ def session(head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
         k = rng.choice(ks)
         got = var.propose(tokens, k)
         hid = main.hidden(tokens)[: len(tokens) - 1]
-        want = reference_penalised(head, tokens, hid, got, cfg)
+        want = reference_penalised(tiny, head, tokens, hid, got, cfg)
         assert got == want, (r, got, want)
         if static_twin:
             assert drs[1].propose(tokens, k) == got, r
@@ -115,7 +75,7 @@ def session(head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
         for j in range(1, k):
             win = (tokens + got[:j])[-L:] if L > 0 else tokens + got[:j]
             st["repeats"] += got[j] in win
-        st["drafts_count"] += want != reference_penalised(head, tokens, hid, got, cfg, use_drafts=False)
+        st["drafts_count"] += want != reference_penalised(tiny, head, tokens, hid, got, cfg, use_drafts=False)
         raw, _ = reference_drafts(head, tokens, hid, k, SINK, WINDOW, forced=got)
         st["differs_raw"] += raw != got
         a = rng.randrange(0, k + 1)
@@ -134,40 +94,40 @@ def session(head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
 
 
 @pytest.mark.parametrize("reduced", [False, True])
-def test_drafts_are_argmax_of_penalised_logits_and_static_equals_variable(reduced):
-    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40))) if reduced else None
-    st = session(make_head(vocab_ids=ids), PEN, seed=1 + reduced, rounds=30)
+def test_drafts_are_argmax_of_penalised_logits_and_static_equals_variable(reduced, tiny):
+    ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40))) if reduced else None
+    st = session(tiny, tiny.head(vocab_ids=ids), PEN, seed=1 + reduced, rounds=30)
     assert st["differs_raw"] > 0  # the penalties did move drafts
     assert st["drafts_count"] > 0  # the earlier drafts' counts did matter
     assert st["repeats"] > 0  # chained drafts repeating a window token were checked
 
 
 @pytest.mark.parametrize("last_n", [-1, 3])
-def test_windows_all_history_and_short(last_n):
+def test_windows_all_history_and_short(last_n, tiny):
     """-1: the whole history (nothing leaves); 3: shorter than the chain (drafts leave too)."""
     cfg = dataclasses.replace(PEN, penalty_last_n=last_n, repeat_penalty=1.1, presence_penalty=0.3,
                               frequency_penalty=0.0)
-    st = session(make_head(seed=1), cfg, seed=5, rounds=20, ks=(3, 4))
+    st = session(tiny, tiny.head(seed=1), cfg, seed=5, rounds=20, ks=(3, 4))
     assert st["differs_raw"] > 0
 
 
-def test_greedy_with_penalties_and_negative_penalties():
+def test_greedy_with_penalties_and_negative_penalties(tiny):
     """temp 0 with penalties uses them too; rewarding penalties (r < 1, presence < 0) as well."""
     greedy = SamplerConfig(temperature=0.0, repeat_penalty=1.2, presence_penalty=0.5, penalty_last_n=16)
-    assert session(make_head(), greedy, seed=7, rounds=12, static_twin=False)["differs_raw"] > 0
+    assert session(tiny, tiny.head(), greedy, seed=7, rounds=12, static_twin=False)["differs_raw"] > 0
     reward = dataclasses.replace(PEN, repeat_penalty=0.8, presence_penalty=-0.7, frequency_penalty=-0.2)
-    st = session(make_head(), reward, seed=8, rounds=12, static_twin=False)
+    st = session(tiny, tiny.head(), reward, seed=8, rounds=12, static_twin=False)
     assert st["differs_raw"] > 0 and st["repeats"] > 0
 
 
 @pytest.mark.parametrize("static", [False, True])
-def test_without_penalties_nothing_changes(static):
+def test_without_penalties_nothing_changes(static, tiny):
     """No sampler, None, greedy or temp > 0 without penalties (or penalty_last_n 0): the drafts,
     logits and the staged input layout are exactly those of a drafter never told a sampler."""
-    head = make_head()
-    main = FakeMain(3)
+    head = tiny.head()
+    main = tiny.main(3)
     rng = random.Random(4)
-    toks = [rng.randrange(V) for _ in range(40)]
+    toks = [rng.randrange(tiny.V) for _ in range(40)]
     H = main.hidden(toks)[:39]
     cfgs = [None, SamplerConfig(temperature=0.0), SamplerConfig(temperature=0.6, top_p=0.9),
             dataclasses.replace(PEN, penalty_last_n=0), dataclasses.replace(PEN, order=("top_k", "temperature"))]
@@ -201,30 +161,14 @@ def test_without_penalties_nothing_changes(static):
     assert any(moved)
 
 
-class NoSync(torch.utils._python_dispatch.TorchDispatchMode):
-    BANNED = ("_local_scalar_dense", "nonzero", "masked_select", "unique", "repeat_interleave.Tensor")
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func.overloadpacket.__name__) + ("." + func._overloadname if func._overloadname == "Tensor" else "")
-        assert not any(name.startswith(b) for b in self.BANNED), f"host sync in the captured work: {func}"
-        return func(*args, **(kwargs or {}))
-
-
-def test_static_chain_with_penalties_has_no_host_syncs(monkeypatch):
-    ids = torch.tensor(sorted(random.Random(3).sample(range(V), 40)))
-    dr = MTPDrafter(make_head(vocab_ids=ids), capacity=300, sink=SINK, window=WINDOW, static=True)
+def test_static_chain_with_penalties_has_no_host_syncs(tiny, watch_chain):
+    ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40)))
+    dr = MTPDrafter(tiny.head(vocab_ids=ids), capacity=300, sink=SINK, window=WINDOW, static=True)
     dr.set_sampler(PEN)
-    real, ran = dr._chain, []
-
-    def checked(*a):
-        with torch.inference_mode(False), torch.no_grad(), NoSync():
-            ran.append(1)
-            return real(*a)
-
-    monkeypatch.setattr(dr, "_chain", checked)
+    ran = watch_chain(dr)  # each _chain call runs under NoSync
     rng = random.Random(1)
-    toks = [rng.randrange(V) for _ in range(40)]
-    dr.on_prefill(0, 39, FakeMain(0).hidden(toks)[:39], toks)
+    toks = [rng.randrange(tiny.V) for _ in range(40)]
+    dr.on_prefill(0, 39, tiny.main(0).hidden(toks)[:39], toks)
     dr.begin(toks)
     for k in (1, 4):
         assert len(dr.propose(toks, k)) == k

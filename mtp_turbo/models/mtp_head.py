@@ -1,0 +1,226 @@
+"""The MTP head: its configuration, its file's names, its math, and a from-scratch reference.
+
+Owns: MTPConfig; the head file's names (ARCH, tensor_names) and option values (--draft-quant
+formats, LM-head row formats, GEMV backends, the shipped head's path); the math shared by the
+cached drafter, the reference and training (`x = fc_embedding(norm_e(embed(t+1))) +
+fc_hidden(norm_h(h_t))`, one Gemma-3 block with a sliding-base RoPE, final norm, the main model's
+tied LM head or a gathered subset of its rows); MTPHead (weights, LM head rows, RoPE tables); the
+read-cell rule stated plainly (read_set) and the from-scratch reference drafts the tests compare
+the drafter with. Every name here also imports from mtp_drafter.py.
+Ignores: the drafter's cache and rounds (mtp_drafter.py), the static / CUDA-graph path
+(mtp_static.py), the loading policy (mtp_load.py), writing heads (train/export.py).
+
+Tensor names in the GGUF (llama.cpp's nextn convention where it fits; L = the main model's
+n_layer): blk.L.nextn.{enorm,hnorm,fc_embedding,fc_hidden,shared_head_norm}.weight and the block's
+blk.L.{attn_norm,attn_q,...}.weight; metadata mtp.base_model_sha256, mtp.hidden_source,
+mtp.vocab_ids (absent = full head), mtp.recipe (JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .gemma3 import LAYER_TENSORS, apply_rope, rms_norm, rope_tables
+
+ARCH = "gemma3-mtp"
+HIDDEN_SOURCES = ("pre_norm", "post_norm")
+DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "data" / "gemma3-270m-mtp.gguf"
+# head-specific tensors: internal name -> GGUF name suffix after "blk.{L}."
+NEXTN_TENSORS = {"enorm": "nextn.enorm", "hnorm": "nextn.hnorm", "fc_e": "nextn.fc_embedding",
+                 "fc_h": "nextn.fc_hidden", "out_norm": "nextn.shared_head_norm"}
+# --draft-quant: the matrices that take the chosen format (DESIGN.md "Low-bit draft weights");
+# K/V stay Q8_0, norms stay float, and the LM head rows are the main model's embedding, untouched
+DRAFT_QUANTS = ("q8_0", "q5_0", "q4_0", "bf16")
+DRAFT_QUANT_KEYS = ("q", "o", "fc_e", "fc_h", "gate", "up", "down")
+# --draft-quant name -> quant/formats.py format used for requantization (None = keep stored values)
+_REQUANT_FMT = {"q8_0": None, "bf16": None, "q5_0": "q5_0", "q4_0": "q4_0_lloyd"}
+HEAD_QUANTS = ("main", "bf16", "q8_0", "q5_0", "q4_0")  # LM head rows: the main model's format, or told
+GEMV_BACKENDS = ("auto", "dense", "torch", "triton")  # see uses_packed
+
+
+@dataclass(frozen=True)
+class MTPConfig:
+    hidden: int = 640
+    n_heads: int = 4
+    n_kv_heads: int = 1
+    head_dim: int = 256
+    ffn: int = 2048
+    eps: float = 1e-6
+    rope_base: float = 10_000.0
+    n_layer: int = 18  # the main model's layer count: the head's tensors live at blk.{n_layer}
+    hidden_source: str = "pre_norm"  # which main hidden the head reads: before or after the final norm
+
+    def __post_init__(self) -> None:
+        assert self.hidden_source in HIDDEN_SOURCES, self.hidden_source
+        assert self.n_heads % self.n_kv_heads == 0
+
+    @property
+    def query_scale(self) -> float:
+        return self.head_dim ** -0.5
+
+    @classmethod
+    def for_main(cls, mc, hidden_source: str = "pre_norm") -> "MTPConfig":
+        return cls(hidden=mc.hidden, n_heads=mc.n_heads, n_kv_heads=mc.n_kv_heads, head_dim=mc.head_dim,
+                   ffn=mc.ffn, eps=mc.eps, rope_base=mc.rope_local, n_layer=mc.n_layers, hidden_source=hidden_source)
+
+
+def tensor_names(cfg: MTPConfig) -> dict[str, str]:
+    """internal weight name -> GGUF tensor name."""
+    L = cfg.n_layer
+    names = {k: f"blk.{L}.{v}.weight" for k, v in NEXTN_TENSORS.items()}
+    names.update({k: f"blk.{L}.{v}.weight" for k, v in LAYER_TENSORS.items()})
+    return names
+
+
+# ---- the math, shared by the cached drafter, the reference and training ------------------------
+# W maps names to dense [out, in] tensors (training, the reference) or, for the cached drafter on
+# the packed path, to PackedLinear layers; "qkv" / "gate_up" (fused rows) replace q, k, v / gate, up.
+def linear(w, x: torch.Tensor) -> torch.Tensor:
+    """x [.., in] @ w.T: F.linear for a dense weight, the layer's GEMV for a PackedLinear."""
+    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
+
+
+def input_rows(W: dict, cfg: MTPConfig, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+    """e: scaled embedding of token t+1 [.., D]; h: the state for position t [.., D] -> x [.., D]."""
+    return linear(W["fc_e"], rms_norm(e, W["enorm"], cfg.eps)) + linear(W["fc_h"], rms_norm(h, W["hnorm"], cfg.eps))
+
+
+def qkv(W: dict, cfg: MTPConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+    """x [T, D] block input at positions with RoPE tables cos/sin [T, Dh] -> q [T,H,Dh], k, v [T,Hkv,Dh]."""
+    T = x.shape[0]
+    a = rms_norm(x, W["attn_norm"], cfg.eps)
+    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+    if "qkv" in W:  # one GEMV over the fused rows
+        q, k, v = linear(W["qkv"], a).split([qd, kvd, kvd], dim=-1)
+    else:
+        q, k, v = linear(W["q"], a), linear(W["k"], a), linear(W["v"], a)
+    q = rms_norm(q.reshape(T, cfg.n_heads, cfg.head_dim), W["q_norm"], cfg.eps)
+    k = rms_norm(k.reshape(T, cfg.n_kv_heads, cfg.head_dim), W["k_norm"], cfg.eps)
+    v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)
+    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def attend(cfg: MTPConfig, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None):
+    """q [T,H,Dh], K/V [S,Hkv,Dh], mask [T,S] bool (None = all) -> [T, H*Dh]."""
+    rep = cfg.n_heads // cfg.n_kv_heads
+    qh = q.transpose(0, 1)
+    Kh = K.transpose(0, 1).repeat_interleave(rep, dim=0)
+    Vh = V.transpose(0, 1).repeat_interleave(rep, dim=0)
+    sc = torch.matmul(qh.float(), Kh.float().transpose(1, 2)) * cfg.query_scale  # [H, T, S]
+    if mask is not None:
+        sc = sc.masked_fill(~mask, float("-inf"))
+    o = torch.matmul(torch.softmax(sc, dim=-1), Vh.float()).to(q.dtype)
+    return o.transpose(0, 1).reshape(q.shape[0], cfg.n_heads * cfg.head_dim)
+
+
+def block_out(W: dict, cfg: MTPConfig, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """Residual stream after the block (the chained `h`), given the attention output before o-proj."""
+    h = x + rms_norm(linear(W["o"], attn), W["post_attn_norm"], cfg.eps)
+    m = rms_norm(h, W["ffn_norm"], cfg.eps)
+    if "gate_up" in W:
+        g, u = linear(W["gate_up"], m).split([cfg.ffn, cfg.ffn], dim=-1)
+    else:
+        g, u = linear(W["gate"], m), linear(W["up"], m)
+    m = linear(W["down"], F.gelu(g, approximate="tanh") * u)
+    return h + rms_norm(m, W["post_ffn_norm"], cfg.eps)
+
+
+class MTPHead:
+    """Weights of the head plus its LM head rows. `head_rows` [N, D] are main embedding rows (all
+    of them, or the gathered `vocab_ids`); argmax ids are mapped back through vocab_ids.
+    W: the dense values (the reference, training, tests). ops: what the cached drafter computes
+    with: W itself, or (packed path, see pack_ops) norms plus PackedLinear layers, with the LM head
+    as ops["head"]. Both hold the same values, so they agree to fp32 rounding."""
+
+    def __init__(self, cfg: MTPConfig, weights: dict[str, torch.Tensor], embed: torch.Tensor,
+                 vocab_ids: torch.Tensor | None, device, dtype, ops: dict | None = None,
+                 head_rows: torch.Tensor | None = None):
+        self.cfg = cfg
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.W = weights
+        self.ops = weights if ops is None else ops
+        self.embed = embed  # main embedding [V, D] (unscaled: the tied LM head)
+        self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype).to(self.device)
+        self.vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device, torch.int64)
+        if head_rows is None:
+            head_rows = embed if vocab_ids is None else embed[self.vocab_ids].contiguous()
+        self.head_rows = head_rows  # [N, D] values of the LM head (dense path and reference)
+        self.rope = None  # (cos, sin) tables, grown on demand
+
+    def rope_at(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        need = int(pos.max().item()) + 1
+        if self.rope is None or self.rope[0].shape[0] < need:
+            n = max(need, 4096 if self.rope is None else 2 * self.rope[0].shape[0])
+            self.rope = rope_tables(self.cfg.rope_base, self.cfg.head_dim, n, self.device)
+        return self.rope[0][pos], self.rope[1][pos]
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embed[tokens] * self.embed_scale
+
+    def logits(self, h: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        """Block output state [T, D] -> fp32 logits over the head's rows [T, N] (dense: with
+        head_rows even when ops has a packed head, as the reference does)."""
+        hn = rms_norm(h, self.W["out_norm"], self.cfg.eps)
+        op = None if dense else self.ops.get("head")
+        return F.linear(hn, self.head_rows).float() if op is None else op(hn, out_dtype=torch.float32)
+
+    def argmax_ids(self, h: torch.Tensor) -> torch.Tensor:
+        """[T, D] -> token ids [T] (int64) of the head's argmax."""
+        i = self.logits(h).argmax(-1)
+        return i if self.vocab_ids is None else self.vocab_ids[i]
+
+
+def read_set(p: int, committed_hi: int, chain: list[int], sink: int, window: int) -> list[int]:
+    """The rule DraftCells implements, stated plainly for the reference: committed cells
+    [0, committed_hi) that are < sink or in [p - window, p], plus chain cells in [p - window, p]."""
+    lo = p - window
+    com = [c for c in range(min(committed_hi, p + 1)) if c < sink or c >= lo]
+    return com + [c for c in chain if lo <= c <= p]
+
+
+def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: int, sink: int, window: int,
+                     forced: list[int] | None = None):
+    """From-scratch drafts for the committed `tokens` (T of them): hidden [T-1, D] = the main
+    model's states (already in the head's hidden_source) of positions 0..T-2. Every committed cell
+    c <= p0 = T-2 is recomputed from (h_c, token c+1); the chain is run with full recomputation.
+    forced: chain input tokens to use instead of the drafts (teacher forcing, as training does).
+    Returns (draft ids, fp32 logits [k, N])."""
+    T = len(tokens)
+    p0 = T - 2
+    assert p0 >= 0 and hidden.shape[0] >= p0 + 1
+    cfg, W = head.cfg, head.W
+    dev = head.device
+    pos = torch.arange(p0 + 1, device=dev)
+    e = head.embed_tokens(torch.tensor(tokens[1: p0 + 2], device=dev))
+    x = input_rows(W, cfg, e, hidden[: p0 + 1].to(dev, head.dtype))
+    cos, sin = head.rope_at(pos)
+    _, Kc, Vc = qkv(W, cfg, x, cos, sin)
+    K, V, X = [Kc[i] for i in range(p0 + 1)], [Vc[i] for i in range(p0 + 1)], x
+    drafts, logits = [], []
+    state_x, chain = X[p0: p0 + 1], []
+    for j in range(k):
+        p = p0 + j
+        cos, sin = head.rope_at(torch.tensor([p], device=dev))
+        q, kk, vv = qkv(W, cfg, state_x, cos, sin)
+        if j > 0:  # chain cell: its K/V exist only in this chain
+            K.append(kk[0])
+            V.append(vv[0])
+            chain.append(p)
+        cells = read_set(p, p0 + 1, chain, sink, window)
+        idx = [c if c <= p0 else p0 + 1 + chain.index(c) for c in cells]
+        o = attend(cfg, q, torch.stack([K[i] for i in idx]), torch.stack([V[i] for i in idx]))
+        h = block_out(W, cfg, state_x, o)
+        lg = head.logits(h, dense=True)
+        d = int(lg.argmax(-1).item())
+        d = d if head.vocab_ids is None else int(head.vocab_ids[d].item())
+        drafts.append(d)
+        logits.append(lg[0])
+        nxt = d if forced is None or j >= len(forced) else forced[j]
+        state_x = input_rows(W, cfg, head.embed_tokens(torch.tensor([nxt], device=dev)), h)
+    return drafts, torch.stack(logits) if logits else torch.zeros(0)
