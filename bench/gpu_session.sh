@@ -6,9 +6,12 @@
 #   bench/gpu_session.sh ours              GPU tests, GEMV bench, decode bench (+ transformers)
 #   bench/gpu_session.sh llama             llama-bench tg128 / pp512 with flash attention
 #   bench/gpu_session.sh fused             GPU tests of the fused step, decode bench (tile sweep, profile)
-#   bench/gpu_session.sh gemv              packed GEMV bench (head + drafter shapes) and drafter per quant
-#   bench/gpu_session.sh train             warm-started head training on long rows + own replies (.carry)
-#   bench/gpu_session.sh accept            MT-Bench acceptance old vs new head, 12k long prompt (new head)
+#   bench/gpu_session.sh gemv              packed GEMV: head tile sweep (bf16 vs int8 tensor cores), drafter shapes
+#   bench/gpu_session.sh draftq            drafter ms/step and acceptance per --draft-quant
+#   bench/gpu_session.sh train             A/B head training (KL vs KL + acceptance term) on long rows + own
+#                                          replies sampled with the temp-0.6 chain (.carry), in parallel
+#   bench/gpu_session.sh accept            MT-Bench acceptance, shipped head vs the A/B candidates
+#   bench/gpu_session.sh long              12k-token prompt: sink/window vs unbounded, draft time (DRAFTER=...)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -28,7 +31,7 @@ case $step in
     sleep 2; tail -2 /tmp/llama-build.log ;;
   model)
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "$(cat .pieces/SHA256)  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1 ;;
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1 ;;
   ours)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
     python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu.txt"
@@ -48,23 +51,37 @@ case $step in
       --ks 3 --mtp-ks 3 --reps 2 --out "$OUT/decode.json" 2>&1 | grep -v Warning | tee "$OUT/decode.txt" | tail -60
     tail -1 /tmp/llama-build.log ;;
   gemv)
-    timeout 240 python3 bench/gemv_bench.py --shapes 262144x640,2048x640,640x2048,1024x640 \
-      --out "$OUT/gemv.json" > "$OUT/gemv.txt" 2>&1; tail -45 "$OUT/gemv.txt" ;;
+    # the head: every tile of the bf16 and int8 tensor-core variants (q8_0); drafter shapes: default tiles
+    timeout 250 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0 --kernels dot_bf16x3,dot_i8 --sweep \
+      --out "$OUT/gemv_head.json" > "$OUT/gemv_head.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_head.txt"
+    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,2048x640,640x2048,1024x640 \
+      --kernels dot_bf16x3,dot_i8 --out "$OUT/gemv.json" > "$OUT/gemv.txt" 2>&1; grep -B2 -A30 "^| shape | fmt | M" "$OUT/gemv.txt"
+    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   draftq)
     timeout 300 python3 bench/draft_quant.py --model /tmp/gguf/model.gguf --prompts 5 --max-tokens 96 \
       --out "$OUT/draft_quant.json" 2>&1 | grep -v Warning | tail -25 ;;
   train)
-    timeout 560 python3 -m mtp_turbo.cli train-mtp --model /tmp/gguf/model.gguf --device cuda \
-      --data .carry/mtp_train.npy --init mtp_turbo/data/gemma3-270m-mtp.gguf --out "$OUT/gemma3-270m-mtp.gguf" \
-      --ckpt /tmp/mtp.ckpt --history "$OUT/train_history.json" --steps 100000 --time-budget 330 --batch 8 \
-      --lr 5e-4 --warmup 50 --chain 3 --sink 64 --window 256 --block 256 --pos-offset 16384 --offset-frac 0.5 \
-      --eval-offset 12288 --eval-every 500 --eval-rows 32 --ckpt-every 0 --gen-rows 768 --gen-batch 384 \
-      --gen-time 45 --gen-frac 0.3 --gen-temps 0,0.7 2>&1 | grep -v Warning | tr '\r' '\n' | grep -v "it/s\]$" | tail -40 ;;
+    # A/B in parallel on one GPU, same own-reply rows (same seed), sampled with the temp-0.6 bench chain:
+    # A = KL only, B = KL + the sampled-acceptance term
+    common="--model /tmp/gguf/model.gguf --device cuda --data .carry/mtp_train.npy --init mtp_turbo/data/gemma3-270m-mtp.gguf
+      --steps 100000 --time-budget ${TRAIN_S:-330} --batch 8 --lr 4e-4 --warmup 50 --chain 3 --sink 64 --window 256 --block 256
+      --pos-offset 16384 --offset-frac 0.3 --eval-offset 12288 --eval-every 1000 --eval-rows 32 --ckpt-every 0
+      --gen-rows 1536 --gen-batch 384 --gen-len 1024 --gen-time ${GEN_S:-100} --gen-frac 0.5 --gen-temps 0,0.6,0.6
+      --gen-top-k 40 --gen-top-p 0.95 --gen-min-p 0.05 --gen-repeat-penalty 1.08 --gen-presence-penalty 0.4"
+    for v in A B; do
+      w=0; [ $v = B ] && w=${ACCEPT_W:-1.0}
+      timeout 590 python3 -m mtp_turbo.cli train-mtp $common --accept-weight $w --out "$OUT/mtp-$v.gguf" \
+        --ckpt /tmp/mtp-$v.ckpt --history "$OUT/train_history_$v.json" > "$OUT/train_$v.log" 2>&1 &
+    done
+    wait
+    for v in A B; do echo "== $v"; grep -v Warning "$OUT/train_$v.log" | tr '\r' '\n' | grep -v "it/s\]$\|tok/s\]$" | tail -14; done ;;
   accept)
-    timeout 300 python3 bench/accept.py --model /tmp/gguf/model.gguf --device cuda \
-      --drafter mtp_turbo/data/gemma3-270m-mtp.gguf,.carry/mtp-new.gguf --sets mt_bench --ks 3 \
-      --samplers temp0,temp0.6 --prompts 20 --max-tokens 128 --out "$OUT/accept.json" 2>&1 | tail -20
+    # shipped head vs the candidates of `train` (copied into .carry/ beforehand)
+    timeout 420 python3 bench/accept.py --model /tmp/gguf/model.gguf --device cuda \
+      --drafter ${DRAFTERS:-mtp_turbo/data/gemma3-270m-mtp.gguf,.carry/mtp-A.gguf,.carry/mtp-B.gguf} --sets mt_bench --ks 3 \
+      --samplers temp0,temp0.6 --prompts 20 --max-tokens 128 --out "$OUT/accept.json" 2>&1 | tail -24 ;;
+  long)
     timeout 240 python3 bench/long_prompt.py --model /tmp/gguf/model.gguf --device cuda \
-      --drafter .carry/mtp-new.gguf --tokens 256 --out "$OUT/long_prompt.json" 2>&1 | tail -20 ;;
+      --drafter ${DRAFTER:-mtp_turbo/data/gemma3-270m-mtp.gguf} --tokens 256 --out "$OUT/long_prompt.json" 2>&1 | tail -20 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

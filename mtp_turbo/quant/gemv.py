@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8")  # see gemv_triton.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w")  # see gemv_triton.py
 
 
 @dataclass(frozen=True)
@@ -47,17 +47,21 @@ _DOT = ((16, 128, 4, 3), (32, 64, 4, 3), (32, 128, 4, 3), (64, 32, 4, 4), (64, 6
 # dot_i8 also gets wider K steps (128 contiguous bytes per q8_0 row and step) for the head sweep
 _I8 = _DOT + ((128, 128, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (64, 128, 4, 4), (128, 64, 4, 4),
               (256, 64, 8, 4), (128, 128, 4, 2))
+_I8W = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 128, 8, 3), (128, 128, 4, 2), (128, 128, 4, 3),
+        (128, 128, 8, 3), (256, 128, 8, 2))  # BLOCK_K is always 128 (4 blocks per dot)
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
-    + _tiles("dot_i8", *_I8))
+    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W))
 
 # Defaults per matrix class (unmeasured until bench/gemv_bench.py runs on the GPU). Programs =
 # ceil(N_out / BLOCK_N): small BLOCK_N keeps the drafter's 256..2048-row matrices spread over the
 # SMs; the huge head matrix takes wide tiles to cut per-program overhead.
 DEFAULT_TILES: dict[str, TileConfig] = {
-    "head": TileConfig("dot_bf16x3", 128, 64, 4, 3),  # N_out >= 32768 (LM head, full or gathered)
+    # N_out >= 32768 (LM head, full or gathered). H200, 262144 x 640 q8_0, 1 row: 50.0 us = 86% of
+    # copy bandwidth, vs 71.0 us for the bf16x3 tile that was the default (bench/RESULTS.md)
+    "head": TileConfig("dot_i8w", 64, 128, 4, 2),
     "large": TileConfig("dot_bf16x3", 64, 64, 4, 3),  # N_out * K >= 16M elements (e.g. 8192 x 8192)
     "tall": TileConfig("dot_bf16x3", 16, 128, 4, 3),  # K >= N_out (o 640x1024, down 640x2048, K/V 256x640)
     "wide": TileConfig("dot_bf16x3", 32, 64, 4, 3),  # N_out > K (q 1024x640, gate/up 2048x640)
@@ -70,13 +74,23 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
                     "wide": (8, 128, 2, 2)}
 
 
+# Several rows (a verify, a catch-up): dot_i8w's x operand grows 16 rows per input row, so where it
+# is the 1-row default the per-block dot_i8 takes over (H200 head, 4 rows: 68.1 vs 76.9 us).
+MULTI_ROW_TILES: dict[str, TileConfig] = {"head": TileConfig("dot_i8", 64, 128, 4, 3)}
+_I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
+
+
 def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
     """The default tile of `kernel` for an [n_out, k] matrix (the default table's shape class)."""
     assert kernel in KERNELS, kernel
     cls = tile_class(n_out, k)
     if kernel == "reduce":
         return TileConfig("reduce", *_REDUCE_DEFAULTS[cls])
+    if kernel == "dot_i8w":
+        return TileConfig("dot_i8w", *_I8W_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
+    if d.kernel == "dot_i8w":  # dot_i8: its multi-row tile; bf16x3/tf32x3: the bf16x3 head best
+        d = MULTI_ROW_TILES[cls] if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
     return d if d.kernel == kernel else TileConfig(kernel, d.BLOCK_N, d.BLOCK_K, d.num_warps, d.num_stages)
 
 
@@ -89,8 +103,12 @@ def tile_class(n_out: int, k: int) -> str:
     return "tall" if k >= n_out else "wide"
 
 
-def default_tile(n_out: int, k: int) -> TileConfig:
-    return DEFAULT_TILES[tile_class(n_out, k)]
+def default_tile(n_out: int, k: int, m: int = 1) -> TileConfig:
+    """The default tile for an [n_out, k] matrix times m input rows."""
+    cls = tile_class(n_out, k)
+    if m > 1 and cls in MULTI_ROW_TILES:
+        return MULTI_ROW_TILES[cls]
+    return DEFAULT_TILES[cls]
 
 
 def parse_tile(text: str) -> TileConfig:
@@ -139,7 +157,7 @@ def gemv(
         from . import gemv_triton
 
         if backend == "triton" or (x.is_cuda and gemv_triton.available()):
-            gemv_triton.gemv_packed(x, w, tile or default_tile(n, k), out)
+            gemv_triton.gemv_packed(x, w, tile or default_tile(n, k, m), out)
             return out
     if w.fmt not in BLOCK_FORMATS and x.is_cuda and x.dtype == w.qs.dtype:
         # Dense comparison format on the GPU: cuBLAS (fp32 accumulation inside).
@@ -162,7 +180,7 @@ class PackedLinear:
                  kernel_rows: int = 16):
         assert backend in BACKENDS, backend
         self.w = w
-        self.tile = tile or default_tile(*w.shape)
+        self.tile = tile  # None: the default per call (it depends on the row count)
         self.kernel_rows = kernel_rows
         kernel = False
         if w.fmt in BLOCK_FORMATS and backend != "torch":

@@ -122,6 +122,8 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(640, 2048) == "tall" and tile_class(256, 640) == "tall"
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
     assert default_tile(1024, 640) == DEFAULT_TILES["wide"]
+    assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
+    assert default_tile(262144, 640, 2).kernel == "dot_i8" and default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
     from mtp_turbo.quant.gemv import variant_tile
 
     for kernel in KERNELS:
@@ -174,7 +176,7 @@ def test_kernel_matches_float64(kernel, fmt):
     for n, k, bn, bk in _ODD:
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
-        tile = TileConfig(kernel, bn, bk, 4, 2)
+        tile = TileConfig(kernel, bn, 128 if kernel == "dot_i8w" else bk, 4, 2)  # dot_i8w: 4 blocks a step
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
                 x = torch.randn(m, k, generator=g).to(dt).to(dev)
@@ -306,3 +308,22 @@ def test_int8_pieces_reconstruct_x(interleave):
     big = xd[:m].abs() >= bmax / 8
     assert torch.equal(recon[:m][big], xd[:m][big])
     assert (xq[:, 4:] != 0).any()  # the lower pieces carry bits
+
+
+@pytest.mark.interpret
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
+def test_head_class_dispatch_per_row_count():
+    """A head-sized matrix through the dispatcher: 1 row on dot_i8w, 3 rows on dot_i8 (both at
+    fp32 rounding), the same through PackedLinear, whose tile follows the row count per call."""
+    from mtp_turbo.quant.gemv import PackedLinear
+
+    dev = _kernel_device()
+    pw, ref_w, _ = _weights(32768 + 5, 64, "q8_0", seed=3)
+    pw = pw.to(dev)
+    g = torch.Generator().manual_seed(4)
+    for m in (1, 3):
+        x = torch.randn(m, 64, generator=g).to(dev)
+        _check(gemv(x, pw, backend="triton"), x, ref_w, tol=1e-6)
+    lin = PackedLinear(pw, backend="triton")
+    x = torch.randn(5, 64, generator=g).to(dev)  # chunks of 4 + 1 rows
+    _check(lin(x, out_dtype=torch.float32), x, ref_w, tol=1e-6)
