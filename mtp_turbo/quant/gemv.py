@@ -74,8 +74,10 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
                     "wide": (8, 128, 2, 2)}
 
 
-# Several rows (a verify, a catch-up): dot_i8w's x operand grows 16 rows per input row, so where it
-# is the 1-row default the per-block dot_i8 takes over (H200 head, 4 rows: 68.1 vs 76.9 us).
+# Where dot_i8w is the default but does not fit, the per-block dot_i8 takes over (H200, 262144 x 640):
+# several rows (a verify, a catch-up: dot_i8w's x operand grows 16 rows per input row; 4 rows 69.6
+# vs 78.7 us) and the nibble formats (its widened-tile unpack is slow: q4_0 89.1 vs 96.1 us, q5_0
+# 119.5 vs 803.7 us; bf16x3 113.8 / 131.1 us).
 MULTI_ROW_TILES: dict[str, TileConfig] = {"head": TileConfig("dot_i8", 64, 128, 4, 3)}
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
@@ -103,10 +105,10 @@ def tile_class(n_out: int, k: int) -> str:
     return "tall" if k >= n_out else "wide"
 
 
-def default_tile(n_out: int, k: int, m: int = 1) -> TileConfig:
-    """The default tile for an [n_out, k] matrix times m input rows."""
+def default_tile(n_out: int, k: int, m: int = 1, fmt: str = "q8_0") -> TileConfig:
+    """The default tile for an [n_out, k] matrix in block format fmt times m input rows."""
     cls = tile_class(n_out, k)
-    if m > 1 and cls in MULTI_ROW_TILES:
+    if (m > 1 or fmt != "q8_0") and cls in MULTI_ROW_TILES:
         return MULTI_ROW_TILES[cls]
     return DEFAULT_TILES[cls]
 
@@ -157,7 +159,7 @@ def gemv(
         from . import gemv_triton
 
         if backend == "triton" or (x.is_cuda and gemv_triton.available()):
-            gemv_triton.gemv_packed(x, w, tile or default_tile(n, k, m), out)
+            gemv_triton.gemv_packed(x, w, tile or default_tile(n, k, m, w.fmt), out)
             return out
     if w.fmt not in BLOCK_FORMATS and x.is_cuda and x.dtype == w.qs.dtype:
         # Dense comparison format on the GPU: cuBLAS (fp32 accumulation inside).
@@ -180,7 +182,7 @@ class PackedLinear:
                  kernel_rows: int = 16):
         assert backend in BACKENDS, backend
         self.w = w
-        self.tile = tile  # None: the default per call (it depends on the row count)
+        self.tile = tile  # None: the default per call (it depends on the row count and format)
         self.kernel_rows = kernel_rows
         kernel = False
         if w.fmt in BLOCK_FORMATS and backend != "torch":

@@ -124,6 +124,7 @@ def test_default_tiles_are_supported_and_classes():
     assert default_tile(1024, 640) == DEFAULT_TILES["wide"]
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
     assert default_tile(262144, 640, 2).kernel == "dot_i8" and default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
+    assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8" == default_tile(262144, 640, 1, "q5_0").kernel
     from mtp_turbo.quant.gemv import variant_tile
 
     for kernel in KERNELS:
@@ -220,9 +221,11 @@ def test_bf16_split_is_exact():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_kernels_on_cuda():
-    """Every kernel on CUDA at the supported tiles' sizes, and the dispatcher's defaults on a
-    head-sized and a large matrix."""
+    """Every supported tile on CUDA (one compile each per format: every tile on the 640-wide shape,
+    each kernel's default tile on the odd ones), and the dispatcher's defaults on a head-sized
+    and a large matrix."""
     from mtp_turbo.quant import gemv_triton
+    from mtp_turbo.quant.gemv import variant_tile
 
     assert gemv_triton.available()
     g = torch.Generator().manual_seed(11)
@@ -230,7 +233,8 @@ def test_triton_kernels_on_cuda():
         for n, k in SHAPES:
             pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
             pw = pw.to("cuda")
-            for tile in SUPPORTED_TILES:
+            tiles = SUPPORTED_TILES if k == 640 else [variant_tile(kn, 1024, 640) for kn in KERNELS]
+            for tile in tiles:
                 for m in (1, 4):
                     x = torch.randn(m, k, generator=g).cuda()
                     out = torch.full((m, n), float("nan"), device="cuda")
