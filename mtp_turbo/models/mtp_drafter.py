@@ -4,8 +4,9 @@ speculative round drives.
 Owns: the drafter's static position-indexed KV cache (cell c = the row built from (h_c, token
 c+1), RoPE at position c when K is written), catch-up / chain drafting over the cells DraftCells
 allows (sink + window + current chain) on the variable-shape path, the engine hooks (on_prefill,
-truncate, reset), and drafting the argmax of the head's logits after the sampler's penalty stage
-(set_sampler; the verifier's penalty window). Every name the head's modules define still imports
+truncate, reset), and how a draft is picked from the head's logits (set_sampler): the argmax after
+the sampler's penalty stage (the verifier's penalty window), or at temp > 0 with coupling the
+verifier's own draw (whole chain, same uniform u(seed, position)) from the head's distribution. Every name the head's modules define still imports
 from here: the head's config, math and reference are mtp_head.py's, the static / CUDA-graph path
 mtp_static.py's, loading a head file with the --draft-quant policy mtp_load.py's (resolved
 lazily), writing one train/export.py's.
@@ -18,7 +19,9 @@ import numpy as np
 import torch
 
 from ..cache.cells import DraftCells, DraftCellsConfig
-from ..sampling.chain import _apply_penalties
+from ..sampling.chain import _apply_penalties, probs_from_logits
+from ..sampling.draw import draw
+from ..sampling.rng import uniforms
 from .gemma3 import LAYER_TENSORS, apply_rope, rms_norm, rope_tables  # noqa: F401  (imported from here before)
 from .mtp_head import (  # noqa: F401  (re-exported: this module's public names before the split)
     _REQUANT_FMT, ARCH, DEFAULT_HEAD, DRAFT_QUANT_KEYS, DRAFT_QUANTS, GEMV_BACKENDS, HEAD_QUANTS, HIDDEN_SOURCES,
@@ -55,6 +58,7 @@ class MTPDrafter(StaticPropose):
         self._init_static(dev, static, graphs)  # static path (mtp_static.py)
         # sampler penalties (set_sampler): drafts are the argmax of the PENALISED head logits
         self._pen = None  # SamplerConfig whose penalty stage runs, or None (raw argmax, as without one)
+        self._draw = None  # SamplerConfig whose whole chain + draw picks the drafts (coupling), or None
         self._vmap: np.ndarray | None = None  # full token id -> head index (-1: not a head row)
         n_rows = head.head_rows.shape[0]
         self._pen_dev = torch.zeros(n_rows, dtype=torch.float32, device=dev)  # window counts [N]
@@ -131,15 +135,28 @@ class MTPDrafter(StaticPropose):
     # the same penalty stage (sampling/chain.py) over the window the verifier will use at that row:
     # the committed tokens plus the drafts before it in the chain. Drafts are proposals only:
     # exactness does not depend on this, acceptance does.
-    def set_sampler(self, sampler) -> None:
-        """The SamplerConfig the verifier uses (None = raw argmax drafts). Only its penalty stage
-        matters here; without penalties the drafts are exactly the unpenalised ones."""
+    def set_sampler(self, sampler, coupling: bool = False) -> None:
+        """The SamplerConfig the verifier uses (None = raw argmax drafts). Its penalty stage moves
+        the argmax (without penalties the drafts are exactly the unpenalised ones). coupling (temp
+        > 0 only): draft the token the verifier's own draw would pick if the head's distribution
+        were the main model's: the whole chain on the head's logits, inverse CDF in token-id order
+        with the verifier's uniform for that position (sampling/draw.py, rng.py). The output does
+        not depend on the drafts (every emitted token is the verifier's draw), so this stays exact;
+        acceptance becomes the chance the two draws agree, which can pass max p (the ceiling of
+        any fixed draft)."""
         on = (sampler is not None and sampler.uses_penalties and "penalties" in sampler.order)
         self._pen = sampler if on else None
+        self._draw = sampler if (coupling and sampler is not None and not sampler.greedy) else None
+        ids = self.head.vocab_ids
+        if self._draw is not None and ids is not None and ids.numel() > 1:
+            # the head's rows must run in token-id order for its CDF to line up with the verifier's
+            assert bool((ids[1:] > ids[:-1]).all()), "head vocab ids must be ascending for coupled drafts"
 
     def _pen_key(self):
-        p = self._pen
-        return None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
+        """The sampler values a captured chain bakes in (part of its graph key)."""
+        p, d = self._pen, self._draw
+        pen = None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
+        return pen if d is None else (pen, d)
 
     def _head_index(self) -> np.ndarray:
         """full token id -> head row index (-1 where the head has no row for it)."""
@@ -171,28 +188,34 @@ class MTPDrafter(StaticPropose):
                     leave[j] = vmap[tokens[t]]
         return counts, leave
 
-    def _next_draft(self, lg: torch.Tensor, h: torch.Tensor, cnt, i, j: int, k: int, leave):
+    def _next_draft(self, lg: torch.Tensor, h: torch.Tensor, cnt, i, j: int, k: int, leave, upos=None):
         """Draft j of a chain from head logits lg [1, Nv] and the block's output h [1, D]: the
-        (penalised) argmax as a [1] full-vocabulary id d, the head index i and counts cnt it leaves,
+        pick (penalised argmax, or the coupled draw at sequence position upos [1] int64) as a [1]
+        full-vocabulary id d, the head index i and counts cnt it leaves,
         and the next chain step's input row (None after the last draft). Shared by the variable and
         the static (captured) path; [1]-shaped ids because indexing with a 0-dim tensor would call
         .item() (a sync, which breaks capture)."""
         head = self.head
-        i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1])
+        i, cnt = self._penalised_pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
+                                      upos)
         d = i if head.vocab_ids is None else head.vocab_ids[i]
         x = input_rows(head.ops, head.cfg, head.embed[d] * head.embed_scale, h) if j + 1 < k else None
         return d, i, cnt, x
 
     def _penalised_pick(self, lg: torch.Tensor, c: torch.Tensor | None, i_prev: torch.Tensor | None,
-                        leave: torch.Tensor | None):
+                        leave: torch.Tensor | None, upos: torch.Tensor | None = None):
         """Head logits lg [1, N] -> (head index [1] of the draft, counts [N] used). c: counts of
         the previous step (None = penalties off); i_prev [1]: the previous draft's head index
-        (enters the window), leave [1]: the index leaving it (-1 = none). Out of place, no sync."""
-        if c is None:
-            return lg.argmax(-1), None
-        if i_prev is not None:
+        (enters the window), leave [1]: the index leaving it (-1 = none); upos [1]: the draft's
+        sequence position (coupled draws). Out of place, no sync."""
+        if c is not None and i_prev is not None:
             c = c.index_add(0, i_prev, torch.ones(1, dtype=c.dtype, device=c.device))
             c = c.index_add(0, leave.clamp(min=0), -(leave >= 0).to(c.dtype))
+        if self._draw is not None:
+            probs = probs_from_logits(lg.float(), None if c is None else c[None], self._draw)
+            return draw(probs, uniforms(self._draw.seed, upos)), c
+        if c is None:
+            return lg.argmax(-1), None
         return _apply_penalties(lg, c[None], self._pen).argmax(-1), c
 
     # ---- Drafter interface ---------------------------------------------------------------------
@@ -268,7 +291,8 @@ class MTPDrafter(StaticPropose):
             h = block_out(W, cfg, x, attend(cfg, q, self.k_cache[idx], self.v_cache[idx]))
             lg = head.logits(h)
             logits.append(lg[0])
-            d, i, cnt, x = self._next_draft(lg, h, cnt, i, j, k, leave)
+            upos = None if self._draw is None else torch.tensor([T + j], device=dev)
+            d, i, cnt, x = self._next_draft(lg, h, cnt, i, j, k, leave, upos)
             drafts.append(d)
         self.last_logits = torch.stack(logits)
         return [int(t) for t in torch.cat(drafts).tolist()]  # the one host sync per draft chain

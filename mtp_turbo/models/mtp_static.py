@@ -111,7 +111,8 @@ class StaticPropose:
             h = block_out(W, cfg, x, o)
             lg = head.logits(h)
             logits.append(lg[0])
-            d, i, cnt, x = self._next_draft(lg, h, cnt, i, j, k, leave)
+            # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
+            d, i, cnt, x = self._next_draft(lg, h, cnt, i, j, k, leave, pos[-1:] + 2 + j)
             drafts.append(d)
         return torch.cat(drafts), torch.stack(logits)
 
@@ -150,6 +151,6 @@ class StaticPropose:
                   "drafting eagerly", file=sys.stderr)
             self.use_graphs = False
             return None
-        key = (n, k, self._pen_key())  # the penalty values are constants of the captured work
+        key = (n, k, self._pen_key())  # the sampler values are constants of the captured work
         self._graphs[key] = (graph, drafts, logits)
         return self._graphs[key]

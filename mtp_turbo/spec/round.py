@@ -13,6 +13,7 @@ stale and are overwritten by the next forward before anything reads them.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Iterator
 
@@ -63,8 +64,14 @@ class _Timer:
 def speculative_tokens(engine, sampler, spec: SpecConfig, budget: int, stats, drafter: Drafter | None = None) -> Iterator[list[int]]:
     """Yield the tokens each round emits (accepted drafts + one recovered or bonus token)."""
     drafter = drafter or make_drafter(engine, spec)
-    if hasattr(drafter, "set_sampler"):  # drafts the argmax after the verifier's penalties (MTP)
-        drafter.set_sampler(sampler if spec.spec_sample == "exact" and spec.draft_penalties else None)
+    if hasattr(drafter, "set_sampler"):  # MTP: penalised argmax, or the coupled draw at temp > 0
+        exact = spec.spec_sample == "exact"
+        if exact and (spec.draft_penalties or spec.draft_coupling):
+            pen = sampler if spec.draft_penalties else dataclasses.replace(sampler, repeat_penalty=1.0,
+                                                                           presence_penalty=0.0, frequency_penalty=0.0)
+            drafter.set_sampler(pen, coupling=spec.draft_coupling)
+        else:
+            drafter.set_sampler(None)
     drafter.begin(engine.tokens)
     K = spec.draft_tokens
     drafted_at = [0] * K
