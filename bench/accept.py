@@ -74,7 +74,7 @@ def plot(results: dict, path: Path) -> bool:
             if r["set"] == s:
                 tag = f"{Path(r['drafter']).stem} " if len({c.get('drafter') for c in results["cells"]}) > 1 else ""
                 ax.plot(range(1, r["k"] + 1), r["acceptance_per_position"], marker="o",
-                        label=f"{tag}{r['sampler']} k={r['k']}{'' if r.get('draft_coupling', True) else ' argmax'}", linestyle="-" if r["sampler"] == "temp0" else "--")
+                        label=f"{tag}{r['sampler']} k={r['k']}{' coupled' if r.get('draft_coupling') else ''}", linestyle="-" if r["sampler"] == "temp0" else "--")
         ax.set_title(f"{s}: acceptance per draft position ({results['drafter']})")
         ax.set_xlabel("draft position")
         ax.set_ylabel("acceptance")
@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     ap.add_argument("--window", type=int, default=256)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--draft-penalties", default="on", help="on, off or on,off (A/B of penalty-aware drafting)")
-    ap.add_argument("--draft-coupling", default="on", help="on, off or on,off (A/B of coupled drafts at temp > 0)")
+    ap.add_argument("--draft-coupling", default="off", help="on, off or on,off (A/B of coupled drafts at temp > 0)")
     ap.add_argument("--out", default="out/accept.json")
     args = ap.parse_args(argv)
     engine = Engine(EngineConfig(model=args.model, device=args.device, progress=False))
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
         for s in args.sets.split(","):
             for sn in args.samplers.split(","):
                 for k in (int(x) for x in args.ks.split(",")):
-                    if sn == "temp0" and not cpl and True in cpls:
+                    if sn == "temp0" and cpl and False in cpls:
                         continue  # coupling changes nothing at temp 0
                     spec = SpecConfig(draft=args.draft, draft_tokens=k, drafter=dr, draft_sink=args.sink,
                                       draft_window=args.window, draft_penalties=pen, draft_coupling=cpl)
@@ -124,7 +124,7 @@ def main(argv=None) -> int:
                     r.update(set=s, sampler=sn, drafter=dr or "default", draft_penalties=pen, draft_coupling=cpl)
                     cells.append(r)
                     name = ((Path(dr).name if dr else "default") + ("" if pen else " (no pen.)")
-                            + ("" if cpl else " (argmax)"))
+                            + (" (coupled)" if cpl else ""))
                     print(f"{name:24s} {s:10s} {sn:8s} {k:2d} {r['tokens_per_round']:9.2f}  "
                           + " ".join(f"{a:.3f}" for a in r["acceptance_per_position"]), flush=True)
     res = {"drafter": args.drafter or f"default ({args.draft})", "device": str(engine.device),

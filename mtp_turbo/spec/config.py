@@ -22,7 +22,9 @@ class SpecConfig:
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
     draft_quant: str = "bf16"  # MTP drafter weight format: bf16 | q8_0 | q5_0 | q4_0 (bf16: fastest, RESULTS.md)
     draft_penalties: bool = True  # MTP drafter drafts the argmax after the sampler's penalties
-    draft_coupling: bool = True  # MTP drafter at temp > 0: draft the verifier's own draw from the head's distribution
+    # MTP drafter at temp > 0: draft the verifier's own draw from the head's distribution. Off by
+    # default: +0.03 tokens/round on CPU (within noise, RESULTS.md), its GPU cost not yet measured
+    draft_coupling: bool = False
     draft_tile: str = ""  # GEMV tile override "KERNEL,BN,BK,W,S" for A/B ("" = per-matrix defaults)
     draft_head_quant: str = "main"  # drafter LM-head rows: main (the model's own bytes) | bf16 | q8_0 | q5_0 | q4_0
 

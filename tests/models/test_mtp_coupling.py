@@ -99,15 +99,14 @@ def test_greedy_or_off_keeps_the_argmax(tiny):
 
 
 def test_engine_output_is_plain_sampling_with_coupled_mtp(engine):
-    """The shipped head with coupled drafts (the default) and penalties: the tokens are those of plain
-    sampling with the same seed, and drafts get accepted."""
+    """The shipped head with coupled drafts and penalties: the tokens are those of plain sampling
+    with the same seed, and drafts get accepted."""
     from mtp_turbo.spec.config import SpecConfig
 
     s = SamplerConfig(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.08,
                       presence_penalty=0.4, seed=11)
     prompt = "Write a short story about a lighthouse keeper."
     plain = engine.generate_ids(prompt, sampler=s, max_tokens=40)
-    spec = SpecConfig(draft="mtp", draft_tokens=3)
-    assert spec.draft_coupling
+    spec = SpecConfig(draft="mtp", draft_tokens=3, draft_coupling=True)
     assert engine.generate_ids(prompt, sampler=s, max_tokens=40, spec=spec) == plain
     assert engine.last_stats.spec["accepted"] > 0
