@@ -7,7 +7,9 @@ The package's dot_i8 (quant/gemv_triton.py) loads each 32-block as its own [32, 
 lines. Two candidates read whole 128-byte lines of each row instead ([BLOCK_N, 128] tiles):
   nat:  split the [BLOCK_N, 128] tile into its four 32-blocks in registers, one dot per block;
   wide: one K=128 dot per tile against a block-diagonal x operand (rows = block x piece x M),
-        so no split at all; the four blocks' partials come out as separate rows.
+        so no split at all; the four blocks' partials come out as separate rows. It won (86% of
+        copy bandwidth at 1 row, bench/RESULTS.md) and is now the package's dot_i8w, which this
+        script times under that name.
 Each is checked against dequantize-then-matmul (float64) and timed the way gemv_bench.py times
 (CUDA-graph replay over rotating weight copies). Without CUDA: correctness only, in Triton's
 interpreter, on a small shape. q8_0 only: the point is the access pattern.
@@ -89,62 +91,6 @@ def gemv_nat(XQ, XS, QS, SC, Y, N, K, stride_ym, M: tl.constexpr, BLOCK_N: tl.co
     tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
 
 
-@triton.jit
-def x_wide(X, XW, XS, K, stride_xm, M: tl.constexpr, MP: tl.constexpr):
-    # group g of 4 blocks -> XW int8 [R, 128], R = 16 * MP, row r = (b * 4 + p) * MP + m holds piece
-    # p of x row m in block b's 32 columns and zeros elsewhere; XS [R] its scale
-    g = tl.program_id(0)
-    R: tl.constexpr = 16 * MP
-    r = tl.arange(0, R)
-    c = tl.arange(0, 128)
-    m = r % MP
-    p = (r // MP) % 4
-    b = r // (4 * MP)
-    x = tl.load(X + m[:, None] * stride_xm + g * 128 + c[None, :],
-                mask=(m < M)[:, None] & ((g * 128 + c) < K)[None, :], other=0.0).to(tl.float32)
-    mine = (c // 32)[None, :] == b[:, None]
-    x = tl.where(mine, x, 0.0)
-    a = tl.max(tl.abs(x), axis=1)
-    ef = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 5)
-    sc = ((259 - ef) << 23).to(tl.float32, bitcast=True)
-    v = x * sc[:, None]
-    q = tl.zeros([R, 128], dtype=tl.float32)
-    for i in tl.static_range(4):
-        pi = tl.floor(v + 0.5)
-        q = tl.where(p[:, None] == i, pi, q)
-        v = (v - pi) * 128.0
-    tl.store(XW + g * R * 128 + r[:, None] * 128 + c[None, :], q.to(tl.int8))
-    step = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 128, tl.where(p == 2, 1.0 / 16384, 1.0 / 2097152)))
-    tl.store(XS + g * R + r, tl.where(m < M, step / sc, 0.0))
-
-
-@triton.jit
-def gemv_wide(XW, XS, QS, SC, Y, N, K, stride_ym, M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr,
-              F32: tl.constexpr):
-    R: tl.constexpr = 16 * MP
-    pid = tl.program_id(0)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_mask = rn < N
-    nb = K // 32
-    rk = tl.arange(0, 128)
-    r = tl.arange(0, R)
-    rb = tl.arange(0, 4)
-    acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
-    for g in range(0, tl.cdiv(nb, 4)):
-        w = tl.load(QS + rn[:, None] * K + g * 128 + rk[None, :],
-                    mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)  # [BN, 128]
-        xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # [R, 128]
-        xs = tl.load(XS + g * R + r)  # [R]
-        s4 = tl.load(SC + rn[None, :] * nb + g * 4 + rb[:, None],
-                     mask=n_mask[None, :] & ((g * 4 + rb) < nb)[:, None], other=0.0).to(tl.float32)  # [4, BN]
-        s = tl.reshape(tl.broadcast_to(s4[:, None, :], [4, 4 * MP, BLOCK_N]), [R, BLOCK_N])
-        part = _magic(_idot(xq, tl.trans(w), F32), F32)
-        acc += (part * xs[:, None]) * s
-    y = tl.sum(tl.reshape(acc, [16, MP, BLOCK_N]), axis=0)  # [MP, BN]
-    rm = tl.arange(0, MP)
-    tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
-
-
 def run_nat(x, w: PackedWeight, out, bn, warps, stages):
     n, k = w.shape
     m = x.shape[0]
@@ -156,23 +102,14 @@ def run_nat(x, w: PackedWeight, out, bn, warps, stages):
                                     F32=not x.is_cuda, num_warps=warps, num_stages=stages)
 
 
-def run_wide(x, w: PackedWeight, out, bn, warps, stages):
-    n, k = w.shape
-    m = x.shape[0]
-    mp = 1 if m == 1 else (2 if m == 2 else 4)
-    ng = triton.cdiv(k // 32, 4)
-    xw = torch.empty(ng, 16 * mp, 128, dtype=torch.int8, device=x.device)
-    xs = torch.empty(ng, 16 * mp, dtype=torch.float32, device=x.device)
-    x_wide[(ng,)](x, xw, xs, k, x.stride(0), M=m, MP=mp, num_warps=4)
-    gemv_wide[(triton.cdiv(n, bn),)](xw, xs, w.qs, w.scales, out, n, k, out.stride(0), M=m, MP=mp, BLOCK_N=bn,
-                                     F32=not x.is_cuda, num_warps=warps, num_stages=stages)
+def run_pkg(kernel):
+    def run(x, w, out, bn, warps, stages):
+        gemv_triton.gemv_packed(x, w, TileConfig(kernel, bn, 128, warps, stages), out)
+    return run
 
 
-def run_pkg(x, w, out, bn, warps, stages):
-    gemv_triton.gemv_packed(x, w, TileConfig("dot_i8", bn, 128, warps, stages), out)
-
-
-VARIANTS = {"dot_i8": run_pkg, "nat": run_nat, "wide": run_wide}
+# "wide" was this script's prototype of what is now the package's dot_i8w (same kernel)
+VARIANTS = {"dot_i8": run_pkg("dot_i8"), "nat": run_nat, "dot_i8w": run_pkg("dot_i8w")}
 TILES = [(32, 4, 2), (64, 4, 2), (64, 4, 3), (64, 8, 3), (128, 4, 2), (128, 4, 3), (128, 8, 3), (256, 8, 2)]
 
 

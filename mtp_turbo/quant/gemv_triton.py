@@ -229,6 +229,25 @@ if triton is not None:
             tl.store(Y + 3 * stride_ym + rn, tl.sum(tl.sum(acc3, axis=2), axis=1), mask=n_mask)
 
     @triton.jit
+    def _int8_pieces(x, p):
+        # x fp32 [R, C]: each row one block of one x row (zeros outside it), p [R]: the piece the
+        # row holds -> (int8 [R, C] piece p of x, fp32 [R] its scale), |piece| <= 65, the 4 pieces
+        # of a row summing (times their scales) to x to 27 bits below the row's max |x|.
+        # a < 2^(ef - 126) (ef: a's biased exponent), so v = x * 2^(132 - ef) has |v| < 64; the
+        # scale is built from its bits (exact); ef >= 5 keeps it finite (tinier rows lose bits only)
+        a = tl.max(tl.abs(x), axis=1)
+        ef = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 5)
+        sc = ((259 - ef) << 23).to(tl.float32, bitcast=True)
+        v = x * sc[:, None]
+        q = tl.zeros_like(v)
+        for i in tl.static_range(4):  # nearest integer, then the exact remainder scaled by 2^7
+            pi = tl.floor(v + 0.5)
+            q = tl.where(p[:, None] == i, pi, q)
+            v = (v - pi) * 128.0
+        step = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 128, tl.where(p == 2, 1.0 / 16384, 1.0 / 2097152)))
+        return q.to(tl.int8), step / sc
+
+    @triton.jit
     def x_pieces(X, XQ, XS, K, stride_xm, M: tl.constexpr, INTERLEAVE: tl.constexpr):
         # One 32-block kb of x [M, K] -> XQ int8 [nb, 16, 32] and XS fp32 [nb, 16]: row 4p + m is
         # piece p of x row m, |piece| <= 65, and sum_p XQ[kb, 4p+m, c] * XS[kb, 4p+m] == x[m, e(c)]
@@ -245,20 +264,9 @@ if triton is not None:
             e = c
         x = tl.load(X + m[:, None] * stride_xm + kb * 32 + e[None, :],
                     mask=(m < M)[:, None] & ((kb * 32 + e) < K)[None, :], other=0.0).to(tl.float32)
-        a = tl.max(tl.abs(x), axis=1)  # [16] max |x| of row m's block (same for its 4 pieces)
-        # a < 2^(ef - 126) (ef: a's biased exponent), so v = x * 2^(132 - ef) has |v| < 64; the
-        # scale is built from its bits (exact); ef >= 5 keeps it finite (tinier rows lose bits only)
-        ef = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 5)
-        sc = ((259 - ef) << 23).to(tl.float32, bitcast=True)
-        v = x * sc[:, None]
-        q = tl.zeros([16, 32], dtype=tl.float32)
-        for i in tl.static_range(4):  # nearest integer, then the exact remainder scaled by 2^7
-            pi = tl.floor(v + 0.5)
-            q = tl.where(p[:, None] == i, pi, q)
-            v = (v - pi) * 128.0
-        tl.store(XQ + kb * 512 + r[:, None] * 32 + c[None, :], q.to(tl.int8))
-        step = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 128, tl.where(p == 2, 1.0 / 16384, 1.0 / 2097152)))
-        tl.store(XS + kb * 16 + r, tl.where(m < M, step / sc, 0.0))
+        q, xs = _int8_pieces(x, p)
+        tl.store(XQ + kb * 512 + r[:, None] * 32 + c[None, :], q)
+        tl.store(XS + kb * 16 + r, tl.where(m < M, xs, 0.0))
 
     @triton.jit
     def gemv_i8(XQ, XS, QS, QH, SC, Y, N, K, stride_ym,
@@ -318,18 +326,9 @@ if triton is not None:
         x = tl.load(X + m[:, None] * stride_xm + g * 128 + e[None, :],
                     mask=(m < M)[:, None] & ((g * 128 + e) < K)[None, :], other=0.0).to(tl.float32)
         x = tl.where((c // 32)[None, :] == (r // (4 * MP))[:, None], x, 0.0)
-        a = tl.max(tl.abs(x), axis=1)
-        ef = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 5)
-        sc = ((259 - ef) << 23).to(tl.float32, bitcast=True)
-        v = x * sc[:, None]
-        q = tl.zeros([R, 128], dtype=tl.float32)
-        for i in tl.static_range(4):
-            pi = tl.floor(v + 0.5)
-            q = tl.where(p[:, None] == i, pi, q)
-            v = (v - pi) * 128.0
-        tl.store(XW + g * R * 128 + r[:, None] * 128 + c[None, :], q.to(tl.int8))
-        step = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 128, tl.where(p == 2, 1.0 / 16384, 1.0 / 2097152)))
-        tl.store(XS + g * R + r, tl.where(m < M, step / sc, 0.0))
+        q, xs = _int8_pieces(x, p)
+        tl.store(XW + g * R * 128 + r[:, None] * 128 + c[None, :], q)
+        tl.store(XS + g * R + r, tl.where(m < M, xs, 0.0))
 
     @triton.jit
     def _wide_tile(QS, QH, rn, n_mask, g, K, FMT: tl.constexpr):
