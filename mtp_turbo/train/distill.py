@@ -33,6 +33,7 @@ from ..errors import ConfigError
 from ..models.gemma3 import LAYER_TENSORS, rms_norm
 from ..models.mtp_drafter import MTPConfig
 from ..models.mtp_load import load_head
+from ..sampling.config import SamplerConfig
 from . import data as data_mod
 from .export import save_head
 from .forward import chain_states, main_hidden, virtual_positions
@@ -177,9 +178,10 @@ def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Te
 def gen_config(tc: TrainConfig, row_len: int) -> GenConfig:
     return GenConfig(rows=tc.gen_rows, length=tc.gen_len or row_len, batch=tc.gen_batch,
                      temps=tuple(float(x) for x in tc.gen_temps.split(",")), time_budget=tc.gen_time, seed=tc.seed,
-                     top_k=tc.gen_top_k, top_p=tc.gen_top_p, min_p=tc.gen_min_p,
-                     repeat_penalty=tc.gen_repeat_penalty, presence_penalty=tc.gen_presence_penalty,
-                     frequency_penalty=tc.gen_frequency_penalty, penalty_last_n=tc.gen_penalty_last_n)
+                     chain=SamplerConfig(temperature=1.0, top_k=tc.gen_top_k, top_p=tc.gen_top_p, min_p=tc.gen_min_p,
+                                         repeat_penalty=tc.gen_repeat_penalty, presence_penalty=tc.gen_presence_penalty,
+                                         frequency_penalty=tc.gen_frequency_penalty,
+                                         penalty_last_n=tc.gen_penalty_last_n))
 
 
 def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, device, resume: bool = False,

@@ -16,6 +16,7 @@ Ignores: the training loop (distill.py) and the data files (data.py).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -36,14 +37,9 @@ class GenConfig:
     length: int = 2048  # tokens per row, BOS first
     batch: int = 256
     temps: tuple[float, ...] = (0.0, 0.7)  # per-row temperature, cycled over rows (0 = greedy)
-    # the sampler chain of the sampled rows (temperature > 0), as SamplerConfig's fields
-    top_k: int = 0
-    top_p: float = 1.0
-    min_p: float = 0.05
-    repeat_penalty: float = 1.0
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    penalty_last_n: int = 64
+    # the sampler chain of the sampled rows (temperature > 0); its own temperature is replaced by
+    # each row's
+    chain: SamplerConfig = SamplerConfig(temperature=1.0, top_k=0, top_p=1.0, min_p=0.05)
     time_budget: float = 60.0  # seconds for all batches (0 = no limit)
     min_length: int = 256  # a batch cut by the budget is kept if it reached this many tokens
     seed: int = 0
@@ -58,9 +54,7 @@ class GenConfig:
 
     def sampler(self, temperature: float) -> SamplerConfig:
         """The chain a row at this temperature is sampled with (not used for greedy rows)."""
-        return SamplerConfig(temperature=temperature, top_k=self.top_k, top_p=self.top_p, min_p=self.min_p,
-                             repeat_penalty=self.repeat_penalty, presence_penalty=self.presence_penalty,
-                             frequency_penalty=self.frequency_penalty, penalty_last_n=self.penalty_last_n)
+        return dataclasses.replace(self.chain, temperature=temperature)
 
 
 def draw(logits: torch.Tensor, toks: torch.Tensor, temps: list[float], gc: GenConfig,

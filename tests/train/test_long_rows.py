@@ -168,8 +168,11 @@ def test_gen_draw_follows_the_sampler_chain():
 
     logits = torch.tensor([2.0, 1.5, 1.2, -0.5, 0.3, -3.0])
     hist = torch.tensor([2, 1, 4, 3])  # token 2 falls outside the 3-token penalty window
-    gc = GenConfig(temps=(0.6,), top_p=0.85, min_p=0.05, repeat_penalty=1.1, presence_penalty=0.4,
-                   frequency_penalty=0.1, penalty_last_n=3)
+    from mtp_turbo.sampling.config import SamplerConfig
+
+    gc = GenConfig(temps=(0.6,), chain=SamplerConfig(temperature=1.0, top_k=0, top_p=0.85, min_p=0.05,
+                                                     repeat_penalty=1.1, presence_penalty=0.4,
+                                                     frequency_penalty=0.1, penalty_last_n=3))
     # by hand: the window is the last 3 tokens [1, 4, 3]
     l = logits.double().clone()
     for t in (1, 4, 3):
