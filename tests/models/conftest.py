@@ -3,7 +3,8 @@
 Owns: the tiny MTP set-up (`tiny`: vocab V, hidden D, a random head, a fake main model whose
 hidden rows show staleness), one torch thread for tiny tensors (`one_thread`, opt in with
 `pytestmark = pytest.mark.usefixtures("one_thread")`), and the host-sync checks of the static
-path's captured work (`no_sync`, `watch_chain`). pytest runs with --import-mode=importlib, so test
+path's captured work (`no_sync`, `watch_chain`), and one driven round of accept / observe /
+maybe roll back (`commit_round`). pytest runs with --import-mode=importlib, so test
 modules cannot import each other or this file: helpers reach them as fixtures.
 Ignores: the real-model fixtures (tests/conftest.py); test_mtp_drafter.py's own make_head / V / D,
 which stay there because tests/train import them from that file by path.
@@ -112,3 +113,28 @@ def watch_chain(monkeypatch):
         return ran
 
     return watch
+
+
+def _commit_round(rng, drafters, main, tokens, got, V, p_rollback, span):
+    """One driven round: accept a random prefix of the drafts `got` plus a random token, tell every
+    drafter (observe with the hidden rows of the new tokens), then with probability p_rollback
+    roll back to a random length within `span` of the end. Returns the committed tokens. The
+    random draws come in a fixed order, so a test's sequence is a function of its rng seed."""
+    a = rng.randrange(0, len(got) + 1)
+    n = len(tokens)
+    new = tokens + got[:a] + [rng.randrange(V)]
+    h_new = main.hidden(new)[n - 1: n + a]
+    for d in drafters:
+        d.observe(new, a, h_new.clone())
+    if rng.random() < p_rollback:
+        m = rng.randrange(max(2, len(new) - span), len(new))
+        new = new[:m]
+        for d in drafters:
+            d.truncate(m)
+    return new
+
+
+@pytest.fixture
+def commit_round():
+    """_commit_round(rng, drafters, main, tokens, got, V, p_rollback, span) -> the new tokens."""
+    return _commit_round

@@ -21,7 +21,7 @@ SINK, WINDOW = 4, 16
 CFG = SamplerConfig(temperature=0.9, top_k=12, top_p=0.95, min_p=0.02, repeat_penalty=1.1,
                     presence_penalty=0.3, frequency_penalty=0.1, penalty_last_n=8, seed=77)
 
-# tiny, one_thread: tests/models/conftest.py
+# tiny, one_thread, commit_round: tests/models/conftest.py
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -40,7 +40,7 @@ def reference_coupled(tiny, head, tokens, hidden, drafts, cfg):
 
 
 @pytest.mark.parametrize("reduced", [False, True])
-def test_coupled_drafts_are_the_verifiers_draw_from_the_head(reduced, tiny):
+def test_coupled_drafts_are_the_verifiers_draw_from_the_head(reduced, tiny, commit_round):
     ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40))) if reduced else None
     head = tiny.head(vocab_ids=ids, seed=2)
     rng = random.Random(5 + reduced)
@@ -63,17 +63,7 @@ def test_coupled_drafts_are_the_verifiers_draw_from_the_head(reduced, tiny):
         assert drs[1].propose(tokens, k) == got, r  # the static (captured) path draws the same
         not_argmax += sum(int(p[j].argmax()) != got[j] for j in range(k))
         drawn_low += sum(bool(p[j, got[j]] < 0.5 * p[j].max()) for j in range(k))
-        a = rng.randrange(0, k + 1)
-        n = len(tokens)
-        new = tokens + got[:a] + [rng.randrange(tiny.V)]
-        for d in drs:
-            d.observe(new, a, main.hidden(new)[n - 1: n + a].clone())
-        tokens = new
-        if rng.random() < 0.15:  # rollback
-            m = rng.randrange(max(2, len(tokens) - 8), len(tokens))
-            tokens = tokens[:m]
-            for d in drs:
-                d.truncate(m)
+        tokens = commit_round(rng, drs, main, tokens, got, tiny.V, 0.15, 8)  # with rollbacks
     assert not_argmax > 0 and drawn_low > 0  # the draws really are draws, not the argmax
 
 

@@ -21,7 +21,7 @@ PEN = SamplerConfig(temperature=0.6, top_k=0, top_p=0.95, min_p=0.05, repeat_pen
 STRONG = dataclasses.replace(PEN, repeat_penalty=1.3, presence_penalty=0.6, frequency_penalty=0.3)
 
 
-# tiny, one_thread, watch_chain: tests/models/conftest.py
+# tiny, one_thread, watch_chain, commit_round: tests/models/conftest.py
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -42,7 +42,7 @@ def reference_penalised(tiny, head, tokens, hidden, drafts, cfg, use_drafts=True
     return p.argmax(-1).tolist()
 
 
-def session(tiny, head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
+def session(tiny, commit_round, head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
     """Variable-shape and static drafters with the sampler set, driven alike; every propose is
     checked against the reference (and the static one against the variable one). Returns stats."""
     V = tiny.V
@@ -78,45 +78,34 @@ def session(tiny, head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
         st["drafts_count"] += want != reference_penalised(tiny, head, tokens, hid, got, cfg, use_drafts=False)
         raw, _ = reference_drafts(head, tokens, hid, k, SINK, WINDOW, forced=got)
         st["differs_raw"] += raw != got
-        a = rng.randrange(0, k + 1)
-        n = len(tokens)
-        new = tokens + got[:a] + [rng.randrange(V)]
-        h_new = main.hidden(new)[n - 1: n + a]
-        for d in drs:
-            d.observe(new, a, h_new.clone())
-        tokens = new
-        if rng.random() < 0.1:  # rollback
-            m = rng.randrange(max(2, len(tokens) - 10), len(tokens))
-            tokens = tokens[:m]
-            for d in drs:
-                d.truncate(m)
+        tokens = commit_round(rng, drs, main, tokens, got, V, 0.1, 10)  # with rollbacks
     return st
 
 
 @pytest.mark.parametrize("reduced", [False, True])
-def test_drafts_are_argmax_of_penalised_logits_and_static_equals_variable(reduced, tiny):
+def test_drafts_are_argmax_of_penalised_logits_and_static_equals_variable(reduced, tiny, commit_round):
     ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40))) if reduced else None
-    st = session(tiny, tiny.head(vocab_ids=ids), PEN, seed=1 + reduced, rounds=30)
+    st = session(tiny, commit_round, tiny.head(vocab_ids=ids), PEN, seed=1 + reduced, rounds=30)
     assert st["differs_raw"] > 0  # the penalties did move drafts
     assert st["drafts_count"] > 0  # the earlier drafts' counts did matter
     assert st["repeats"] > 0  # chained drafts repeating a window token were checked
 
 
 @pytest.mark.parametrize("last_n", [-1, 3])
-def test_windows_all_history_and_short(last_n, tiny):
+def test_windows_all_history_and_short(last_n, tiny, commit_round):
     """-1: the whole history (nothing leaves); 3: shorter than the chain (drafts leave too)."""
     cfg = dataclasses.replace(PEN, penalty_last_n=last_n, repeat_penalty=1.1, presence_penalty=0.3,
                               frequency_penalty=0.0)
-    st = session(tiny, tiny.head(seed=1), cfg, seed=5, rounds=20, ks=(3, 4))
+    st = session(tiny, commit_round, tiny.head(seed=1), cfg, seed=5, rounds=20, ks=(3, 4))
     assert st["differs_raw"] > 0
 
 
-def test_greedy_with_penalties_and_negative_penalties(tiny):
+def test_greedy_with_penalties_and_negative_penalties(tiny, commit_round):
     """temp 0 with penalties uses them too; rewarding penalties (r < 1, presence < 0) as well."""
     greedy = SamplerConfig(temperature=0.0, repeat_penalty=1.2, presence_penalty=0.5, penalty_last_n=16)
-    assert session(tiny, tiny.head(), greedy, seed=7, rounds=12, static_twin=False)["differs_raw"] > 0
+    assert session(tiny, commit_round, tiny.head(), greedy, seed=7, rounds=12, static_twin=False)["differs_raw"] > 0
     reward = dataclasses.replace(PEN, repeat_penalty=0.8, presence_penalty=-0.7, frequency_penalty=-0.2)
-    st = session(tiny, tiny.head(), reward, seed=8, rounds=12, static_twin=False)
+    st = session(tiny, commit_round, tiny.head(), reward, seed=8, rounds=12, static_twin=False)
     assert st["differs_raw"] > 0 and st["repeats"] > 0
 
 
