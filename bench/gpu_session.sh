@@ -12,6 +12,9 @@
 #                                          replies sampled with the temp-0.6 chain (.carry), in parallel
 #   bench/gpu_session.sh accept            MT-Bench acceptance, shipped head vs the A/B candidates
 #   bench/gpu_session.sh long              12k-token prompt: sink/window vs unbounded, draft time (DRAFTER=...)
+#   bench/gpu_session.sh i8                integer GEMV kernels: CUDA check (+ PTX vs plain nibble split), tile
+#                                          sweeps on the head (q8_0 dot_i8w, q4_0/q5_0 dot_i8n) and 8192x8192 (split-K)
+#   bench/gpu_session.sh couple            temp-0.6 acceptance with coupled vs argmax drafts, GPU tests
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -83,5 +86,19 @@ case $step in
   long)
     timeout 240 python3 bench/long_prompt.py --model /tmp/gguf/model.gguf --device cuda \
       --drafter ${DRAFTER:-mtp_turbo/data/gemma3-270m-mtp.gguf} --tokens 256 --out "$OUT/long_prompt.json" 2>&1 | tail -20 ;;
+  i8)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 170 python3 bench/check_i8_cuda.py 2>&1 | tee "$OUT/check_i8_cuda.txt" | tail -8
+    timeout 150 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0 --kernels dot_i8w --sweep \
+      --out "$OUT/gemv_head_q8.json" > "$OUT/gemv_head_q8.txt" 2>&1; grep -A12 "best tile" "$OUT/gemv_head_q8.txt"
+    timeout 150 python3 bench/gemv_bench.py --shapes 262144x640 --formats q4_0,q5_0 --kernels dot_i8,dot_i8n --sweep \
+      --out "$OUT/gemv_head_nib.json" > "$OUT/gemv_head_nib.txt" 2>&1; grep -A12 "best tile" "$OUT/gemv_head_nib.txt"
+    timeout 110 python3 bench/gemv_bench.py --shapes 8192x8192 --formats q8_0,q4_0 --kernels dot_i8w,dot_i8n --sweep \
+      --out "$OUT/gemv_large.json" > "$OUT/gemv_large.txt" 2>&1; grep -A12 "best tile" "$OUT/gemv_large.txt"
+    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
+  couple)
+    timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --model-path /tmp/gguf/model.gguf 2>&1 | tail -4 | tee "$OUT/pytest_gpu.txt"
+    timeout 280 python3 bench/accept.py --model /tmp/gguf/model.gguf --device cuda --sets mt_bench --ks 3 \
+      --samplers temp0.6 --prompts 20 --max-tokens 128 --draft-coupling on,off --out "$OUT/accept_coupling.json" 2>&1 | tail -12 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

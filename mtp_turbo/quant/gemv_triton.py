@@ -1,7 +1,7 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
 Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
-verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Five variants,
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Six variants,
 picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
 - "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
@@ -16,17 +16,7 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   fp32 = int * scale), each row keeps an elementwise fp32 accumulator of the tile's shape
   (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
   candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
-- "dot_i8": integer tensor cores. A small pre-kernel (x_pieces) splits each 32-block of x into 4
-  int8 pieces with power-of-two scales (27 bits, past fp32's 24); the int8 weight tile then goes
-  into the dot as it is loaded (nibbles widened to int8, no int -> float conversion per weight),
-  giving exact int32 per block, scaled by the x piece and weight scales in fp32. The bf16/tf32
-  variants spend one int -> float conversion per weight byte, which bounds them on big matrices.
-- "dot_i8w": dot_i8 reading whole lines: each step loads a [BLOCK_N, 128] tile (4 blocks of each
-  row: 128 contiguous bytes in q8_0) and makes ONE K = 128 dot against a block-diagonal x operand
-  (x_wide: rows = block x piece x row), so the blocks' partials come out as separate rows. dot_i8
-  reads 32 bytes of BLOCK_N rows per load (many cache lines per instruction); on the H200 head
-  this variant moved from 65% to 86% of copy bandwidth at M = 1 (bench/gemv_i8_variants.py). Its
-  operand grows with M (16 rows per input row), so dot_i8 stays the multi-row choice.
+- "dot_i8", "dot_i8w", "dot_i8n": integer tensor cores, in gemv_i8.py (launched from here).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -228,164 +218,6 @@ if triton is not None:
         if M > 3:
             tl.store(Y + 3 * stride_ym + rn, tl.sum(tl.sum(acc3, axis=2), axis=1), mask=n_mask)
 
-    @triton.jit
-    def _int8_pieces(x, p):
-        # x fp32 [R, C]: each row one block of one x row (zeros outside it), p [R]: the piece the
-        # row holds -> (int8 [R, C] piece p of x, fp32 [R] its scale), |piece| <= 65, the 4 pieces
-        # of a row summing (times their scales) to x to 27 bits below the row's max |x|.
-        # a < 2^(ef - 126) (ef: a's biased exponent), so v = x * 2^(132 - ef) has |v| < 64; the
-        # scale is built from its bits (exact); ef >= 5 keeps it finite (tinier rows lose bits only)
-        a = tl.max(tl.abs(x), axis=1)
-        ef = tl.maximum((a.to(tl.int32, bitcast=True) >> 23) & 0xFF, 5)
-        sc = ((259 - ef) << 23).to(tl.float32, bitcast=True)
-        v = x * sc[:, None]
-        q = tl.zeros_like(v)
-        for i in tl.static_range(4):  # nearest integer, then the exact remainder scaled by 2^7
-            pi = tl.floor(v + 0.5)
-            q = tl.where(p[:, None] == i, pi, q)
-            v = (v - pi) * 128.0
-        step = tl.where(p == 0, 1.0, tl.where(p == 1, 1.0 / 128, tl.where(p == 2, 1.0 / 16384, 1.0 / 2097152)))
-        return q.to(tl.int8), step / sc
-
-    @triton.jit
-    def x_pieces(X, XQ, XS, K, stride_xm, M: tl.constexpr, INTERLEAVE: tl.constexpr):
-        # One 32-block kb of x [M, K] -> XQ int8 [nb, 16, 32] and XS fp32 [nb, 16]: row 4p + m is
-        # piece p of x row m, |piece| <= 65, and sum_p XQ[kb, 4p+m, c] * XS[kb, 4p+m] == x[m, e(c)]
-        # to 27 bits below the block's max |x| (past fp32's 24). e(c) = c, or with INTERLEAVE
-        # (nibble formats: their tile row 2j+h holds element j + 16h) e(c) = c // 2 + 16 (c % 2).
-        kb = tl.program_id(0)
-        r = tl.arange(0, 16)
-        c = tl.arange(0, 32)
-        m = r % 4
-        p = r // 4
-        if INTERLEAVE:
-            e = c // 2 + 16 * (c % 2)
-        else:
-            e = c
-        x = tl.load(X + m[:, None] * stride_xm + kb * 32 + e[None, :],
-                    mask=(m < M)[:, None] & ((kb * 32 + e) < K)[None, :], other=0.0).to(tl.float32)
-        q, xs = _int8_pieces(x, p)
-        tl.store(XQ + kb * 512 + r[:, None] * 32 + c[None, :], q)
-        tl.store(XS + kb * 16 + r, tl.where(m < M, xs, 0.0))
-
-    @triton.jit
-    def gemv_i8(XQ, XS, QS, QH, SC, Y, N, K, stride_ym,
-                M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                FMT: tl.constexpr, F32_OPERANDS: tl.constexpr):
-        # Integer tensor cores: per 32-block, x's int8 pieces [16, 32] (x_pieces) times the int8
-        # weight tile [32, BN] -> exact int32; no per-weight conversion (the cost that bounds the
-        # bf16 variant: one int -> float per weight byte). |dot| <= 32 * 65 * 128 < 2^22, so the
-        # int32 -> fp32 step is the magic-number add (exact, full-rate ALU instead of I2F).
-        BKB: tl.constexpr = BLOCK_K // 32
-        pid = tl.program_id(0)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = rn < N
-        nb = K // 32
-        r16 = tl.arange(0, 16)
-        c32 = tl.arange(0, 32)
-        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
-        for kb0 in range(0, nb, BKB):
-            for b in tl.static_range(BKB):
-                kb = kb0 + b
-                okn = n_mask & ((rn * 0 + kb) < nb)
-                s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
-                if FMT == 0:
-                    q = _q8_block(QS, rn, okn, kb, K)  # int8 [32, BN]
-                else:  # rows 2j + h = element j + 16h (x_pieces interleaves x the same way)
-                    lo, hi = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
-                    q = tl.reshape(tl.permute(tl.join(lo.to(tl.int8), hi.to(tl.int8)), (0, 2, 1)), [32, BLOCK_N])
-                ok16 = (r16 * 0 + kb) < nb
-                xq = tl.load(XQ + kb * 512 + r16[:, None] * 32 + c32[None, :], mask=ok16[:, None], other=0)
-                xs = tl.load(XS + kb * 16 + r16, mask=ok16, other=0.0)  # [16]
-                if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
-                    part = tl.dot(xq.to(tl.float32), q.to(tl.float32), input_precision="ieee")
-                else:
-                    ip = tl.dot(xq, q.to(tl.int8), out_dtype=tl.int32)
-                    part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-                acc += (part * xs[:, None]) * s[None, :]
-        y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)  # rows 4p + m: sum the pieces
-        rm = tl.arange(0, 4)
-        tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
-
-    @triton.jit
-    def x_wide(X, XW, XS, K, stride_xm, M: tl.constexpr, MP: tl.constexpr, INTERLEAVE: tl.constexpr):
-        # Group g of 4 blocks (128 columns) of x [M, K] -> XW int8 [ng, R, 128], R = 16 MP: row
-        # r = (b * 4 + p) * MP + m holds int8 piece p of x row m in block b's 32 columns and zeros
-        # in the other blocks' (block-diagonal), XS fp32 [ng, R] its scale; pieces as x_pieces.
-        # Column c of a block is element e(c) (INTERLEAVE: c // 2 + 16 (c % 2), the nibble order).
-        g = tl.program_id(0)
-        R: tl.constexpr = 16 * MP
-        r = tl.arange(0, R)
-        c = tl.arange(0, 128)
-        m = r % MP
-        p = (r // MP) % 4
-        if INTERLEAVE:
-            e = (c // 32) * 32 + (c % 32) // 2 + 16 * (c % 2)
-        else:
-            e = c
-        x = tl.load(X + m[:, None] * stride_xm + g * 128 + e[None, :],
-                    mask=(m < M)[:, None] & ((g * 128 + e) < K)[None, :], other=0.0).to(tl.float32)
-        x = tl.where((c // 32)[None, :] == (r // (4 * MP))[:, None], x, 0.0)
-        q, xs = _int8_pieces(x, p)
-        tl.store(XW + g * R * 128 + r[:, None] * 128 + c[None, :], q)
-        tl.store(XS + g * R + r, tl.where(m < M, xs, 0.0))
-
-    @triton.jit
-    def _wide_tile(QS, QH, rn, n_mask, g, K, FMT: tl.constexpr):
-        # int8 [BN, 128]: 4 blocks of each row, read as whole lines (q8_0: 128 contiguous bytes per
-        # row; q5_0/q4_0: 64 bytes, byte c -> columns 2c (low nibble) and 2c + 1 (high))
-        if FMT == 0:
-            rk = tl.arange(0, 128)
-            return tl.load(QS + rn[:, None] * K + g * 128 + rk[None, :],
-                           mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)
-        rc = tl.arange(0, 64)
-        ok = n_mask[:, None] & ((g * 128 + 2 * rc) < K)[None, :]
-        b = tl.load(QS + rn[:, None] * (K // 2) + g * 64 + rc[None, :], mask=ok, other=0).to(tl.int32)
-        lo = b & 0xF
-        hi = b >> 4
-        if FMT == 1:
-            j = (rc % 16)[None, :]
-            h = tl.load(QH + rn[:, None] * (K // 32) + g * 4 + (rc // 16)[None, :], mask=ok, other=0)
-            lo = (lo | (((h >> j) & 1) << 4)) - 16
-            hi = (hi | (((h >> (j + 16)) & 1) << 4)) - 16
-        else:
-            lo = lo - 8
-            hi = hi - 8
-        return tl.reshape(tl.join(lo.to(tl.int8), hi.to(tl.int8)), [rn.shape[0], 128])
-
-    @triton.jit
-    def gemv_i8w(XW, XS, QS, QH, SC, Y, N, K, stride_ym,
-                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
-                 F32_OPERANDS: tl.constexpr):
-        # One K = 128 integer dot per [BLOCK_N, 128] weight tile against x_wide's block-diagonal
-        # operand: the 4 blocks' exact partials come out as separate rows (no per-block split of
-        # the tile), scaled per row (x piece) and per (block, output) (weight scale), summed last.
-        R: tl.constexpr = 16 * MP
-        pid = tl.program_id(0)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = rn < N
-        nb = K // 32
-        r = tl.arange(0, R)
-        rk = tl.arange(0, 128)
-        rb = tl.arange(0, 4)
-        acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
-        for g in range(0, tl.cdiv(nb, 4)):
-            w = _wide_tile(QS, QH, rn, n_mask, g, K, FMT)  # int8 [BN, 128]
-            xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # int8 [R, 128]
-            xs = tl.load(XS + g * R + r)  # [R]
-            s4 = tl.load(SC + rn[None, :] * nb + g * 4 + rb[:, None],
-                         mask=n_mask[None, :] & ((g * 4 + rb) < nb)[:, None], other=0.0).to(tl.float32)  # [4, BN]
-            s = tl.reshape(tl.broadcast_to(s4[:, None, :], [4, 4 * MP, BLOCK_N]), [R, BLOCK_N])
-            if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
-                part = tl.dot(xq.to(tl.float32), tl.trans(w).to(tl.float32), input_precision="ieee")
-            else:
-                ip = tl.dot(xq, tl.trans(w), out_dtype=tl.int32)
-                part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-            acc += (part * xs[:, None]) * s
-        y = tl.sum(tl.reshape(acc, [16, MP, BLOCK_N]), axis=0)  # [MP, BN]: rows (b, p, m) summed over b, p
-        rm = tl.arange(0, MP)
-        tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
-
 
 def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with the kernel `tile.kernel`.
@@ -412,21 +244,10 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
         gemv_reduce[grid](*args, E=32 if fmt == 0 else 16, **meta)
-    elif tile.kernel == "dot_i8":
-        nb = k // 32
-        xq = torch.empty(nb, 16, 32, dtype=torch.int8, device=x.device)
-        xs = torch.empty(nb, 16, dtype=torch.float32, device=x.device)
-        x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, INTERLEAVE=fmt != 0, num_warps=1)
-        gemv_i8[grid](xq, xs, w.qs, qh, w.scales, out, n, k, out.stride(0), F32_OPERANDS=not x.is_cuda, **meta)
-    elif tile.kernel == "dot_i8w":
-        assert tile.BLOCK_K == 128, "dot_i8w reads 4 blocks (128 elements) per step"
-        mp = 1 if m == 1 else (2 if m == 2 else 4)
-        ng = triton.cdiv(k // 32, 4)
-        xw = torch.empty(ng, 16 * mp, 128, dtype=torch.int8, device=x.device)
-        xs = torch.empty(ng, 16 * mp, dtype=torch.float32, device=x.device)
-        x_wide[(ng,)](x, xw, xs, k, x.stride(0), M=m, MP=mp, INTERLEAVE=fmt != 0, num_warps=4)
-        gemv_i8w[grid](xw, xs, w.qs, qh, w.scales, out, n, k, out.stride(0), M=m, MP=mp, BLOCK_N=tile.BLOCK_N,
-                       FMT=fmt, F32_OPERANDS=not x.is_cuda, num_warps=tile.num_warps, num_stages=tile.num_stages)
+    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n"):
+        from . import gemv_i8
+
+        gemv_i8.launch(x, w, tile, out)
     else:
         gemv_dot[grid](*args, PREC=0 if tile.kernel == "dot_bf16x3" else 1,
                        F32_OPERANDS=not x.is_cuda, **meta)

@@ -152,8 +152,8 @@ class Tee:
         self.ds = (graph, eager, variable)
         self.rounds = self.same_as_variable = self.drafted = 0
 
-    def __getattr__(self, name):  # on_prefill, truncate, reset, begin, observe
-        if name not in ("on_prefill", "truncate", "reset", "begin", "observe"):
+    def __getattr__(self, name):  # on_prefill, truncate, reset, begin, observe, set_sampler
+        if name not in ("on_prefill", "truncate", "reset", "begin", "observe", "set_sampler"):
             raise AttributeError(name)
         return lambda *a, **kw: [getattr(d, name)(*a, **kw) for d in self.ds][0]
 
@@ -204,6 +204,37 @@ def test_cuda_graph_drafts_equal_eager_and_text_is_exact(model_path, monkeypatch
     t = eng.drafter
     assert isinstance(t, Tee) and t.rounds > 10 and t.ds[0]._graphs
     assert t.same_as_variable >= 0.95 * t.drafted, (t.same_as_variable, t.drafted)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_coupled_drafts_equal_eager_and_text_is_plain_sampling(model_path, monkeypatch):
+    """Coupled drafts at temp 0.6 with penalties on CUDA: the captured chain (sampler stages and
+    the draw inside the graph) drafts what the eager static path drafts, bit for bit, and the text
+    is plain sampling's with the same seed."""
+    import mtp_turbo.spec.round as round_mod
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    eng = Engine(EngineConfig(model=str(model_path), device="cuda", progress=False))
+    s = SamplerConfig(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.08,
+                      presence_penalty=0.4, seed=11)
+    prompt = "Write a short story about a lighthouse keeper."
+    plain = eng.generate_ids(prompt, sampler=s, max_tokens=64)
+
+    def tee(engine, sp):
+        g, e, v = (load_mtp_drafter(engine, sp) for _ in range(3))
+        e.use_graphs = False
+        v.static = False
+        return Tee(g, e, v)
+
+    monkeypatch.setattr(round_mod, "make_drafter", tee)
+    spec = SpecConfig(draft="mtp", draft_tokens=3, draft_coupling=True)
+    assert eng.generate_ids(prompt, sampler=s, max_tokens=64, spec=spec) == plain
+    t = eng.drafter
+    assert isinstance(t, Tee) and t.rounds > 5 and t.ds[0]._graphs and t.ds[0]._draw is not None
+    assert eng.last_stats.spec["accepted"] > 0
 
 
 @pytest.mark.gpu

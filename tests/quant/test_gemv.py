@@ -107,8 +107,9 @@ def test_parse_tile():
             assert t.BLOCK_N >= 16  # the smallest tl.dot
     assert {t.kernel for t in SUPPORTED_TILES} == set(KERNELS)
     assert parse_tile(" reduce, 8, 128, 2, 2") == TileConfig("reduce", 8, 128, 2, 2)
+    assert parse_tile("dot_i8n,64,128,4,2,4") == TileConfig("dot_i8n", 64, 128, 4, 2, split_k=4)
     for bad in ("8,128,2,2", "reduce,8,128,2", "reduce,8,100,2,2", "reduce,3,128,2,2", "a,b,c,d,e", "",
-                "reduce,8,128,2,2,1", "reduce,1024,512,8,2", "dot_bf16x3,4,256,2,2", "tf32,64,64,4,3"):
+                "reduce,8,128,2,2,2", "dot_i8w,64,128,4,2,3", "reduce,1024,512,8,2", "dot_bf16x3,4,256,2,2", "tf32,64,64,4,3"):
         with pytest.raises(ConfigError) as e:
             parse_tile(bad)
         assert "reduce,4,256,2,2" in str(e.value)  # the message lists the supported combinations
@@ -177,7 +178,7 @@ def test_kernel_matches_float64(kernel, fmt):
     for n, k, bn, bk in _ODD:
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
-        tile = TileConfig(kernel, bn, 128 if kernel == "dot_i8w" else bk, 4, 2)  # dot_i8w: 4 blocks a step
+        tile = TileConfig(kernel, bn, 128 if kernel in ("dot_i8w", "dot_i8n") else bk, 4, 2)  # 128 bytes a step
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
                 x = torch.randn(m, k, generator=g).to(dt).to(dev)
@@ -188,6 +189,29 @@ def test_kernel_matches_float64(kernel, fmt):
     pw, ref_w, _ = _weights(40, 64, fmt, seed=4)
     x = torch.randn(3, 64, generator=g).to(dev)
     _check(gemv(x, pw.to(dev), backend="triton"), x, ref_w, tol=1e-6)
+
+
+@pytest.mark.interpret
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
+@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n"])
+@pytest.mark.parametrize("fmt", BLOCK_FORMATS)
+def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
+    """dot_i8w / dot_i8n over several 128-byte steps and a K tail (23 blocks), whole and split over
+    K into 2 and 3 parts (uneven: the last part is shorter), at fp32 rounding; the nibble
+    kernel's low/high/5th-bit tiles and its offset term only cancel out if their x columns line up."""
+    from mtp_turbo.quant import gemv_triton
+
+    dev = _kernel_device()
+    g = torch.Generator().manual_seed(7)
+    n, k = 21, 32 * 23
+    pw, ref_w, _ = _weights(n, k, fmt, seed=k)
+    pw = pw.to(dev)
+    for split in (1, 2, 3):
+        for m in (1, 3):
+            x = torch.randn(m, k, generator=g).to(dev)
+            out = torch.full((m, n), float("nan"), device=dev)
+            gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, 128, 4, 2, split_k=split), out)
+            _check(out, x, ref_w, tol=1e-6)
 
 
 @pytest.mark.interpret
@@ -222,6 +246,7 @@ def test_bf16_split_is_exact():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_kernels_on_cuda():
     """Every supported tile on CUDA (one compile each per format: every tile on the 640-wide shape,
+    a split-K tile of each wide kernel there too,
     each kernel's default tile on the odd ones), and the dispatcher's defaults on a head-sized
     and a large matrix."""
     from mtp_turbo.quant import gemv_triton
@@ -233,9 +258,14 @@ def test_triton_kernels_on_cuda():
         for n, k in SHAPES:
             pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
             pw = pw.to("cuda")
-            tiles = SUPPORTED_TILES if k == 640 else [variant_tile(kn, 1024, 640) for kn in KERNELS]
+            # split-K tiles run the same compiled kernels with other grids: one of each kernel here
+            whole = [t for t in SUPPORTED_TILES if t.split_k == 1]
+            split = [next(t for t in SUPPORTED_TILES if t.kernel == kn and t.split_k > 1) for kn in ("dot_i8w", "dot_i8n")]
+            tiles = whole + split if k == 640 else [variant_tile(kn, 1024, 640) for kn in KERNELS]
             for tile in tiles:
-                for m in (1, 4):
+                # 4 rows (the largest operands) on every tile in q8_0; 1 row everywhere: M is a
+                # compile-time constant, and compiles are what this test spends its time on
+                for m in (1, 4) if (fmt == "q8_0" or k != 640) else (1,):
                     x = torch.randn(m, k, generator=g).cuda()
                     out = torch.full((m, n), float("nan"), device="cuda")
                     gemv_triton.gemv_packed(x, pw, tile, out)
@@ -287,7 +317,7 @@ def test_int8_pieces_reconstruct_x(interleave):
     """dot_i8's x operand: row 4p+m of each block holds int8 piece p of x row m; sum_p piece * scale
     == x to 2^-26 of the block's max |x| (exact for elements within 8x of it), zero rows past M,
     and (interleaved, for nibble formats) column 2j+h holds element j + 16h."""
-    from mtp_turbo.quant import gemv_triton
+    from mtp_turbo.quant import gemv_i8
 
     dev = _kernel_device()
     g = torch.Generator().manual_seed(5)
@@ -296,7 +326,7 @@ def test_int8_pieces_reconstruct_x(interleave):
     x[1, 32:64] = 0.0  # an all-zero block
     xq = torch.zeros(k // 32, 16, 32, dtype=torch.int8, device=dev)
     xs = torch.full((k // 32, 16), float("nan"), device=dev)
-    gemv_triton.x_pieces[(k // 32,)](x.to(dev), xq, xs, k, x.stride(0), M=m, INTERLEAVE=interleave)
+    gemv_i8.x_pieces[(k // 32,)](x.to(dev), xq, xs, k, x.stride(0), M=m, INTERLEAVE=interleave)
     xq, xs = xq.cpu().double(), xs.cpu().double()
     assert xq.abs().max() <= 65 and not xs.isnan().any()
     recon = (xq * xs[:, :, None]).reshape(k // 32, 4, 4, 32).sum(1)  # [nb, m, c]
