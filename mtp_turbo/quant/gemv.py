@@ -51,9 +51,9 @@ _I8 = _DOT + ((128, 128, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (64, 128, 4,
               (256, 64, 8, 4), (128, 128, 4, 2))
 _I8W = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 128, 8, 3), (128, 128, 4, 2), (128, 128, 4, 3),
         (128, 128, 8, 3), (256, 128, 8, 2))  # BLOCK_K is always 128 (4 blocks per dot)
-# dot_i8n: its operand is 32 rows per input row (8 blocks x 4 pieces), so BLOCK_N stays <= 128
-_I8N = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 128, 8, 2), (128, 128, 4, 2), (128, 128, 8, 2),
-        (128, 128, 8, 3))
+# dot_i8n: its operand is 32 rows per input row (8 blocks x 4 pieces), so BLOCK_N stays <= 128 and
+# there are 2 stages (3 stages overflow the H200's 227 KiB of shared memory for q5_0 at 4 rows)
+_I8N = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 8, 2), (128, 128, 4, 2), (128, 128, 8, 2))
 # split over K (the sixth field) for deep matrices with few output tiles
 _SPLIT = tuple((bn, 128, w, st, sk) for bn, w, st in ((64, 4, 2), (128, 4, 2), (128, 8, 2)) for sk in (2, 4, 8))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
@@ -81,11 +81,24 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
                     "wide": (8, 128, 2, 2)}
 
 
-# Where dot_i8w is the default but does not fit, the per-block dot_i8 takes over (H200, 262144 x 640):
-# several rows (a verify, a catch-up: dot_i8w's x operand grows 16 rows per input row; 4 rows 69.6
-# vs 78.7 us) and the nibble formats (its widened-tile unpack is slow: q4_0 89.1 vs 96.1 us, q5_0
-# 119.5 vs 803.7 us; bf16x3 113.8 / 131.1 us).
-MULTI_ROW_TILES: dict[str, TileConfig] = {"head": TileConfig("dot_i8", 64, 128, 4, 3)}
+# Measured exceptions to DEFAULT_TILES: (class, format, 1 row or more) -> the fastest tile of the
+# H200 sweeps (bench/RESULTS.md, 2026-11-30 sessions 2 and 3; microseconds for 1 row / 4 rows).
+# Head 262144 x 640: q8_0 several rows on dot_i8 (dot_i8w's operand grows 16 rows per input row:
+# 4 rows 69.6 vs 80.1), q4_0 1 row on dot_i8n (52.6 vs dot_i8 75.1), several on dot_i8 (75.8 vs
+# dot_i8n 139.5), q5_0 on dot_i8 (113.5 / 115.1; dot_i8n 166.3). 8192 x 8192: split over K
+# (128 output tiles for 132 SMs): q8_0 dot_i8w 65.2 -> 28.1 (8 parts), 4 rows 72.6 -> 37.0 (4);
+# q4_0 dot_i8n 42.6 -> 24.9 (4), 4 rows 72.0 -> 62.3 (2).
+MEASURED_TILES: dict[tuple[str, str, bool], TileConfig] = {
+    ("head", "q8_0", True): TileConfig("dot_i8", 64, 128, 4, 3),
+    ("head", "q4_0", False): TileConfig("dot_i8n", 64, 128, 4, 2),
+    ("head", "q4_0", True): TileConfig("dot_i8", 128, 128, 4, 2),
+    ("head", "q5_0", False): TileConfig("dot_i8", 128, 128, 4, 2),
+    ("head", "q5_0", True): TileConfig("dot_i8", 128, 128, 4, 2),
+    ("large", "q8_0", False): TileConfig("dot_i8w", 64, 128, 4, 2, 8),
+    ("large", "q8_0", True): TileConfig("dot_i8w", 64, 128, 4, 2, 4),
+    ("large", "q4_0", False): TileConfig("dot_i8n", 64, 128, 4, 2, 4),
+    ("large", "q4_0", True): TileConfig("dot_i8n", 64, 128, 4, 2, 2),
+}
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
 
@@ -98,8 +111,8 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
     if kernel in ("dot_i8w", "dot_i8n"):
         return TileConfig(kernel, *_I8W_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
-    if d.kernel == "dot_i8w":  # dot_i8: its multi-row tile; bf16x3/tf32x3: the bf16x3 head best
-        d = MULTI_ROW_TILES[cls] if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
+    if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
+        d = MEASURED_TILES[(cls, "q8_0", True)] if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
     return d if d.kernel == kernel else TileConfig(kernel, d.BLOCK_N, d.BLOCK_K, d.num_warps, d.num_stages)
 
 
@@ -115,9 +128,7 @@ def tile_class(n_out: int, k: int) -> str:
 def default_tile(n_out: int, k: int, m: int = 1, fmt: str = "q8_0") -> TileConfig:
     """The default tile for an [n_out, k] matrix in block format fmt times m input rows."""
     cls = tile_class(n_out, k)
-    if (m > 1 or fmt != "q8_0") and cls in MULTI_ROW_TILES:
-        return MULTI_ROW_TILES[cls]
-    return DEFAULT_TILES[cls]
+    return MEASURED_TILES.get((cls, fmt, m > 1), DEFAULT_TILES[cls])
 
 
 def parse_tile(text: str) -> TileConfig:
