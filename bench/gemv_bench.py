@@ -2,7 +2,7 @@
 
 Run from the repo root on a machine with torch + triton + CUDA:
     python bench/gemv_bench.py [--out results.json] [--sweep] [--shapes 1024x640,640x2048]
-        [--kernels dot_bf16x3,dot_tf32x3,reduce] [--formats q8_0,q5_0,q4_0]
+        [--kernels default,dot_bf16x3,dot_tf32x3,reduce] [--formats q8_0,q5_0,q4_0]
 
 Measures the device-to-device copy bandwidth (bytes read + written), then for each shape, format,
 kernel variant (gemv.KERNELS, each at its default tile for the shape, gemv.variant_tile) and
@@ -35,7 +35,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its CPU int
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
-from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, gemv, variant_tile  # noqa: E402
+from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, variant_tile  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 DRAFTER_SHAPES = [(1024, 640), (640, 1024), (2048, 640), (640, 2048), (256, 640)]
@@ -124,16 +124,17 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats) -
         ws = packed_copies(w, fmt)
         ref_w = ws[0].dequantize().double()
         for kernel in kernels:
-            tiles = [variant_tile(kernel, n, k)]
-            if sweep:
+            # "default": what the dispatcher picks per row count and format (gemv.default_tile)
+            tiles = [None] if kernel == "default" else [variant_tile(kernel, n, k)]
+            if sweep and kernel != "default":
                 tiles += [t for t in SUPPORTED_TILES if t.kernel == kernel and t != tiles[0]]
             for m in range(1, 5):
                 x = torch.randn(m, k, device="cuda")
                 out = torch.full((m, n), float("nan"), device="cuda")
                 ref = x.double() @ ref_w.t()
                 for tile in tiles if (m in (1, 4) or not sweep) else tiles[:1]:
-                    row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m, tile=str(tile),
-                               default=tile == tiles[0])
+                    row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m,
+                               tile=str(tile or default_tile(n, k, m, fmt)), default=tile == tiles[0])
                     print(f"  {row['shape']} {fmt} {tile} M={m}", file=sys.stderr, flush=True)
                     try:
                         out.fill_(float("nan"))
@@ -167,8 +168,8 @@ def check_interpreter(kernels, formats) -> list[dict]:
         pw = PackedWeight.from_dense(w, fmt)
         ref_w = pw.dequantize().double()
         for kernel in kernels:
-            tile = variant_tile(kernel, n, k)
             for m in range(1, 5):
+                tile = default_tile(n, k, m, fmt) if kernel == "default" else variant_tile(kernel, n, k)
                 x = torch.randn(m, k)
                 out = torch.full((m, n), float("nan"))
                 row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m, tile=str(tile), default=True,
@@ -218,12 +219,13 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--sweep", action="store_true", help="also time every supported tile (M = 1, 4)")
     ap.add_argument("--shapes", default=None, help="comma-separated NxK (default: drafter + big shapes)")
-    ap.add_argument("--kernels", default=",".join(KERNELS), help="kernel variants to measure")
+    ap.add_argument("--kernels", default=",".join(KERNELS),
+                    help="kernel variants to measure ('default' = the dispatcher's choice per row count and format)")
     ap.add_argument("--formats", default=",".join(FORMATS), help="block formats to measure")
     args = ap.parse_args(argv)
     kernels = [k for k in args.kernels.split(",") if k]
     formats = [f for f in args.formats.split(",") if f]
-    assert set(kernels) <= set(KERNELS) and set(formats) <= set(FORMATS), (kernels, formats)
+    assert set(kernels) <= set(KERNELS) | {"default"} and set(formats) <= set(FORMATS), (kernels, formats)
     from mtp_turbo.quant import gemv_triton
 
     if not gemv_triton.available():

@@ -15,6 +15,7 @@
 #   bench/gpu_session.sh i8                integer GEMV kernels: CUDA check (+ PTX vs plain nibble split), tile
 #                                          sweeps on the head (q8_0 dot_i8w, q4_0/q5_0 dot_i8n) and 8192x8192 (split-K)
 #   bench/gpu_session.sh couple            temp-0.6 acceptance with coupled vs argmax drafts, GPU tests
+#   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -100,5 +101,9 @@ case $step in
     timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --model-path /tmp/gguf/model.gguf 2>&1 | tail -4 | tee "$OUT/pytest_gpu.txt"
     timeout 280 python3 bench/accept.py --model /tmp/gguf/model.gguf --device cuda --sets mt_bench --ks 3 \
       --samplers temp0.6 --prompts 20 --max-tokens 128 --draft-coupling on,off --out "$OUT/accept_coupling.json" 2>&1 | tail -12 ;;
+  defaults)
+    timeout 240 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
+    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default,dot_i8n \
+      --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1; grep -A40 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | head -64 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -166,6 +166,27 @@ if triton is not None:
         return tl.reshape(tl.join(lo.to(tl.int8), hi.to(tl.int8)), [rn.shape[0], 128])
 
     @triton.jit
+    def _scaled_add(acc, part, XS, SC, rn, n_mask, g, nb,
+                    R: tl.constexpr, NBLK: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr):
+        # acc + part * piece scale (per row) * weight scale (per block and output) for group g of
+        # NBLK blocks; rows r = (b * 4 + p) * MP + m (x_wide / x_wide_n's order). part [R, BN] fp32.
+        xs = tl.load(XS + g * R + tl.arange(0, R))  # [R]
+        rb = tl.arange(0, NBLK)
+        sb = tl.load(SC + rn[None, :] * nb + g * NBLK + rb[:, None],
+                     mask=n_mask[None, :] & ((g * NBLK + rb) < nb)[:, None], other=0.0).to(tl.float32)  # [NBLK, BN]
+        s = tl.reshape(tl.broadcast_to(sb[:, None, :], [NBLK, 4 * MP, BLOCK_N]), [R, BLOCK_N])
+        return acc + (part * xs[:, None]) * s
+
+    @triton.jit
+    def _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym,
+                    M: tl.constexpr, MP: tl.constexpr, NBLK: tl.constexpr, BLOCK_N: tl.constexpr):
+        # rows (b, p, m) of acc summed over blocks and pieces -> Y[split, m, n] (split: program_id(1))
+        y = tl.sum(tl.reshape(acc, [NBLK * 4, MP, BLOCK_N]), axis=0)  # [MP, BN]
+        rm = tl.arange(0, MP)
+        tl.store(Y + tl.program_id(1) * stride_ys + rm[:, None] * stride_ym + rn[None, :], y,
+                 mask=(rm[:, None] < M) & n_mask[None, :])
+
+    @triton.jit
     def gemv_i8w(XW, XS, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS,
                  M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
                  F32_OPERANDS: tl.constexpr):
@@ -179,26 +200,18 @@ if triton is not None:
         nb = K // 32
         r = tl.arange(0, R)
         rk = tl.arange(0, 128)
-        rb = tl.arange(0, 4)
         acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
         g0 = tl.program_id(1) * GPS  # split over K: this program's groups (Y: its partial slice)
         for g in range(g0, tl.minimum(g0 + GPS, tl.cdiv(nb, 4))):
             w = _wide_tile(QS, QH, rn, n_mask, g, K, FMT)  # int8 [BN, 128]
             xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # int8 [R, 128]
-            xs = tl.load(XS + g * R + r)  # [R]
-            s4 = tl.load(SC + rn[None, :] * nb + g * 4 + rb[:, None],
-                         mask=n_mask[None, :] & ((g * 4 + rb) < nb)[:, None], other=0.0).to(tl.float32)  # [4, BN]
-            s = tl.reshape(tl.broadcast_to(s4[:, None, :], [4, 4 * MP, BLOCK_N]), [R, BLOCK_N])
             if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
                 part = tl.dot(xq.to(tl.float32), tl.trans(w).to(tl.float32), input_precision="ieee")
             else:
                 ip = tl.dot(xq, tl.trans(w), out_dtype=tl.int32)
                 part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-            acc += (part * xs[:, None]) * s
-        y = tl.sum(tl.reshape(acc, [16, MP, BLOCK_N]), axis=0)  # [MP, BN]: rows (b, p, m) summed over b, p
-        rm = tl.arange(0, MP)
-        tl.store(Y + tl.program_id(1) * stride_ys + rm[:, None] * stride_ym + rn[None, :], y,
-                 mask=(rm[:, None] < M) & n_mask[None, :])
+            acc = _scaled_add(acc, part, XS, SC, rn, n_mask, g, nb, R, 4, MP, BLOCK_N)
+        _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym, M, MP, 4, BLOCK_N)
 
     @triton.jit
     def x_wide_n(X, XW, XS, XC, K, stride_xm, M: tl.constexpr, MP: tl.constexpr, HAS_QH: tl.constexpr):
@@ -275,8 +288,8 @@ if triton is not None:
                 ip = tl.zeros([R, BLOCK_N], dtype=tl.int32)
             ip = _idot(tl.load(xw), lo, ip, F32_OPERANDS)
             ip = _idot(tl.load(xw + 128), hi, ip, F32_OPERANDS)
-            okb = n_mask[:, None] & ((g * 8 + rb) < nb)[None, :]  # [BN, 8]
             if HAS_QH:  # 5th bits as a 0/1 tile in element order: 16 * its dot
+                okb = n_mask[:, None] & ((g * 8 + rb) < nb)[None, :]  # [BN, 8]
                 h = tl.load(QH + rn[:, None] * nb + g * 8 + rb[None, :], mask=okb, other=0)  # int32 [BN, 8]
                 j = tl.arange(0, 32)
                 hb = tl.reshape(((h[:, :, None] >> j[None, None, :]) & 1).to(tl.int8), [BLOCK_N, 256])
@@ -292,14 +305,8 @@ if triton is not None:
                 part = ip - xc[:, None].to(tl.float32)
             else:
                 part = (ip - xc[:, None] + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-            xs = tl.load(XS + g * R + r)  # [R]
-            s8 = tl.trans(tl.load(SC + rn[:, None] * nb + g * 8 + rb[None, :], mask=okb, other=0.0).to(tl.float32))
-            s = tl.reshape(tl.broadcast_to(s8[:, None, :], [8, 4 * MP, BLOCK_N]), [R, BLOCK_N])
-            acc += (part * xs[:, None]) * s
-        y = tl.sum(tl.reshape(acc, [32, MP, BLOCK_N]), axis=0)  # [MP, BN]
-        rm = tl.arange(0, MP)
-        tl.store(Y + tl.program_id(1) * stride_ys + rm[:, None] * stride_ym + rn[None, :], y,
-                 mask=(rm[:, None] < M) & n_mask[None, :])
+            acc = _scaled_add(acc, part, XS, SC, rn, n_mask, g, nb, R, 8, MP, BLOCK_N)
+        _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym, M, MP, 8, BLOCK_N)
 
 
 def _splits(ng: int, split_k: int) -> tuple[int, int]:

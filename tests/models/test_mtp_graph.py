@@ -168,11 +168,20 @@ class Tee:
         return g
 
 
+def tee_drafters(engine, spec):
+    """make_drafter's stand-in: graph replay, eager static and variable-shape drafters in a Tee."""
+    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
+
+    g, e, v = (load_mtp_drafter(engine, spec) for _ in range(3))
+    e.use_graphs = False
+    v.static = False
+    return Tee(g, e, v)
+
+
 @pytest.mark.gpu
 def test_cuda_graph_drafts_equal_eager_and_text_is_exact(model_path, monkeypatch):
     import mtp_turbo.spec.round as round_mod
     from mtp_turbo.engine import Engine, EngineConfig
-    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
     from mtp_turbo.sampling.config import SamplerConfig
     from mtp_turbo.spec.config import SpecConfig
 
@@ -187,13 +196,7 @@ def test_cuda_graph_drafts_equal_eager_and_text_is_exact(model_path, monkeypatch
     assert dr.static and dr.use_graphs and dr._graphs, "the engine's drafter replays graphs"
     assert eng.last_stats.spec["accepted"] > 0
 
-    def tee(engine, sp):
-        g, e, v = (load_mtp_drafter(engine, sp) for _ in range(3))
-        e.use_graphs = False
-        v.static = False
-        return Tee(g, e, v)
-
-    monkeypatch.setattr(round_mod, "make_drafter", tee)
+    monkeypatch.setattr(round_mod, "make_drafter", tee_drafters)
     spec4 = SpecConfig(draft="mtp", draft_tokens=4)  # a new spec: the engine makes (and prefills) a drafter
     long_prompt = "The history of the printing press. " * 60 + "Summarize:"  # past sink + window
     for p in (prompt, long_prompt):
@@ -213,7 +216,6 @@ def test_cuda_graph_coupled_drafts_equal_eager_and_text_is_plain_sampling(model_
     is plain sampling's with the same seed."""
     import mtp_turbo.spec.round as round_mod
     from mtp_turbo.engine import Engine, EngineConfig
-    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
     from mtp_turbo.sampling.config import SamplerConfig
     from mtp_turbo.spec.config import SpecConfig
 
@@ -223,13 +225,7 @@ def test_cuda_graph_coupled_drafts_equal_eager_and_text_is_plain_sampling(model_
     prompt = "Write a short story about a lighthouse keeper."
     plain = eng.generate_ids(prompt, sampler=s, max_tokens=64)
 
-    def tee(engine, sp):
-        g, e, v = (load_mtp_drafter(engine, sp) for _ in range(3))
-        e.use_graphs = False
-        v.static = False
-        return Tee(g, e, v)
-
-    monkeypatch.setattr(round_mod, "make_drafter", tee)
+    monkeypatch.setattr(round_mod, "make_drafter", tee_drafters)
     spec = SpecConfig(draft="mtp", draft_tokens=3, draft_coupling=True)
     assert eng.generate_ids(prompt, sampler=s, max_tokens=64, spec=spec) == plain
     t = eng.drafter
