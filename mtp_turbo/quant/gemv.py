@@ -81,23 +81,23 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
                     "wide": (8, 128, 2, 2)}
 
 
-# Measured exceptions to DEFAULT_TILES: (class, format, 1 row or more) -> the fastest tile of the
-# H200 sweeps (bench/RESULTS.md, 2026-11-30 sessions 2 and 3; microseconds for 1 row / 4 rows).
-# Head 262144 x 640: q8_0 several rows on dot_i8 (dot_i8w's operand grows 16 rows per input row:
-# 4 rows 69.6 vs 80.1), q4_0 1 row on dot_i8n (52.6 vs dot_i8 75.1), several on dot_i8 (75.8 vs
-# dot_i8n 139.5), q5_0 on dot_i8 (113.5 / 115.1; dot_i8n 166.3). 8192 x 8192: split over K
-# (128 output tiles for 132 SMs): q8_0 dot_i8w 65.2 -> 28.1 (8 parts), 4 rows 72.6 -> 37.0 (4);
-# q4_0 dot_i8n 42.6 -> 24.9 (4), 4 rows 72.0 -> 62.3 (2).
-MEASURED_TILES: dict[tuple[str, str, bool], TileConfig] = {
-    ("head", "q8_0", True): TileConfig("dot_i8", 64, 128, 4, 3),
-    ("head", "q4_0", False): TileConfig("dot_i8n", 64, 128, 4, 2),
-    ("head", "q4_0", True): TileConfig("dot_i8", 128, 128, 4, 2),
-    ("head", "q5_0", False): TileConfig("dot_i8", 128, 128, 4, 2),
-    ("head", "q5_0", True): TileConfig("dot_i8", 128, 128, 4, 2),
-    ("large", "q8_0", False): TileConfig("dot_i8w", 64, 128, 4, 2, 8),
-    ("large", "q8_0", True): TileConfig("dot_i8w", 64, 128, 4, 2, 4),
-    ("large", "q4_0", False): TileConfig("dot_i8n", 64, 128, 4, 2, 4),
-    ("large", "q4_0", True): TileConfig("dot_i8n", 64, 128, 4, 2, 2),
+# Measured exceptions to DEFAULT_TILES: (class, format) -> the fastest tile per row count (1..4)
+# in the H200 runs of bench/RESULTS.md (2026-11-30 sessions 2 and 3; microseconds by row count).
+# Head 262144 x 640: q8_0 dot_i8w for 1-2 rows (51.6, 60.3-65.3) and dot_i8 for 3-4 (69.2, 73.0;
+# dot_i8w's operand grows 16 rows per input row: 79.3, 78.1); q4_0 dot_i8n for 1 row (52.6-55.0
+# vs dot_i8 75.1) and dot_i8 for more (75.1-75.8 vs dot_i8n 89.7-139.5); q5_0 dot_i8 (113.5-115.1;
+# dot_i8n 162-513). 8192 x 8192 (128 output tiles for 132 SMs): split over K, q8_0 dot_i8w 28.0
+# (8 parts), 34.0-38.1 (4 parts) vs 65.2-72.6 whole; q4_0 dot_i8n 25.2 (4 parts), 39.6-63.4
+# (2 parts); q5_0 dot_i8n whole for 1-2 rows (75.8, 89.9 vs bf16x3 127.7, 129.6).
+_H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
+_H128 = TileConfig("dot_i8", 128, 128, 4, 2)
+MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
+    ("head", "q8_0"): (_H8W, _H8W, _H8, _H8),
+    ("head", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 2), _H128, _H128, _H128),
+    ("head", "q5_0"): (_H128,) * 4,
+    ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8),) + (TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 3,
+    ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) + (TileConfig("dot_i8n", 64, 128, 4, 2, 2),) * 3,
+    ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2),) * 2 + (None, None),
 }
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
@@ -112,7 +112,7 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig(kernel, *_I8W_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
-        d = MEASURED_TILES[(cls, "q8_0", True)] if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
+        d = _H8 if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
     return d if d.kernel == kernel else TileConfig(kernel, d.BLOCK_N, d.BLOCK_K, d.num_warps, d.num_stages)
 
 
@@ -127,8 +127,9 @@ def tile_class(n_out: int, k: int) -> str:
 
 def default_tile(n_out: int, k: int, m: int = 1, fmt: str = "q8_0") -> TileConfig:
     """The default tile for an [n_out, k] matrix in block format fmt times m input rows."""
+    assert 1 <= m <= MAX_ROWS, m
     cls = tile_class(n_out, k)
-    return MEASURED_TILES.get((cls, fmt, m > 1), DEFAULT_TILES[cls])
+    return (MEASURED_TILES.get((cls, fmt)) or (None,) * MAX_ROWS)[m - 1] or DEFAULT_TILES[cls]
 
 
 def parse_tile(text: str) -> TileConfig:

@@ -124,13 +124,15 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
     assert default_tile(1024, 640) == DEFAULT_TILES["wide"]
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
-    assert default_tile(262144, 640, 2).kernel == "dot_i8" and default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
+    assert default_tile(262144, 640, 2).kernel == "dot_i8w" and default_tile(262144, 640, 3).kernel == "dot_i8"
+    assert default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
     assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8n" and default_tile(262144, 640, 3, "q4_0").kernel == "dot_i8"
     assert default_tile(262144, 640, 1, "q5_0").kernel == "dot_i8"
-    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 1, "q5_0") == DEFAULT_TILES["large"]
+    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0") == DEFAULT_TILES["large"]
     from mtp_turbo.quant.gemv import MEASURED_TILES
 
-    assert set(MEASURED_TILES.values()) <= set(SUPPORTED_TILES)
+    assert all(len(ts) == 4 for ts in MEASURED_TILES.values())
+    assert {t for ts in MEASURED_TILES.values() for t in ts if t} <= set(SUPPORTED_TILES)
     from mtp_turbo.quant.gemv import variant_tile
 
     for kernel in KERNELS:
