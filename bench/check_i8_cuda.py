@@ -1,10 +1,11 @@
-"""GPU check of the integer-tensor-core kernels (quant/gemv_i8.py): dot_i8, dot_i8w and dot_i8n
+"""GPU check of the integer-tensor-core kernels (quant/gemv_i8.py): dot_i8, dot_i8w, dot_i8n and dot_i8x
 against dequantize-then-matmul (float64) on odd N, K tails (K not a multiple of 128 or 256), every
 dot_i8w / dot_i8n tile (split-K ones included) at K = 640, M = 1..4, each block format, dot_i8n
 with and without its PTX nibble split, and the dispatcher defaults. Then times dot_i8n's PTX split
 against plain Triton ops on the 262144 x 640 head (M = 1, q4_0 and q5_0; CUDA-graph replay over
-rotating copies, as bench/gemv_bench.py). Run: python bench/check_i8_cuda.py (CUDA). Exit 1 on
-any miss."""
+rotating copies, as bench/gemv_bench.py). Run: python bench/check_i8_cuda.py [--kernels
+dot_i8w,dot_i8n,dot_i8x] [--no-timing] (CUDA). Exit 1 on any miss."""
+import argparse
 import sys
 
 import torch
@@ -24,14 +25,19 @@ def within(out, x, ref_w):
     return bool(((out.double() - ref).abs() <= bound).all())
 
 
+ap = argparse.ArgumentParser()
+ap.add_argument("--kernels", default="dot_i8w,dot_i8n,dot_i8x", help="which wide kernels' tiles to check")
+ap.add_argument("--no-timing", action="store_true", help="skip the PTX vs plain timing")
+args = ap.parse_args()
 bad = n_ok = 0
-wide = [t for t in SUPPORTED_TILES if t.kernel in ("dot_i8w", "dot_i8n")]
+wide = [t for t in SUPPORTED_TILES if t.kernel in args.kernels.split(",")]
 for fmt in ("q8_0", "q5_0", "q4_0"):
     for n, k in ((129, 640), (37, 96), (5, 160), (40001, 672), (300, 2080)):
         w = torch.randn(n, k, generator=torch.Generator().manual_seed(n + k))
         pw = PackedWeight.from_dense(w, fmt).to("cuda")
         ref_w = pw.dequantize().double()
-        tiles = wide + [TileConfig("dot_i8", 64, 128, 4, 3)] if k == 640 else wide[:2] + [
+        firsts = [next(t for t in wide if t.kernel == kn) for kn in dict.fromkeys(t.kernel for t in wide)]
+        tiles = wide + [TileConfig("dot_i8", 64, 128, 4, 3)] if k == 640 else firsts + [
             TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 2, 4)]
         for t in tiles:
             for m in (1, 4) if k == 640 else (1, 2, 3, 4):  # every tile: 1 and 4 rows (compiles cost)
@@ -59,7 +65,7 @@ for fmt in ("q8_0", "q5_0", "q4_0"):
 print(f"integer kernels on CUDA: {n_ok} cases within the fp32-rounding bound, {bad} outside", flush=True)
 
 w = torch.randn(262144, 640, generator=torch.Generator().manual_seed(1)) * 0.02
-for fmt in ("q4_0", "q5_0"):
+for fmt in () if args.no_timing else ("q4_0", "q5_0"):
     copies = packed_copies(w, fmt)
     x = torch.randn(1, 640, device="cuda")
     out = torch.empty(1, 262144, device="cuda")

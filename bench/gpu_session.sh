@@ -16,6 +16,7 @@
 #                                          sweeps on the head (q8_0 dot_i8w, q4_0/q5_0 dot_i8n) and 8192x8192 (split-K)
 #   bench/gpu_session.sh couple            temp-0.6 acceptance with coupled vs argmax drafts, GPU tests
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
+#   bench/gpu_session.sh i8x               x-stationary dot_i8x: tile sweeps (head, 8192x8192; q8_0, q4_0), CUDA check
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -105,5 +106,13 @@ case $step in
     timeout 240 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default,dot_i8n \
       --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1; grep -A40 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | head -64 ;;
+  i8x)
+    timeout 160 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0,q4_0 --kernels dot_i8x --sweep \
+      --out "$OUT/gemv_head_x.json" > "$OUT/gemv_head_x.txt" 2>&1; grep -A8 "best tile" "$OUT/gemv_head_x.txt"
+    timeout 110 python3 bench/gemv_bench.py --shapes 8192x8192 --formats q8_0,q4_0 --kernels dot_i8x --sweep \
+      --out "$OUT/gemv_large_x.json" > "$OUT/gemv_large_x.txt" 2>&1; grep -A8 "best tile" "$OUT/gemv_large_x.txt"
+    timeout 170 python3 bench/check_i8_cuda.py --kernels dot_i8x --no-timing 2>&1 | tee "$OUT/check_i8x_cuda.txt" \
+      | grep -v "^  " | tail -4
+    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -55,7 +55,7 @@ HELP = {
     "same per-position uniform of --seed) would pick from the head's distribution, instead of its penalised "
     "argmax; exact either way (every emitted token is the verifier's draw); off by default: the gain "
     "measured so far is within noise (bench/RESULTS.md)",
-    "draft_tile": "MTP drafter GEMV tile override KERNEL,BN,BK,WARPS,STAGES[,SPLIT_K] for A/B tests (empty = defaults "
+    "draft_tile": "MTP drafter GEMV tile override KERNEL,BN,BK,WARPS,STAGES[,SPLIT_K[,N_TILES]] for A/B tests (empty = defaults "
     "per matrix class); rejected unless it is a supported combination",
     "draft_head_quant": "MTP drafter LM-head rows: main (the main model's stored bytes), bf16, q8_0, q5_0, q4_0",
 }

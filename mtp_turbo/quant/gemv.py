@@ -3,7 +3,7 @@
 Owns: dispatch (Triton kernel on CUDA when Triton imports, else a torch fallback that dequantizes
 the packed arrays and multiplies in fp32: correct, not fast), the tile configuration (kernel
 variant + tile shape), its default per matrix class and its parsing from
-`--draft-tile KERNEL,BN,BK,W,S[,SPLIT_K]`. Ignores: the kernels' bodies
+`--draft-tile KERNEL,BN,BK,W,S[,SPLIT_K[,N_TILES]]`. Ignores: the kernels' bodies
 (gemv_triton.py), the layout (repack.py), which matrices a model has (models/).
 """
 
@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n")  # gemv_triton.py, gemv_i8.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_i8x")  # gemv_triton.py, gemv_i8.py
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,12 @@ class TileConfig:
     num_warps: int
     num_stages: int
     split_k: int = 1  # dot_i8w / dot_i8n: K cut into up to this many parts (partials summed after)
+    n_tiles: int = 1  # dot_i8x: output tiles per program (its x operand is loaded once for all)
 
     def __str__(self) -> str:
         s = f"{self.kernel},{self.BLOCK_N},{self.BLOCK_K},{self.num_warps},{self.num_stages}"
+        if self.n_tiles != 1:
+            return f"{s},{self.split_k},{self.n_tiles}"
         return s if self.split_k == 1 else f"{s},{self.split_k}"
 
 
@@ -56,11 +59,15 @@ _I8W = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 128, 8, 3), (128
 _I8N = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 8, 2), (128, 128, 4, 2), (128, 128, 8, 2))
 # split over K (the sixth field) for deep matrices with few output tiles
 _SPLIT = tuple((bn, 128, w, st, sk) for bn, w, st in ((64, 4, 2), (128, 4, 2), (128, 8, 2)) for sk in (2, 4, 8))
+# dot_i8x: one K-group per program (split_k stays 1: every group is its own part), n_tiles output
+# tiles of BLOCK_N rows per program
+_I8X = tuple((bn, 128, w, st, 1, nt) for bn, w in ((32, 4), (64, 4), (128, 4), (128, 8)) for st in (2, 3) for nt in (4, 16))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
-    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT))
+    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT)
+    + _tiles("dot_i8x", *_I8X))
 
 # Defaults per matrix class (unmeasured until bench/gemv_bench.py runs on the GPU). Programs =
 # ceil(N_out / BLOCK_N): small BLOCK_N keeps the drafter's 256..2048-row matrices spread over the
@@ -110,6 +117,8 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig("reduce", *_REDUCE_DEFAULTS[cls])
     if kernel in ("dot_i8w", "dot_i8n"):
         return TileConfig(kernel, *_I8W_DEFAULTS[cls])
+    if kernel == "dot_i8x":
+        return TileConfig(kernel, *_I8W_DEFAULTS[cls], 1, 16)
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
         d = _H8 if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
@@ -133,19 +142,19 @@ def default_tile(n_out: int, k: int, m: int = 1, fmt: str = "q8_0") -> TileConfi
 
 
 def parse_tile(text: str) -> TileConfig:
-    """'KERNEL,BN,BK,W,S[,SPLIT_K]' -> TileConfig, which must be one of SUPPORTED_TILES (else
-    ConfigError)."""
+    """'KERNEL,BN,BK,W,S[,SPLIT_K[,N_TILES]]' -> TileConfig, which must be one of
+    SUPPORTED_TILES (else ConfigError)."""
     supported = " ".join(str(t) for t in SUPPORTED_TILES)
     parts = text.replace(" ", "").split(",")
     tile = None
-    if len(parts) in (5, 6) and parts[0] in KERNELS:
+    if len(parts) in (5, 6, 7) and parts[0] in KERNELS:
         try:
             tile = TileConfig(parts[0], *(int(p) for p in parts[1:]))
         except ValueError:
             tile = None
     if tile is None:
         raise ConfigError(f"--draft-tile {text!r}: expected KERNEL,BLOCK_N,BLOCK_K,num_warps,num_stages"
-                          f"[,split_k] (KERNEL one of {', '.join(KERNELS)}); one of: {supported}")
+                          f"[,split_k[,n_tiles]] (KERNEL one of {', '.join(KERNELS)}); one of: {supported}")
     if tile not in SUPPORTED_TILES:
         raise ConfigError(f"--draft-tile {text!r} is not a supported tile; one of: {supported}")
     return tile

@@ -19,6 +19,11 @@ and the weight and piece scales are applied in fp32. Three variants:
   the nibble split is one and/shift on 4 bytes at a time (inline PTX).
 dot_i8w and dot_i8n take a split over K (program_id(1)): deep matrices with few output tiles
 (8192 x 8192: 128 programs for 132 SMs) write per-split partials, summed after.
+- "dot_i8x": x-stationary. A program takes ONE K-group (dot_i8w's lines for q8_0, dot_i8n's for
+  the nibble formats) of n_tiles output tiles and loads that group's x operand once for all of
+  them; per-group partials are summed after. dot_i8w / dot_i8n reload the operand for every
+  weight tile, and it is as large as the weight tile at 4 rows (q8_0) or at 1 row (nibbles): on
+  the H200 their times follow weight + operand bytes at about 4.1 TB/s.
 
 Ignores: the float kernels and dispatch (gemv_triton.py), tile defaults (gemv.py), the layout
 (repack.py). Without CUDA they run in Triton's interpreter, where the int8 dots become fp32 dots
@@ -187,33 +192,6 @@ if triton is not None:
                  mask=(rm[:, None] < M) & n_mask[None, :])
 
     @triton.jit
-    def gemv_i8w(XW, XS, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS,
-                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
-                 F32_OPERANDS: tl.constexpr):
-        # One K = 128 integer dot per [BLOCK_N, 128] weight tile against x_wide's block-diagonal
-        # operand: the 4 blocks' exact partials come out as separate rows (no per-block split of
-        # the tile), scaled per row (x piece) and per (block, output) (weight scale), summed last.
-        R: tl.constexpr = 16 * MP
-        pid = tl.program_id(0)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = rn < N
-        nb = K // 32
-        r = tl.arange(0, R)
-        rk = tl.arange(0, 128)
-        acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
-        g0 = tl.program_id(1) * GPS  # split over K: this program's groups (Y: its partial slice)
-        for g in range(g0, tl.minimum(g0 + GPS, tl.cdiv(nb, 4))):
-            w = _wide_tile(QS, QH, rn, n_mask, g, K, FMT)  # int8 [BN, 128]
-            xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # int8 [R, 128]
-            if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
-                part = tl.dot(xq.to(tl.float32), tl.trans(w).to(tl.float32), input_precision="ieee")
-            else:
-                ip = tl.dot(xq, tl.trans(w), out_dtype=tl.int32)
-                part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-            acc = _scaled_add(acc, part, XS, SC, rn, n_mask, g, nb, R, 4, MP, BLOCK_N)
-        _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym, M, MP, 4, BLOCK_N)
-
-    @triton.jit
     def x_wide_n(X, XW, XS, XC, K, stride_xm, M: tl.constexpr, MP: tl.constexpr, HAS_QH: tl.constexpr):
         # Group g of 8 blocks (256 elements) of x [M, K] -> XW int8 [ng, R, W], R = 32 MP: row
         # r = (b * 4 + p) * MP + m holds piece p of x row m over block b only (block-diagonal),
@@ -259,54 +237,120 @@ if triton is not None:
         return tl.dot(xq, tl.trans(w), acc=acc, out_dtype=tl.int32)
 
     @triton.jit
-    def gemv_i8n(XW, XS, XC, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS,
-                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, HAS_QH: tl.constexpr,
-                 F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
-        # Per group of 8 blocks: low and high nibble tiles [BN, 128] (+ q5_0's 5th bits [BN, 256])
-        # against x_wide_n's operand; exact int32 rows (b, p, m) minus the offset term; then the
-        # piece scale (per row) and the weight scale (per block and output) in fp32.
-        # |partial| <= 32 * 65 * 31 + 16 * 32 * 65 < 2^22 (the magic-number range).
-        R: tl.constexpr = 32 * MP
-        W: tl.constexpr = 512 if HAS_QH else 256
-        pid = tl.program_id(0)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    def _i8w_part(QS, QH, rn, n_mask, g, K, xq, FMT: tl.constexpr, F32_OPERANDS: tl.constexpr):
+        # One K = 128 integer dot of the [BN, 128] weight tile of group g against x_wide's
+        # block-diagonal operand xq [R, 128]: the 4 blocks' exact partials as separate rows.
+        w = _wide_tile(QS, QH, rn, n_mask, g, K, FMT)  # int8 [BN, 128]
+        if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
+            return tl.dot(xq.to(tl.float32), tl.trans(w).to(tl.float32), input_precision="ieee")
+        ip = tl.dot(xq, tl.trans(w), out_dtype=tl.int32)
+        return (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+
+    @triton.jit
+    def _i8n_part(QS, QH, rn, n_mask, g, K, xl, xh, xb, xc, R: tl.constexpr, BLOCK_N: tl.constexpr,
+                  HAS_QH: tl.constexpr, F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
+        # Group g (8 blocks) of rows rn: low and high nibble tiles [BN, 128] against x_wide_n's
+        # xl / xh [R, 128] (+ q5_0's 5th bits [BN, 256] against xb [R, 256], times 16), minus
+        # the offset term xc [R] -> fp32 [R, BN] exact partials (|.| < 2^22, the magic range).
+        nb = K // 32
+        rk = tl.arange(0, 128)
+        ok = n_mask[:, None] & ((g * 128 + rk) < K // 2)[None, :]
+        b = tl.load(QS + rn[:, None] * (K // 2) + g * 128 + rk[None, :], mask=ok, other=0)  # uint8 [BN, 128]
+        lo, hi = _nibbles(b, ASM)
+        if F32_OPERANDS:
+            ip = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+        else:
+            ip = tl.zeros([R, BLOCK_N], dtype=tl.int32)
+        ip = _idot(xh, hi, _idot(xl, lo, ip, F32_OPERANDS), F32_OPERANDS)
+        if HAS_QH:  # 5th bits as a 0/1 tile in element order
+            rb = tl.arange(0, 8)
+            okb = n_mask[:, None] & ((g * 8 + rb) < nb)[None, :]  # [BN, 8]
+            h = tl.load(QH + rn[:, None] * nb + g * 8 + rb[None, :], mask=okb, other=0)  # int32 [BN, 8]
+            j = tl.arange(0, 32)
+            hb = tl.reshape(((h[:, :, None] >> j[None, None, :]) & 1).to(tl.int8), [BLOCK_N, 256])
+            if F32_OPERANDS:
+                hz = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+            else:
+                hz = tl.zeros([R, BLOCK_N], dtype=tl.int32)
+            ip += _idot(xb, hb, hz, F32_OPERANDS) * 16
+        if F32_OPERANDS:
+            return ip - xc[:, None].to(tl.float32)
+        return (ip - xc[:, None] + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+
+    @triton.jit
+    def gemv_i8w(XW, XS, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS,
+                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
+                 F32_OPERANDS: tl.constexpr):
+        # Per group of 4 blocks: _i8w_part, scaled per row (x piece) and per (block, output)
+        # (weight scale) into the accumulator; rows summed at the end.
+        R: tl.constexpr = 16 * MP
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = rn < N
         nb = K // 32
         r = tl.arange(0, R)
         rk = tl.arange(0, 128)
-        rb = tl.arange(0, 8)
+        acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+        g0 = tl.program_id(1) * GPS  # split over K: this program's groups (Y: its partial slice)
+        for g in range(g0, tl.minimum(g0 + GPS, tl.cdiv(nb, 4))):
+            xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # int8 [R, 128]
+            part = _i8w_part(QS, QH, rn, n_mask, g, K, xq, FMT, F32_OPERANDS)
+            acc = _scaled_add(acc, part, XS, SC, rn, n_mask, g, nb, R, 4, MP, BLOCK_N)
+        _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym, M, MP, 4, BLOCK_N)
+
+    @triton.jit
+    def gemv_i8n(XW, XS, XC, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS,
+                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, HAS_QH: tl.constexpr,
+                 F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
+        # Per group of 8 blocks: _i8n_part, then the scales as in gemv_i8w.
+        R: tl.constexpr = 32 * MP
+        W: tl.constexpr = 512 if HAS_QH else 256
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = rn < N
+        nb = K // 32
+        r = tl.arange(0, R)
+        rk = tl.arange(0, 128)
         acc = tl.zeros([R, BLOCK_N], dtype=tl.float32)
         g0 = tl.program_id(1) * GPS
         for g in range(g0, tl.minimum(g0 + GPS, tl.cdiv(nb, 8))):
-            ok = n_mask[:, None] & ((g * 128 + rk) < K // 2)[None, :]
-            b = tl.load(QS + rn[:, None] * (K // 2) + g * 128 + rk[None, :], mask=ok, other=0)  # uint8 [BN, 128]
-            lo, hi = _nibbles(b, ASM)
-            xw = XW + g * R * W + r[:, None] * W + rk[None, :]
-            if F32_OPERANDS:
-                ip = tl.zeros([R, BLOCK_N], dtype=tl.float32)
-            else:
-                ip = tl.zeros([R, BLOCK_N], dtype=tl.int32)
-            ip = _idot(tl.load(xw), lo, ip, F32_OPERANDS)
-            ip = _idot(tl.load(xw + 128), hi, ip, F32_OPERANDS)
-            if HAS_QH:  # 5th bits as a 0/1 tile in element order: 16 * its dot
-                okb = n_mask[:, None] & ((g * 8 + rb) < nb)[None, :]  # [BN, 8]
-                h = tl.load(QH + rn[:, None] * nb + g * 8 + rb[None, :], mask=okb, other=0)  # int32 [BN, 8]
-                j = tl.arange(0, 32)
-                hb = tl.reshape(((h[:, :, None] >> j[None, None, :]) & 1).to(tl.int8), [BLOCK_N, 256])
-                rk2 = tl.arange(0, 256)
-                xh = tl.load(XW + g * R * W + r[:, None] * W + 256 + rk2[None, :])
-                if F32_OPERANDS:
-                    hz = tl.zeros([R, BLOCK_N], dtype=tl.float32)
-                else:
-                    hz = tl.zeros([R, BLOCK_N], dtype=tl.int32)
-                ip += _idot(xh, hb, hz, F32_OPERANDS) * 16
-            xc = tl.load(XC + g * R + r)  # [R] int32
-            if F32_OPERANDS:
-                part = ip - xc[:, None].to(tl.float32)
-            else:
-                part = (ip - xc[:, None] + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+            xw = XW + g * R * W + r[:, None] * W
+            xb = tl.load(xw + 256 + tl.arange(0, 256)[None, :]) if HAS_QH else rk  # (unused for q4_0)
+            part = _i8n_part(QS, QH, rn, n_mask, g, K, tl.load(xw + rk[None, :]), tl.load(xw + 128 + rk[None, :]),
+                             xb, tl.load(XC + g * R + r), R, BLOCK_N, HAS_QH, F32_OPERANDS, ASM)
             acc = _scaled_add(acc, part, XS, SC, rn, n_mask, g, nb, R, 8, MP, BLOCK_N)
         _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym, M, MP, 8, BLOCK_N)
+
+    @triton.jit
+    def gemv_i8x(XW, XS, XC, QS, QH, SC, Y, N, K, stride_ys, stride_ym,
+                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, NT: tl.constexpr,
+                 FMT: tl.constexpr, F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
+        # x-stationary: program (i, g) takes K-group g (dot_i8w's 4 blocks for q8_0, dot_i8n's 8
+        # for nibbles) of NT consecutive output tiles. Its x operand is loaded ONCE and reused for
+        # every tile: dot_i8w / dot_i8n reload it per tile, and that operand traffic is as large
+        # as the weights' at 4 rows (q8_0) or 1 row (nibbles). Y [ng, M, N]: per-group partials.
+        NIB: tl.constexpr = FMT != 0
+        NBLK: tl.constexpr = 8 if NIB else 4
+        R: tl.constexpr = NBLK * 4 * MP
+        W: tl.constexpr = (512 if FMT == 1 else 256) if NIB else 128
+        g = tl.program_id(1)
+        nb = K // 32
+        r = tl.arange(0, R)
+        rk = tl.arange(0, 128)
+        xw = XW + g * R * W + r[:, None] * W
+        xl = tl.load(xw + rk[None, :])  # int8 [R, 128]
+        if NIB:
+            xh = tl.load(xw + 128 + rk[None, :])
+            xb = tl.load(xw + 256 + tl.arange(0, 256)[None, :]) if FMT == 1 else rk  # (unused for q4_0)
+            xc = tl.load(XC + g * R + r)
+        zero = tl.zeros([R, BLOCK_N], dtype=tl.float32)
+        for t in range(NT):
+            rn = (tl.program_id(0) * NT + t) * BLOCK_N + tl.arange(0, BLOCK_N)
+            n_mask = rn < N
+            if NIB:
+                part = _i8n_part(QS, QH, rn, n_mask, g, K, xl, xh, xb, xc, R, BLOCK_N, FMT == 1, F32_OPERANDS, ASM)
+            else:
+                part = _i8w_part(QS, QH, rn, n_mask, g, K, xl, FMT, F32_OPERANDS)
+            acc = _scaled_add(zero, part, XS, SC, rn, n_mask, g, nb, R, NBLK, MP, BLOCK_N)
+            _store_rows(Y, acc, rn, n_mask, stride_ys, stride_ym, M, MP, NBLK, BLOCK_N)
 
 
 def _splits(ng: int, split_k: int) -> tuple[int, int]:
@@ -316,9 +360,10 @@ def _splits(ng: int, split_k: int) -> tuple[int, int]:
 
 
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool | None = None) -> None:
-    """out[M, N] = x @ dequant(w).T with tile.kernel in dot_i8 / dot_i8w / dot_i8n (gemv_packed
-    has checked the arguments; x has unit column stride). dot_i8n on q8_0 runs dot_i8w (the
-    nibble kernel has nothing to split there). asm: the PTX nibble split (default: on CUDA)."""
+    """out[M, N] = x @ dequant(w).T with tile.kernel in dot_i8 / dot_i8w / dot_i8n / dot_i8x
+    (gemv_packed has checked the arguments; x has unit column stride). dot_i8n on q8_0 runs
+    dot_i8w (the nibble kernel has nothing to split there); dot_i8x takes dot_i8w's groups for
+    q8_0 and dot_i8n's for the nibble formats. asm: the PTX nibble split (default: on CUDA)."""
     n, k = w.shape
     m = x.shape[0]
     fmt = {"q8_0": 0, "q5_0": 1, "q4_0": 2}[w.fmt]
@@ -337,26 +382,34 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool 
         return
     assert tile.BLOCK_K == 128, f"{kernel} reads 128 bytes of each row per step"
     mp = 1 if m == 1 else (2 if m == 2 else 4)
-    per = 4 if kernel == "dot_i8w" else 8  # blocks per step
-    ng = triton.cdiv(nb, per)
-    gps, splits = _splits(ng, tile.split_k)
+    nib = kernel == "dot_i8n" or (kernel == "dot_i8x" and fmt != 0)
+    ng = triton.cdiv(nb, 8 if nib else 4)  # K-groups: 8 blocks (nibble tiles) or 4 (q8_0 lines)
+    if kernel == "dot_i8x":  # one group per program: every group writes its partial
+        gps, splits = 1, ng
+    else:
+        gps, splits = _splits(ng, tile.split_k)
     y = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
     stride_ys = 0 if splits == 1 else y.stride(0)
     meta = dict(M=m, MP=mp, BLOCK_N=tile.BLOCK_N, F32_OPERANDS=interp, num_warps=tile.num_warps,
                 num_stages=tile.num_stages)
-    if kernel == "dot_i8w":
-        xw = torch.empty(ng, 16 * mp, 128, dtype=torch.int8, device=x.device)
-        xs = torch.empty(ng, 16 * mp, dtype=torch.float32, device=x.device)
+    rows = (32 if nib else 16) * mp
+    xw = torch.empty(ng, rows, (512 if fmt == 1 else 256) if nib else 128, dtype=torch.int8, device=x.device)
+    xs = torch.empty(ng, rows, dtype=torch.float32, device=x.device)
+    xc = torch.empty(ng, rows, dtype=torch.int32, device=x.device) if nib else xs  # (xs: an unused pointer)
+    if nib:
+        x_wide_n[(ng,)](x, xw, xs, xc, k, x.stride(0), M=m, MP=mp, HAS_QH=fmt == 1, num_warps=4)
+    else:
         x_wide[(ng,)](x, xw, xs, k, x.stride(0), M=m, MP=mp, INTERLEAVE=fmt != 0, num_warps=4)
+    use_asm = x.is_cuda if asm is None else asm
+    if kernel == "dot_i8x":
+        nt = tile.n_tiles
+        gemv_i8x[(triton.cdiv(n, tile.BLOCK_N * nt), ng)](xw, xs, xc, w.qs, qh, w.scales, y, n, k, stride_ys,
+                                                           out.stride(0), NT=nt, FMT=fmt, ASM=use_asm, **meta)
+    elif kernel == "dot_i8w":
         gemv_i8w[(grid_n, splits)](xw, xs, w.qs, qh, w.scales, y, n, k, stride_ys, out.stride(0), gps,
                                    FMT=fmt, **meta)
     else:
-        width = 512 if fmt == 1 else 256
-        xw = torch.empty(ng, 32 * mp, width, dtype=torch.int8, device=x.device)
-        xs = torch.empty(ng, 32 * mp, dtype=torch.float32, device=x.device)
-        xc = torch.empty(ng, 32 * mp, dtype=torch.int32, device=x.device)
-        x_wide_n[(ng,)](x, xw, xs, xc, k, x.stride(0), M=m, MP=mp, HAS_QH=fmt == 1, num_warps=4)
         gemv_i8n[(grid_n, splits)](xw, xs, xc, w.qs, qh, w.scales, y, n, k, stride_ys, out.stride(0), gps,
-                                   HAS_QH=fmt == 1, ASM=x.is_cuda if asm is None else asm, **meta)
+                                   HAS_QH=fmt == 1, ASM=use_asm, **meta)
     if splits > 1:
         torch.sum(y, dim=0, out=out)

@@ -1,7 +1,7 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
 Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
-verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Six variants,
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Seven variants,
 picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
 - "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
@@ -16,7 +16,7 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   fp32 = int * scale), each row keeps an elementwise fp32 accumulator of the tile's shape
   (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
   candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
-- "dot_i8", "dot_i8w", "dot_i8n": integer tensor cores, in gemv_i8.py (launched from here).
+- "dot_i8", "dot_i8w", "dot_i8n", "dot_i8x": integer tensor cores, in gemv_i8.py (launched from here).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -244,7 +244,7 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
         gemv_reduce[grid](*args, E=32 if fmt == 0 else 16, **meta)
-    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n"):
+    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n", "dot_i8x"):
         from . import gemv_i8
 
         gemv_i8.launch(x, w, tile, out)

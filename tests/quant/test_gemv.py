@@ -108,6 +108,7 @@ def test_parse_tile():
     assert {t.kernel for t in SUPPORTED_TILES} == set(KERNELS)
     assert parse_tile(" reduce, 8, 128, 2, 2") == TileConfig("reduce", 8, 128, 2, 2)
     assert parse_tile("dot_i8n,64,128,4,2,4") == TileConfig("dot_i8n", 64, 128, 4, 2, split_k=4)
+    assert parse_tile("dot_i8x,64,128,4,2,1,16") == TileConfig("dot_i8x", 64, 128, 4, 2, n_tiles=16)
     for bad in ("8,128,2,2", "reduce,8,128,2", "reduce,8,100,2,2", "reduce,3,128,2,2", "a,b,c,d,e", "",
                 "reduce,8,128,2,2,2", "dot_i8w,64,128,4,2,3", "reduce,1024,512,8,2", "dot_bf16x3,4,256,2,2", "tf32,64,64,4,3"):
         with pytest.raises(ConfigError) as e:
@@ -185,7 +186,8 @@ def test_kernel_matches_float64(kernel, fmt):
     for n, k, bn, bk in _ODD:
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
-        tile = TileConfig(kernel, bn, 128 if kernel in ("dot_i8w", "dot_i8n") else bk, 4, 2)  # 128 bytes a step
+        wide = kernel in ("dot_i8w", "dot_i8n", "dot_i8x")
+        tile = TileConfig(kernel, bn, 128 if wide else bk, 4, 2, 1, 2 if kernel == "dot_i8x" else 1)  # 128 B a step
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
                 x = torch.randn(m, k, generator=g).to(dt).to(dev)
@@ -200,12 +202,14 @@ def test_kernel_matches_float64(kernel, fmt):
 
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
-@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n"])
+@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n", "dot_i8x"])
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
 def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
     """dot_i8w / dot_i8n over several 128-byte steps and a K tail (23 blocks), whole and split over
-    K into 2 and 3 parts (uneven: the last part is shorter), at fp32 rounding; the nibble
-    kernel's low/high/5th-bit tiles and its offset term only cancel out if their x columns line up."""
+    K into 2 and 3 parts (uneven: the last part is shorter); dot_i8x (one group per program) with
+    1, 2 and 3 output tiles per program (N = 21 rows of 16: the last program's tiles run past N).
+    At fp32 rounding; the nibble kernels' low/high/5th-bit tiles and offset term only cancel out
+    if their x columns line up."""
     from mtp_turbo.quant import gemv_triton
 
     dev = _kernel_device()
@@ -217,7 +221,9 @@ def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
         for m in (1, 3):
             x = torch.randn(m, k, generator=g).to(dev)
             out = torch.full((m, n), float("nan"), device=dev)
-            gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, 128, 4, 2, split_k=split), out)
+            tile = (TileConfig(kernel, 16, 128, 4, 2, n_tiles=split) if kernel == "dot_i8x"
+                    else TileConfig(kernel, 16, 128, 4, 2, split_k=split))
+            gemv_triton.gemv_packed(x, pw, tile, out)
             _check(out, x, ref_w, tol=1e-6)
 
 
