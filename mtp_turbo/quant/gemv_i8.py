@@ -3,7 +3,7 @@
 Owns: the int8 kernels and the x operands they need. x is split into int8 pieces per 32-block
 with power-of-two scales (4 pieces: 27 bits, past fp32's 24), the weights' small integers go into
 the int8 dot as they are loaded, the exact int32 partials become fp32 through a magic-number add,
-and the weight and piece scales are applied in fp32. Three variants:
+and the weight and piece scales are applied in fp32. Four variants:
 
 - "dot_i8": one [32, BLOCK_N] tile per 32-block against x_pieces' [16, 32] operand (4 pieces x
   4 rows). Nibble formats are widened and interleaved to int8 in registers.
