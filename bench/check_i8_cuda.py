@@ -15,7 +15,7 @@ sys.path.insert(0, "bench")
 from gemv_bench import packed_copies, time_graph  # noqa: E402
 
 from mtp_turbo.quant import gemv_i8, gemv_triton  # noqa: E402
-from mtp_turbo.quant.gemv import SUPPORTED_TILES, TileConfig, gemv  # noqa: E402
+from mtp_turbo.quant.gemv import SUPPORTED_TILES, TileConfig, gemv, parse_tile  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 
@@ -28,6 +28,7 @@ def within(out, x, ref_w):
 ap = argparse.ArgumentParser()
 ap.add_argument("--kernels", default="dot_i8w,dot_i8n,dot_i8x", help="which wide kernels' tiles to check")
 ap.add_argument("--no-timing", action="store_true", help="skip the PTX vs plain timing")
+ap.add_argument("--tiles", default="", help="';'-separated tiles: check only these, on every shape and 1-4 rows")
 args = ap.parse_args()
 bad = n_ok = 0
 wide = [t for t in SUPPORTED_TILES if t.kernel in args.kernels.split(",")]
@@ -37,10 +38,12 @@ for fmt in ("q8_0", "q5_0", "q4_0"):
         pw = PackedWeight.from_dense(w, fmt).to("cuda")
         ref_w = pw.dequantize().double()
         firsts = [next(t for t in wide if t.kernel == kn) for kn in dict.fromkeys(t.kernel for t in wide)]
+        only = [parse_tile(t) for t in args.tiles.split(";") if t]
         tiles = wide + [TileConfig("dot_i8", 64, 128, 4, 3)] if k == 640 else firsts + [
             TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 2, 4)]
+        tiles = only or tiles
         for t in tiles:
-            for m in (1, 4) if k == 640 else (1, 2, 3, 4):  # every tile: 1 and 4 rows (compiles cost)
+            for m in (1, 4) if (k == 640 and not only) else (1, 2, 3, 4):  # every tile: 1 and 4 rows (compiles)
                 for asm in ((True, False) if t.kernel == "dot_i8n" and fmt != "q8_0" and m in (1, 4) else (None,)):
                     x = torch.randn(m, k, device="cuda")
                     out = torch.full((m, n), float("nan"), device="cuda")
@@ -57,7 +60,7 @@ for fmt in ("q8_0", "q5_0", "q4_0"):
                     n_ok += ok
                     if not ok:
                         print("BAD", fmt, n, k, t, m, asm, flush=True)
-        for m in (1, 2, 3, 4):  # dispatcher defaults
+        for m in () if only else (1, 2, 3, 4):  # dispatcher defaults
             x = torch.randn(m, k, device="cuda")
             ok = within(gemv(x, pw), x, ref_w)
             bad += not ok
