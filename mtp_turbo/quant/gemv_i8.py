@@ -22,8 +22,9 @@ dot_i8w and dot_i8n take a split over K (program_id(1)): deep matrices with few 
 - "dot_i8x": x-stationary. A program takes ONE K-group (dot_i8w's lines for q8_0, dot_i8n's for
   the nibble formats) of n_tiles output tiles and loads that group's x operand once for all of
   them; per-group partials are summed after. dot_i8w / dot_i8n reload the operand for every
-  weight tile, and it is as large as the weight tile at 4 rows (q8_0) or at 1 row (nibbles): on
-  the H200 their times follow weight + operand bytes at about 4.1 TB/s.
+  weight tile, as many bytes as the tile itself at 4 rows (q8_0) or at 1 row (nibbles). On the
+  H200 it wins for the q4_0 head at 1 row (46.8 vs 52.6 us) and loses elsewhere (the partials
+  it writes per group, fewer steps per program to pipeline).
 
 Ignores: the float kernels and dispatch (gemv_triton.py), tile defaults (gemv.py), the layout
 (repack.py). Without CUDA they run in Triton's interpreter, where the int8 dots become fp32 dots
