@@ -69,7 +69,8 @@ SUPPORTED_TILES: tuple[TileConfig, ...] = (
     + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT)
     + _tiles("dot_i8x", *_I8X))
 
-# Defaults per matrix class (unmeasured until bench/gemv_bench.py runs on the GPU). Programs =
+# Defaults per matrix class (MEASURED_TILES below overrides them per format and row count where a
+# GPU run found better). Programs =
 # ceil(N_out / BLOCK_N): small BLOCK_N keeps the drafter's 256..2048-row matrices spread over the
 # SMs; the huge head matrix takes wide tiles to cut per-program overhead.
 DEFAULT_TILES: dict[str, TileConfig] = {
@@ -93,10 +94,10 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 # Head 262144 x 640: q8_0 dot_i8w for 1-2 rows (51.6, 60.3-65.3) and dot_i8 for 3-4 (69.2, 73.0;
 # dot_i8w's operand grows 16 rows per input row: 79.3, 78.1); q4_0 dot_i8x for 1 row (46.8 vs
 # dot_i8n 52.2-57.4, dot_i8 75.1) and dot_i8 for more (75.1-75.8 vs dot_i8n 89.7-139.5, dot_i8x
-# 121.8-160.2); q5_0 dot_i8 (113.5-115.1;
-# dot_i8n 162-513). 8192 x 8192 (128 output tiles for 132 SMs): split over K, q8_0 dot_i8w 28.0
-# (8 parts), 34.0-38.1 (4 parts) vs 65.2-72.6 whole; q4_0 dot_i8n 25.2 (4 parts), 39.6-63.4
-# (2 parts); q5_0 dot_i8n whole for 1-2 rows (75.8, 89.9 vs bf16x3 127.7, 129.6).
+# 121.8-160.2); q5_0 dot_i8 (113.5-115.1; dot_i8n 162-513). 8192 x 8192 (128 output tiles for
+# 132 SMs): split over K, q8_0 dot_i8w 28.0 (8 parts), 34.0-38.1 (4 parts) vs 65.2-72.6 whole;
+# q4_0 dot_i8n 25.2 (4 parts), 39.6-63.4 (2 parts); q5_0 dot_i8n whole for 1-2 rows (75.8, 89.9
+# vs bf16x3 127.7, 129.6).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
 _H128 = TileConfig("dot_i8", 128, 128, 4, 2)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
