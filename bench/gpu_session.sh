@@ -16,6 +16,8 @@
 #                                          sweeps on the head (q8_0 dot_i8w, q4_0/q5_0 dot_i8n) and 8192x8192 (split-K)
 #   bench/gpu_session.sh couple            temp-0.6 acceptance with coupled vs argmax drafts, GPU tests
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
+#   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
+#   bench/gpu_session.sh persist           bench/exp_persist.py: persistent integer GEMV and register caps on the head
 #   bench/gpu_session.sh i8x               x-stationary dot_i8x: tile sweeps (head, 8192x8192; q8_0, q4_0), CUDA check
 set -uo pipefail
 step=$1; shift || true
@@ -114,5 +116,24 @@ case $step in
     timeout 170 python3 bench/check_i8_cuda.py --kernels dot_i8x --no-timing 2>&1 | tee "$OUT/check_i8x_cuda.txt" \
       | grep -v "^  " | tail -4
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
+  ncu)
+    # Nsight Compute on the integer kernels (CASES, as bench/ncu_gemv.py takes them), then the SASS and
+    # metadata (registers, shared memory) of every compiled gemv kernel
+    nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
+    "$nc" --query-metrics 2>/dev/null | grep -i "pipe_tensor\|imma\|mem_shared\|pipe_alu\|pipe_fma\|inst_executed_pipe" > "$OUT/ncu_metrics.txt"
+    timeout 420 "$nc" --clock-control none --profile-from-start off -k regex:'^gemv' --print-details all \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section WarpStateStats \
+      --section Occupancy --section LaunchStats --section InstructionStats --section SchedulerStats \
+      python3 bench/ncu_gemv.py --cases "$CASES" > "$OUT/ncu.txt" 2>&1; grep "rel err\|Duration\|DRAM Throughput" "$OUT/ncu.txt"
+    mkdir -p "$OUT/sass"
+    for f in $(find ~/.triton/cache -name 'gemv*.cubin'); do
+      d=$(dirname "$f"); b=$(basename "$f" .cubin); h=$(basename "$d" | cut -c1-8)
+      cuobjdump --dump-sass "$f" > "$OUT/sass/${b}_$h.sass"; cp "$d/$b.json" "$OUT/sass/${b}_$h.json" 2>/dev/null
+    done; ls "$OUT/sass" | wc -l ;;
+  persist)
+    # bench/exp_persist.py: persistent flattened-loop variant and register caps vs the defaults (head)
+    timeout 300 python3 bench/exp_persist.py --formats q4_0 --rows 1 2>&1 | grep -v Warning | tee "$OUT/persist_q4_1.txt"
+    timeout 280 python3 bench/exp_persist.py --quick --formats q5_0,q4_0,q8_0 --rows 1,4,2 2>&1 | grep -v Warning \
+      | tee "$OUT/persist_quick.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
