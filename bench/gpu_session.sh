@@ -18,6 +18,7 @@
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
 #   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
 #   bench/gpu_session.sh persist           bench/exp_persist.py: persistent integer GEMV and register caps on the head
+#   bench/gpu_session.sh pairs             bench/exp_pairs.py: block-pair nibble layout vs the defaults
 #   bench/gpu_session.sh i8x               x-stationary dot_i8x: tile sweeps (head, 8192x8192; q8_0, q4_0), CUDA check
 set -uo pipefail
 step=$1; shift || true
@@ -135,5 +136,8 @@ case $step in
     timeout 300 python3 bench/exp_persist.py --formats q4_0 --rows 1 2>&1 | grep -v Warning | tee "$OUT/persist_q4_1.txt"
     timeout 280 python3 bench/exp_persist.py --quick --formats q5_0,q4_0,q8_0 --rows 1,4,2 2>&1 | grep -v Warning \
       | tee "$OUT/persist_quick.txt" ;;
+  pairs)
+    # bench/exp_pairs.py: nibble formats in the block-pair layout vs the shipped defaults
+    timeout 500 python3 bench/exp_pairs.py 2>&1 | grep -v Warning | tee "$OUT/pairs.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
