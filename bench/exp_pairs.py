@@ -129,7 +129,73 @@ def gemv_i8q(XW, XS, XC, QS, QH, SC, Y, N, K, RB, stride_ym,
     tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
 
 
-def run_q(x, w: PackedWeight, pairs: torch.Tensor, out, bn=64, warps=4, stages=2):
+@triton.jit
+def _dot_t(w, xq, F32: tl.constexpr):
+    # weights as the A operand: w int8 [BN, 128] @ xq.T [128, R] -> [BN, R]
+    if F32:
+        return tl.dot(w.to(tl.float32), tl.trans(xq).to(tl.float32), input_precision="ieee")
+    return tl.dot(w, tl.trans(xq), out_dtype=tl.int32)
+
+
+@triton.jit
+def _pair_step_t(QS, QH, XW, XS, XC, SC, rn, n_mask, g, nb, RB, acc, R: tl.constexpr, MP: tl.constexpr,
+                 BLOCK_N: tl.constexpr, HAS_QH: tl.constexpr, F32: tl.constexpr, ASM: tl.constexpr):
+    # one 128-byte step of rows rn in the transposed orientation: acc [BN, R] += both halves' scaled partials
+    r = tl.arange(0, R)
+    rk = tl.arange(0, 128)
+    j = tl.arange(0, 4)
+    b = tl.load(QS + rn[:, None] * RB + g * 128 + rk[None, :],
+                mask=n_mask[:, None] & ((g * 128 + rk) < RB)[None, :], other=0)
+    lo, hi = _nibbles(b, ASM)
+    lo = _half(lo, QH, rn, n_mask, g, nb, 0, HAS_QH, BLOCK_N)
+    hi = _half(hi, QH, rn, n_mask, g, nb, 1, HAS_QH, BLOCK_N)
+    xw = XW + g * 2 * R * 128 + r[:, None] * 128 + rk[None, :]
+    pl = _dot_t(lo, tl.load(xw), F32)
+    ph = _dot_t(hi, tl.load(xw + R * 128), F32)
+    xcl = tl.load(XC + g * 2 * R + r)
+    xch = tl.load(XC + g * 2 * R + R + r)
+    if F32:
+        pl = pl - xcl[None, :].to(tl.float32)
+        ph = ph - xch[None, :].to(tl.float32)
+    else:
+        pl = (pl - xcl[None, :] + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        ph = (ph - xch[None, :] + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+    xsl = tl.load(XS + g * 2 * R + r)
+    xsh = tl.load(XS + g * 2 * R + R + r)
+    jb = 8 * g + 2 * j
+    sl = tl.load(SC + rn[:, None] * nb + jb[None, :], mask=n_mask[:, None] & (jb < nb)[None, :],
+                 other=0.0).to(tl.float32)  # [BN, 4]
+    sh = tl.load(SC + rn[:, None] * nb + jb[None, :] + 1, mask=n_mask[:, None] & ((jb + 1) < nb)[None, :],
+                 other=0.0).to(tl.float32)
+    sl = tl.reshape(tl.broadcast_to(sl[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, R])
+    sh = tl.reshape(tl.broadcast_to(sh[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, R])
+    return acc + (pl * xsl[None, :]) * sl + (ph * xsh[None, :]) * sh
+
+
+@triton.jit
+def gemv_i8qt(XW, XS, XC, QS, QH, SC, Y, N, K, RB, stride_ym, NT,
+              M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, HAS_QH: tl.constexpr,
+              F32: tl.constexpr, ASM: tl.constexpr):
+    # transposed orientation (weights = A operand, maybe kept in registers); NT output tiles per
+    # program, one flattened loop over (tile, group)
+    R: tl.constexpr = 16 * MP
+    nb = K // 32
+    ng = tl.cdiv(nb, 8)
+    rm = tl.arange(0, MP)
+    acc = tl.zeros([BLOCK_N, R], dtype=tl.float32)
+    for it in range(0, NT * ng):
+        g = it % ng
+        rn = (tl.program_id(0) * NT + it // ng) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = rn < N
+        acc = _pair_step_t(QS, QH, XW, XS, XC, SC, rn, n_mask, g, nb, RB, acc, R, MP, BLOCK_N, HAS_QH, F32, ASM)
+        if g == ng - 1:
+            y = tl.sum(tl.reshape(acc, [BLOCK_N, 16, MP]), axis=1)  # [BN, MP]
+            tl.store(Y + rm[None, :] * stride_ym + rn[:, None], y, mask=(rm[None, :] < M) & n_mask[:, None])
+            acc = tl.zeros([BLOCK_N, R], dtype=tl.float32)
+
+
+def run_q(x, w: PackedWeight, pairs: torch.Tensor, out, bn=64, warps=4, stages=2, nt=0):
+    """nt = 0: gemv_i8q; nt >= 1: gemv_i8qt with nt tiles per program."""
     n, k = w.shape
     m = x.shape[0]
     q5 = w.fmt == "q5_0"
@@ -141,9 +207,20 @@ def run_q(x, w: PackedWeight, pairs: torch.Tensor, out, bn=64, warps=4, stages=2
     xs = torch.empty(ng, rows, dtype=torch.float32, device=x.device)
     xc = torch.empty(ng, rows, dtype=torch.int32, device=x.device)
     x_pair[(ng,)](x, xw, xs, xc, k, x.stride(0), M=m, MP=mp, OFF=16 if q5 else 8, num_warps=4)
-    gemv_i8q[(triton.cdiv(n, bn),)](xw, xs, xc, pairs, w.qh if q5 else w.scales, w.scales, out, n, k,
-                                    pairs.shape[1], out.stride(0), M=m, MP=mp, BLOCK_N=bn, HAS_QH=q5,
-                                    F32=not x.is_cuda, ASM=x.is_cuda, num_warps=warps, num_stages=stages)
+    meta = dict(M=m, MP=mp, BLOCK_N=bn, HAS_QH=q5, F32=not x.is_cuda, ASM=x.is_cuda, num_warps=warps,
+                num_stages=stages)
+    qh = w.qh if q5 else w.scales
+    if nt == 0:
+        gemv_i8q[(triton.cdiv(n, bn),)](xw, xs, xc, pairs, qh, w.scales, out, n, k, pairs.shape[1], out.stride(0),
+                                        **meta)
+    else:
+        gemv_i8qt[(triton.cdiv(n, bn * nt),)](xw, xs, xc, pairs, qh, w.scales, out, n, k, pairs.shape[1],
+                                              out.stride(0), nt, **meta)
+
+
+# (BLOCK_N, warps, stages, nt): nt = 0 the plain kernel, else the transposed one with nt tiles per program
+VARIANTS = ((64, 4, 2, 0), (64, 4, 3, 0), (64, 4, 2, 1), (64, 4, 3, 1), (128, 4, 2, 1), (128, 4, 3, 1),
+            (64, 4, 3, 4), (128, 4, 3, 4), (128, 8, 3, 2), (32, 4, 3, 1), (256, 8, 2, 1))
 
 
 def main(argv=None) -> int:
@@ -151,6 +228,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default="262144x640,8192x8192")
     ap.add_argument("--formats", default="q4_0,q5_0")
     ap.add_argument("--rows", default="1,2,3,4")
+    ap.add_argument("--profile", default=None, help="'BN,W,S,NT;...': one launch each inside cudaProfilerStart/Stop "
+                    "(for ncu --profile-from-start off), first shape and format, each row count")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():  # interpreter: correctness on small shapes only
         for fmt in args.formats.split(","):
@@ -160,11 +239,33 @@ def main(argv=None) -> int:
                 for m in (1, 2, 3, 4):
                     x = torch.randn(m, k)
                     out = torch.full((m, n), float("nan"))
-                    run_q(x, pw, pairs, out, bn=16)
+                    run_q(x, pw, pairs, out, bn=16, nt=m % 3)
                     ref = x.double() @ pw.dequantize().double().t()
                     err = float((out.double() - ref).abs().max() / ref.abs().max())
                     print(f"{fmt} {n}x{k} M={m} err {err:.1e}", flush=True)
                     assert err < 1e-6
+        return 0
+    if args.profile:
+        n, k = (int(v) for v in args.shapes.split(",")[0].split("x"))
+        fmt = args.formats.split(",")[0]
+        from mtp_turbo.quant.formats import quantize_tensor
+        w = torch.randn(n, k, device="cuda")
+        pw = PackedWeight.from_gguf_bytes(quantize_tensor(w, fmt).cpu(), fmt, (n, k)).to("cuda")
+        pairs = to_pairs(pw.qs, k // 32)
+        runs = []
+        for m in (int(v) for v in args.rows.split(",")):
+            x = torch.randn(m, k, device="cuda")
+            out = torch.empty(m, n, device="cuda")
+            for v in args.profile.split(";"):
+                a = tuple(int(t) for t in v.split(","))
+                run_q(x, pw, pairs, out, *a)
+                runs.append((x, out, a))
+        torch.cuda.synchronize()
+        torch.cuda.profiler.start()
+        for x, out, a in runs:
+            run_q(x, pw, pairs, out, *a)
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
         return 0
     from gemv_bench import packed_copies, time_graph
     from mtp_turbo.quant.bytefloor import measure_copy_bandwidth
@@ -200,8 +301,8 @@ def main(argv=None) -> int:
 
                 d = default_tile(n, k, m, fmt)
                 timed(f"default {d}", lambda i: gemv(x, ws[i], d, out))
-                for bn, wp, st in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (32, 4, 2), (64, 8, 2)):
-                    timed(f"pairs {bn},{wp},{st}", lambda i, a=(bn, wp, st): run_q(x, ws[i], ps[i], out, *a))
+                for bn, wp, st, nt in VARIANTS:
+                    timed(f"pairs {bn},{wp},{st} nt={nt}", lambda i, a=(bn, wp, st, nt): run_q(x, ws[i], ps[i], out, *a))
             del ws, ps, ref_w
             torch.cuda.empty_cache()
     return 0
