@@ -1,10 +1,9 @@
-"""GPU check of the integer-tensor-core kernels (quant/gemv_i8.py): dot_i8, dot_i8w, dot_i8n and dot_i8x
-against dequantize-then-matmul (float64) on odd N, K tails (K not a multiple of 128 or 256), every
+"""GPU check of the integer-tensor-core kernels (quant/gemv_i8.py): dot_i8, dot_i8w and dot_i8n against dequantize-then-matmul (float64) on odd N, K tails (K not a multiple of 128 or 256), every
 dot_i8w / dot_i8n tile (split-K ones included) at K = 640, M = 1..4, each block format, dot_i8n
 with and without its PTX nibble split, and the dispatcher defaults. Then times dot_i8n's PTX split
 against plain Triton ops on the 262144 x 640 head (M = 1, q4_0 and q5_0; CUDA-graph replay over
 rotating copies, as bench/gemv_bench.py). Run: python bench/check_i8_cuda.py [--kernels
-dot_i8w,dot_i8n,dot_i8x] [--no-timing] (CUDA). Exit 1 on any miss."""
+dot_i8w,dot_i8n] [--no-timing] (CUDA). Exit 1 on any miss."""
 import argparse
 import sys
 
@@ -26,7 +25,7 @@ def within(out, x, ref_w):
 
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--kernels", default="dot_i8w,dot_i8n,dot_i8x", help="which wide kernels' tiles to check")
+ap.add_argument("--kernels", default="dot_i8w,dot_i8n", help="which wide kernels' tiles to check")
 ap.add_argument("--no-timing", action="store_true", help="skip the PTX vs plain timing")
 ap.add_argument("--tiles", default="", help="';'-separated tiles: check only these, on every shape and 1-4 rows")
 args = ap.parse_args()
@@ -72,7 +71,7 @@ for fmt in () if args.no_timing else ("q4_0", "q5_0"):
     copies = packed_copies(w, fmt)
     x = torch.randn(1, 640, device="cuda")
     out = torch.empty(1, 262144, device="cuda")
-    for t in (TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 128, 128, 8, 2)):
+    for t in (TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4)):
         res = []
         for asm in (True, False):
             s = time_graph([(lambda c=c, a=asm: gemv_i8.launch(x, c, t, out, asm=a)) for c in copies])

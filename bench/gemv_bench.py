@@ -11,7 +11,8 @@ M = 1..4: correctness against dequantize-then-matmul (float64), the median time 
 L2 and Python launch overhead is not counted), the effective bandwidth ((weight + x + y bytes) /
 time) as a fraction of the copy bandwidth, and torch bf16 matmul on the same shape beside it.
 A variant that fails to compile or run is reported (error column) and the run goes on.
---sweep also times every supported tile at M = 1 and M = 4 and prints the best per shape/format.
+--sweep also times every supported tile at M = 1 and M = 4 (--sweep-rows) and prints the best per
+shape/format.
 Without CUDA: runs each variant once in Triton's interpreter on a small shape (correctness only)
 and says that the timings were skipped.
 """
@@ -104,7 +105,7 @@ def _fail(e: Exception) -> str:
     return msg
 
 
-def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats) -> list[dict]:
+def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, sweep_rows=(1, 4)) -> list[dict]:
     gen = torch.Generator().manual_seed(n * 31 + k)
     w = torch.randn(n, k, generator=gen) * 0.02
     rows = []
@@ -132,7 +133,7 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats) -
                 x = torch.randn(m, k, device="cuda")
                 out = torch.full((m, n), float("nan"), device="cuda")
                 ref = x.double() @ ref_w.t()
-                for tile in tiles if (m in (1, 4) or not sweep) else tiles[:1]:
+                for tile in tiles if (m in sweep_rows or not sweep) else tiles[:1]:
                     row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m,
                                tile=str(tile or default_tile(n, k, m, fmt)), default=tile == tiles[0])
                     print(f"  {row['shape']} {fmt} {tile} M={m}", file=sys.stderr, flush=True)
@@ -206,7 +207,7 @@ def print_table(rows: list[dict], sweep: bool) -> None:
         print("| shape | fmt | kernel | M | default tile | us | best tile | us |")
         print("|---|---|---|---|---|---|---|---|")
         good = [r for r in rows if not r.get("error") and r["kernel"] != "torch"]
-        for key in sorted({(r["shape"], r["fmt"], r["kernel"], r["M"]) for r in good if r["M"] in (1, 4)}):
+        for key in sorted({(r["shape"], r["fmt"], r["kernel"], r["M"]) for r in good}):
             cand = [r for r in good if (r["shape"], r["fmt"], r["kernel"], r["M"]) == key]
             d = next((r for r in cand if r.get("default")), None)
             b = min(cand, key=lambda r: r["us"])
@@ -217,7 +218,8 @@ def print_table(rows: list[dict], sweep: bool) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="write the results as JSON here")
-    ap.add_argument("--sweep", action="store_true", help="also time every supported tile (M = 1, 4)")
+    ap.add_argument("--sweep", action="store_true", help="also time every supported tile (at --sweep-rows)")
+    ap.add_argument("--sweep-rows", default="1,4", help="row counts the sweep times every tile at")
     ap.add_argument("--shapes", default=None, help="comma-separated NxK (default: drafter + big shapes)")
     ap.add_argument("--kernels", default=",".join(KERNELS),
                     help="kernel variants to measure ('default' = the dispatcher's choice per row count and format)")
@@ -243,7 +245,8 @@ def main(argv=None) -> int:
         print(f"device: {device}; copy bandwidth {copy_bw:.0f} GB/s (read + written)")
         rows = []
         for n, k in shapes:
-            rows += bench_shape(n, k, copy_bw, args.sweep, kernels, formats)
+            rows += bench_shape(n, k, copy_bw, args.sweep, kernels, formats,
+                                tuple(int(v) for v in args.sweep_rows.split(",")))
     print_table(rows, args.sweep)
     bad = [r for r in rows if not (r["err"] <= 1e-5)]  # NaN (failed) counts as bad
     for r in bad:

@@ -17,9 +17,8 @@
 #   bench/gpu_session.sh couple            temp-0.6 acceptance with coupled vs argmax drafts, GPU tests
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
 #   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
-#   bench/gpu_session.sh persist           bench/exp_persist.py: persistent integer GEMV and register caps on the head
-#   bench/gpu_session.sh pairs             bench/exp_pairs.py: block-pair nibble layout vs the defaults
-#   bench/gpu_session.sh i8x               x-stationary dot_i8x: tile sweeps (head, 8192x8192; q8_0, q4_0), CUDA check
+#   bench/gpu_session.sh nib               block-pair dot_i8n: tile sweeps at 1-4 rows (head, 8192x8192; q4_0, q5_0)
+#   bench/gpu_session.sh nibcheck          CUDA check of the integer kernels, GPU tests of quant/
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -109,14 +108,6 @@ case $step in
     timeout 240 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default,dot_i8n \
       --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1; grep -A40 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | head -64 ;;
-  i8x)
-    timeout 160 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0,q4_0 --kernels dot_i8x --sweep \
-      --out "$OUT/gemv_head_x.json" > "$OUT/gemv_head_x.txt" 2>&1; grep -A8 "best tile" "$OUT/gemv_head_x.txt"
-    timeout 110 python3 bench/gemv_bench.py --shapes 8192x8192 --formats q8_0,q4_0 --kernels dot_i8x --sweep \
-      --out "$OUT/gemv_large_x.json" > "$OUT/gemv_large_x.txt" 2>&1; grep -A8 "best tile" "$OUT/gemv_large_x.txt"
-    timeout 170 python3 bench/check_i8_cuda.py --kernels dot_i8x --no-timing 2>&1 | tee "$OUT/check_i8x_cuda.txt" \
-      | grep -v "^  " | tail -4
-    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   ncu)
     # Nsight Compute on the integer kernels (CASES, as bench/ncu_gemv.py takes them), then the SASS and
     # metadata (registers, shared memory) of every compiled gemv kernel
@@ -131,13 +122,14 @@ case $step in
       d=$(dirname "$f"); b=$(basename "$f" .cubin); h=$(basename "$d" | cut -c1-8)
       cuobjdump --dump-sass "$f" > "$OUT/sass/${b}_$h.sass"; cp "$d/$b.json" "$OUT/sass/${b}_$h.json" 2>/dev/null
     done; ls "$OUT/sass" | wc -l ;;
-  persist)
-    # bench/exp_persist.py: persistent flattened-loop variant and register caps vs the defaults (head)
-    timeout 300 python3 bench/exp_persist.py --formats q4_0 --rows 1 2>&1 | grep -v Warning | tee "$OUT/persist_q4_1.txt"
-    timeout 280 python3 bench/exp_persist.py --quick --formats q5_0,q4_0,q8_0 --rows 1,4,2 2>&1 | grep -v Warning \
-      | tee "$OUT/persist_quick.txt" ;;
-  pairs)
-    # bench/exp_pairs.py: nibble formats in the block-pair layout vs the shipped defaults
-    timeout 500 python3 bench/exp_pairs.py 2>&1 | grep -v Warning | tee "$OUT/pairs.txt" ;;
+  nib)
+    # block-pair dot_i8n: tile sweeps at every row count (head + 8192x8192, q4_0/q5_0; dot_i8 beside it),
+    # the CUDA check of every wide tile, the GPU tests of quant/
+    timeout 400 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_i8n \
+      --sweep --sweep-rows 1,2,3,4 --out "$OUT/gemv_nib.json" > "$OUT/gemv_nib.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_nib.txt"
+    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
+  nibcheck)
+    timeout 250 python3 bench/check_i8_cuda.py 2>&1 | tee "$OUT/check_i8_cuda.txt" | grep -v "^  " | tail -6
+    timeout 300 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -18,7 +18,7 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_i8x")  # gemv_triton.py, gemv_i8.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n")  # gemv_triton.py, gemv_i8.py
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class TileConfig:
     num_warps: int
     num_stages: int
     split_k: int = 1  # dot_i8w / dot_i8n: K cut into up to this many parts (partials summed after)
-    n_tiles: int = 1  # dot_i8x: output tiles per program (its x operand is loaded once for all)
+    n_tiles: int = 1  # dot_i8n: output tiles per program, walked in one loop (lines in flight across tiles)
 
     def __str__(self) -> str:
         s = f"{self.kernel},{self.BLOCK_N},{self.BLOCK_K},{self.num_warps},{self.num_stages}"
@@ -54,20 +54,18 @@ _I8 = _DOT + ((128, 128, 4, 3), (128, 128, 8, 3), (256, 128, 8, 3), (64, 128, 4,
               (256, 64, 8, 4), (128, 128, 4, 2))
 _I8W = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 4, 3), (64, 128, 8, 3), (128, 128, 4, 2), (128, 128, 4, 3),
         (128, 128, 8, 3), (256, 128, 8, 2))  # BLOCK_K is always 128 (4 blocks per dot)
-# dot_i8n: its operand is 32 rows per input row (8 blocks x 4 pieces), so BLOCK_N stays <= 128 and
-# there are 2 stages (3 stages overflow the H200's 227 KiB of shared memory for q5_0 at 4 rows)
-_I8N = ((32, 128, 4, 2), (64, 128, 4, 2), (64, 128, 8, 2), (128, 128, 4, 2), (128, 128, 8, 2))
+# dot_i8n (BN, BK, warps, stages, split_k, n_tiles): its two operands are 16 rows per input row
+# each; n_tiles > 1 walks several output tiles per program (the head: 3 lines per tile otherwise)
+_I8N = tuple((bn, 128, 4, st, 1, nt) for bn in (32, 64, 128) for st in (2, 3) for nt in (1, 4)) + (
+    (128, 128, 8, 3, 1, 2), (256, 128, 8, 2, 1, 1))
 # split over K (the sixth field) for deep matrices with few output tiles
 _SPLIT = tuple((bn, 128, w, st, sk) for bn, w, st in ((64, 4, 2), (128, 4, 2), (128, 8, 2)) for sk in (2, 4, 8))
-# dot_i8x: one K-group per program (split_k stays 1: every group is its own part), n_tiles output
-# tiles of BLOCK_N rows per program
-_I8X = tuple((bn, 128, w, st, 1, nt) for bn, w in ((32, 4), (64, 4), (128, 4), (128, 8)) for st in (2, 3) for nt in (4, 16))
+_SPLIT_N = tuple((bn, 128, 4, st, sk, 1) for bn, st in ((32, 3), (64, 2), (64, 3)) for sk in (2, 4, 8))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
-    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT)
-    + _tiles("dot_i8x", *_I8X))
+    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT_N))
 
 # Defaults per matrix class (MEASURED_TILES below overrides them per format and row count where a
 # GPU run found better). Programs =
@@ -102,11 +100,11 @@ _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 
 _H128 = TileConfig("dot_i8", 128, 128, 4, 2)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_H8W, _H8W, _H8, _H8),
-    ("head", "q4_0"): (TileConfig("dot_i8x", 128, 128, 4, 3, 1, 16), _H128, _H128, _H128),
-    ("head", "q5_0"): (_H128,) * 4,
+    ("head", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4),) * 2 + (_H128, _H128),
+    ("head", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2),) * 2 + (_H128, _H128),
     ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8),) + (TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 3,
     ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) + (TileConfig("dot_i8n", 64, 128, 4, 2, 2),) * 3,
-    ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2),) * 2 + (None, None),
+    ("large", "q5_0"): (TileConfig("dot_i8n", 32, 128, 4, 3),) * 4,
 }
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
@@ -119,8 +117,6 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig("reduce", *_REDUCE_DEFAULTS[cls])
     if kernel in ("dot_i8w", "dot_i8n"):
         return TileConfig(kernel, *_I8W_DEFAULTS[cls])
-    if kernel == "dot_i8x":
-        return TileConfig(kernel, *_I8W_DEFAULTS[cls], 1, 16)
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
         d = _H8 if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)

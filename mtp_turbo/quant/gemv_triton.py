@@ -16,7 +16,7 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   fp32 = int * scale), each row keeps an elementwise fp32 accumulator of the tile's shape
   (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
   candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
-- "dot_i8", "dot_i8w", "dot_i8n", "dot_i8x": integer tensor cores, in gemv_i8.py (launched from here).
+- "dot_i8", "dot_i8w", "dot_i8n": integer tensor cores, in gemv_i8.py (launched from here).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -67,12 +67,19 @@ if triton is not None:
         return tl.load(QS + rn[None, :] * K + kb * 32 + rj[:, None], mask=okn[None, :], other=0)
 
     @triton.jit
+    def _pair_bytes(K):
+        # bytes per row of a nibble qs array: ceil(nb / 2) block pairs of 32 bytes (repack.py)
+        return (K // 32 + 1) // 2 * 32
+
+    @triton.jit
     def _nib_block(QS, QH, rn, okn, kb, K, HAS_QH: tl.constexpr):
-        # Block kb's 16 bytes per row -> int32 [16, BN] values of elements j (lo) and j + 16 (hi).
+        # Block kb -> int32 [16, BN] values of elements j (lo) and j + 16 (hi). The block is the low
+        # (kb even) or high (odd) nibbles of its pair's 32 bytes, in element order.
         rj = tl.arange(0, 16)
-        b = tl.load(QS + rn[None, :] * (K // 2) + kb * 16 + rj[:, None], mask=okn[None, :], other=0).to(tl.int32)
-        lo = b & 0xF
-        hi = b >> 4
+        base = QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + rj[:, None]
+        sh = 4 * (kb % 2)
+        lo = (tl.load(base, mask=okn[None, :], other=0).to(tl.int32) >> sh) & 0xF
+        hi = (tl.load(base + 16, mask=okn[None, :], other=0).to(tl.int32) >> sh) & 0xF
         if HAS_QH:
             h = tl.load(QH + rn * (K // 32) + kb, mask=okn, other=0)[None, :]  # [1, BN]
             # arithmetic shift of a negative int32 is fine: & 1 keeps only bit j
@@ -159,8 +166,8 @@ if triton is not None:
     def gemv_reduce(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
                     M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     FMT: tl.constexpr, E: tl.constexpr):
-        # Same arguments as gemv_dot. E = quant elements per byte-group of a block: 32 (q8_0),
-        # 16 (q5_0/q4_0: byte j holds elements j and j + 16).
+        # Same arguments as gemv_dot. E = quant elements per load of a block: 32 (q8_0), 16
+        # (q5_0/q4_0: elements j and j + 16 of the block, two loads).
         BKB: tl.constexpr = BLOCK_K // 32
         pid = tl.program_id(0)
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -190,10 +197,11 @@ if triton is not None:
                 if M > 3:
                     acc3 = _fma_row(acc3, X, stride_xm, 3, kidx, x_ok, w)
             else:
-                off = rn[:, None, None] * (K // 2) + kb[None, :, None] * 16 + rj[None, None, :]
-                bq = tl.load(QS + off, mask=m2[:, :, None], other=0).to(tl.int32)  # [BN, BKB, 16]
-                lo = bq & 0xF
-                hi = bq >> 4
+                # block kb: low (even kb) or high (odd) nibbles of its pair's 32 bytes (repack.py)
+                off = rn[:, None, None] * _pair_bytes(K) + (kb // 2)[None, :, None] * 32 + rj[None, None, :]
+                sh = (4 * (kb % 2))[None, :, None]
+                lo = (tl.load(QS + off, mask=m2[:, :, None], other=0).to(tl.int32) >> sh) & 0xF  # [BN, BKB, 16]
+                hi = (tl.load(QS + off + 16, mask=m2[:, :, None], other=0).to(tl.int32) >> sh) & 0xF
                 if FMT == 1:
                     h = tl.load(QH + rn[:, None] * nb + kb[None, :], mask=m2, other=0)[:, :, None]
                     lo = (lo | (((h >> rj[None, None, :]) & 1) << 4)) - 16
@@ -244,7 +252,7 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
         gemv_reduce[grid](*args, E=32 if fmt == 0 else 16, **meta)
-    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n", "dot_i8x"):
+    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n"):
         from . import gemv_i8
 
         gemv_i8.launch(x, w, tile, out)

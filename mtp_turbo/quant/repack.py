@@ -7,14 +7,18 @@ fallback uses). Ignores: the kernels (gemv_triton.py), dispatch (gemv.py), file 
 
 Layout (all arrays row-major, one row per output feature; K % 32 == 0, nb = K // 32 blocks/row):
   q8_0: qs int8 [N, K]               element k of row n = scales[n, k//32] * qs[n, k]
-  q4_0: qs uint8 [N, K/2]            16 bytes per block, ggml's in-block order: byte j of block b
-                                     holds element b*32+j (low nibble) and b*32+16+j (high), -8
-  q5_0: qs uint8 [N, K/2] as q4_0,   plus qh int32 [N, nb]: bit j = 5th bit of element b*32+j
+  q4_0: qs uint8 [N, PB]             block PAIRS, PB = pair_bytes(K) = ceil(nb / 2) * 32: byte c of
+                                     pair i holds element c of block 2i (low nibble) and element c
+                                     of block 2i+1 (high nibble), value = nibble - 8; odd nb: the
+                                     last pair's high nibbles are 0 (no block)
+  q5_0: qs uint8 [N, PB] as q4_0,    plus qh int32 [N, nb]: bit j = 5th bit of element b*32+j
                                      (the ggml uint32 bits, stored as int32: torch's uint32 is
                                      thin on ops), value = (nibble | bit << 4) - 16
   scales: float16 [N, nb] for every block format.
-A block's 16 (or 32) quant bytes are contiguous and 16-byte aligned (K/2 and K are multiples of
-16), so a kernel program reads each block with one 128-bit load per row.
+Why pairs, not ggml's in-block order (byte j of a block = elements j and j + 16): both nibble
+halves of a line are then whole blocks in element order, so the integer kernel's block-diagonal x
+operand has 4 blocks per 128-byte tile instead of 8 (half the operand rows and integer MACs; H200,
+bench/RESULTS.md 2026-11-30 session 4). Rows start 32-byte aligned (PB and K are multiples of 32).
 """
 
 from __future__ import annotations
@@ -36,6 +40,30 @@ QK = 32  # elements per block of every block format here
 BLOCK_BYTES = {"q8_0": 34, "q5_0": 22, "q4_0": 18}
 GGML_TYPES = {"q8_0": T.Q8_0, "q5_0": T.Q5_0, "q4_0": T.Q4_0, "bf16": T.BF16, "f32": T.F32}
 _DENSE_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def pair_bytes(k: int) -> int:
+    """Bytes per row of a q4_0 / q5_0 qs array (block pairs, see the module docstring)."""
+    return (k // QK + 1) // 2 * 32
+
+
+def gguf_nibbles_to_pairs(qs: np.ndarray, nb: int) -> np.ndarray:
+    """ggml in-block nibble order uint8 [n, nb * 16] -> block pairs uint8 [n, pair_bytes]."""
+    n = qs.shape[0]
+    b = qs.reshape(n, nb, 16)
+    e = np.concatenate([b & 15, b >> 4], axis=2)  # [n, nb, 32], element order
+    if nb % 2:
+        e = np.concatenate([e, np.zeros_like(e[:, :1])], axis=1)
+    e = e.reshape(n, -1, 2, 32)
+    return (e[:, :, 0] | (e[:, :, 1] << 4)).reshape(n, -1)
+
+
+def pairs_to_gguf_nibbles(qs: np.ndarray, nb: int) -> np.ndarray:
+    """The inverse of gguf_nibbles_to_pairs: uint8 [n, pair_bytes] -> uint8 [n, nb * 16]."""
+    n = qs.shape[0]
+    p = qs.reshape(n, -1, 1, 32)
+    e = np.concatenate([p & 15, p >> 4], axis=2).reshape(n, -1, 32)[:, :nb]  # [n, nb, 32]
+    return (e[:, :, :16] | (e[:, :, 16:] << 4)).reshape(n, nb * 16)
 
 
 def fmt_name(fmt: str | int | T) -> str:
@@ -70,7 +98,7 @@ class PackedWeight:
             return
         assert k % QK == 0, f"K={k} must be a multiple of {QK}"
         nb = k // QK
-        want = (n, k) if self.fmt == "q8_0" else (n, k // 2)
+        want = (n, k) if self.fmt == "q8_0" else (n, pair_bytes(k))
         assert self.qs.shape == want and self.qs.dtype == (
             torch.int8 if self.fmt == "q8_0" else torch.uint8
         ), (self.qs.shape, self.qs.dtype)
@@ -107,10 +135,10 @@ class PackedWeight:
         if fmt == "q8_0":
             qs = torch.from_numpy(blk[:, :, 2:].copy().view(np.int8).reshape(n, k))
         elif fmt == "q4_0":
-            qs = torch.from_numpy(blk[:, :, 2:].copy().reshape(n, k // 2))
+            qs = torch.from_numpy(gguf_nibbles_to_pairs(blk[:, :, 2:], nb))
         else:  # q5_0: d, qh (4 bytes little-endian), qs[16]
             qh = torch.from_numpy(blk[:, :, 2:6].copy().view("<i4").reshape(n, nb))
-            qs = torch.from_numpy(blk[:, :, 6:].copy().reshape(n, k // 2))
+            qs = torch.from_numpy(gguf_nibbles_to_pairs(blk[:, :, 6:], nb))
         return PackedWeight(fmt, (n, k), qs.contiguous(), scales.contiguous(), qh)
 
     @staticmethod
@@ -134,12 +162,15 @@ class PackedWeight:
         if self.fmt == "q5_0":
             parts.append(self.qh.detach().cpu().contiguous().numpy().astype("<i4").view(np.uint8).reshape(n, nb, 4))
         qs = self.qs.detach().cpu().contiguous().numpy().view(np.uint8)
+        if self.fmt != "q8_0":
+            qs = pairs_to_gguf_nibbles(qs, nb)
         parts.append(qs.reshape(n, nb, -1))
         return np.concatenate(parts, axis=2).reshape(n, -1)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the packed arrays (what one full read of the matrix moves)."""
+        """Bytes of the packed arrays (what one full read of the matrix moves; with an odd number of
+        blocks per row that includes the 16 bytes of the last pair's empty half)."""
         return sum(t.numel() * t.element_size() for t in (self.qs, self.scales, self.qh) if t is not None)
 
     @property
@@ -174,12 +205,12 @@ class PackedWeight:
         if self.fmt == "q8_0":
             q = self.qs.reshape(n, nb, QK).float()
         else:
-            b = self.qs.reshape(n, nb, 16).to(torch.int32)
-            q = torch.cat([b & 0xF, b >> 4], dim=2)  # [n, nb, 32] in element order
+            p = self.qs.reshape(n, -1, 1, QK).to(torch.int32)
+            q = torch.cat([p & 0xF, p >> 4], dim=2).reshape(n, -1, QK)[:, :nb]  # [n, nb, 32] element order
             if self.fmt == "q4_0":
                 q = q - 8
             else:
-                shifts = torch.arange(QK, device=b.device, dtype=torch.int32)
+                shifts = torch.arange(QK, device=p.device, dtype=torch.int32)
                 hi = (self.qh.reshape(n, nb, 1) >> shifts) & 1  # arithmetic shift; &1 keeps bit j
                 q = (q | (hi << 4)) - 16
             q = q.float()

@@ -70,12 +70,20 @@ def test_repack_round_trip_and_layout(fmt):
     assert back.dtype == np.uint8
     assert back.tobytes() == np.ascontiguousarray(raw).tobytes()
     assert np.array_equal(pw.dequantize().double().numpy(), ref_w)  # exact: fp16 scale x int
-    bpw = {"q8_0": 34 / 32, "q5_0": 22 / 32, "q4_0": 18 / 32, "bf16": 2, "f32": 4}[fmt]
-    assert pw.nbytes == round(n * k * bpw)
+    nb = k // 32  # 3: odd, so the nibble formats' last pair has an empty high half (16 bytes)
+    row_bytes = {"q8_0": nb * 34, "q5_0": nb * 6 + 64, "q4_0": nb * 2 + 64, "bf16": 2 * k, "f32": 4 * k}[fmt]
+    assert pw.nbytes == n * row_bytes
     assert pw.shape == (n, k) and pw.fmt == fmt
     if fmt in BLOCK_FORMATS:
         assert pw.scales.dtype == torch.float16 and pw.scales.shape == (n, k // 32)
-        assert pw.qs.shape == ((n, k) if fmt == "q8_0" else (n, k // 2))
+        assert pw.qs.shape == ((n, k) if fmt == "q8_0" else (n, (nb + 1) // 2 * 32))
+        if fmt != "q8_0":  # block pairs: byte c of pair i = element c of block 2i (low), of 2i+1 (high)
+            ggml = raw.reshape(n, nb, -1)[:, :, -16:]  # ggml's in-block order: byte j = elements j, j+16
+            nib = np.concatenate([ggml & 15, ggml >> 4], axis=2)  # [n, nb, 32] element order
+            qs = pw.qs.numpy().reshape(n, -1, 32)
+            for b in range(nb):
+                assert np.array_equal((qs[:, b // 2] >> (4 * (b % 2))) & 15, nib[:, b])
+            assert not (qs[:, nb // 2] >> 4).any()  # the empty half
         assert (pw.qh is not None) == (fmt == "q5_0")
         # Each row's quant bytes start 16-byte aligned relative to the array (wide loads).
         assert (pw.qs.stride(0) * pw.qs.element_size()) % 16 == 0
@@ -108,7 +116,7 @@ def test_parse_tile():
     assert {t.kernel for t in SUPPORTED_TILES} == set(KERNELS)
     assert parse_tile(" reduce, 8, 128, 2, 2") == TileConfig("reduce", 8, 128, 2, 2)
     assert parse_tile("dot_i8n,64,128,4,2,4") == TileConfig("dot_i8n", 64, 128, 4, 2, split_k=4)
-    assert parse_tile("dot_i8x,64,128,4,2,1,16") == TileConfig("dot_i8x", 64, 128, 4, 2, n_tiles=16)
+    assert parse_tile("dot_i8n,64,128,4,3,1,4") == TileConfig("dot_i8n", 64, 128, 4, 3, n_tiles=4)
     for bad in ("8,128,2,2", "reduce,8,128,2", "reduce,8,100,2,2", "reduce,3,128,2,2", "a,b,c,d,e", "",
                 "reduce,8,128,2,2,2", "dot_i8w,64,128,4,2,3", "reduce,1024,512,8,2", "dot_bf16x3,4,256,2,2", "tf32,64,64,4,3"):
         with pytest.raises(ConfigError) as e:
@@ -127,9 +135,8 @@ def test_default_tiles_are_supported_and_classes():
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
     assert default_tile(262144, 640, 2).kernel == "dot_i8w" and default_tile(262144, 640, 3).kernel == "dot_i8"
     assert default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
-    assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8x" and default_tile(262144, 640, 3, "q4_0").kernel == "dot_i8"
-    assert default_tile(262144, 640, 1, "q5_0").kernel == "dot_i8"
-    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0") == DEFAULT_TILES["large"]
+    assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8n" and default_tile(262144, 640, 1, "q5_0").kernel == "dot_i8n"
+    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "dot_i8n"
     from mtp_turbo.quant.gemv import MEASURED_TILES
 
     assert all(len(ts) == 4 for ts in MEASURED_TILES.values())
@@ -186,8 +193,8 @@ def test_kernel_matches_float64(kernel, fmt):
     for n, k, bn, bk in _ODD:
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
-        wide = kernel in ("dot_i8w", "dot_i8n", "dot_i8x")
-        tile = TileConfig(kernel, bn, 128 if wide else bk, 4, 2, 1, 2 if kernel == "dot_i8x" else 1)  # 128 B a step
+        wide = kernel in ("dot_i8w", "dot_i8n")
+        tile = TileConfig(kernel, bn, 128 if wide else bk, 4, 2, 1, 2 if kernel == "dot_i8n" else 1)  # 128 B a step
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
                 x = torch.randn(m, k, generator=g).to(dt).to(dev)
@@ -202,14 +209,14 @@ def test_kernel_matches_float64(kernel, fmt):
 
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
-@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n", "dot_i8x"])
+@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n"])
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
 def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
-    """dot_i8w / dot_i8n over several 128-byte steps and a K tail (23 blocks), whole and split over
-    K into 2 and 3 parts (uneven: the last part is shorter); dot_i8x (one group per program) with
-    1, 2 and 3 output tiles per program (N = 21 rows of 16: the last program's tiles run past N).
-    At fp32 rounding; the nibble kernels' low/high/5th-bit tiles and offset term only cancel out
-    if their x columns line up."""
+    """dot_i8w / dot_i8n over several 128-byte steps and a K tail (23 blocks: odd, so the last pair
+    has an empty half), whole and split over K into 2 and 3 parts (uneven: the last part is
+    shorter), with 1 and 3 output tiles per program (N = 21 rows of 16: the last program's tiles
+    run past N). At fp32 rounding; the nibble kernels' low/high tiles and offset term only cancel
+    out if their x columns line up."""
     from mtp_turbo.quant import gemv_triton
 
     dev = _kernel_device()
@@ -217,13 +224,11 @@ def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
     n, k = 21, 32 * 23
     pw, ref_w, _ = _weights(n, k, fmt, seed=k)
     pw = pw.to(dev)
-    for split in (1, 2, 3):
+    for split, nt in ((1, 1), (2, 1), (3, 1), (1, 3), (2, 3)):
         for m in (1, 3):
             x = torch.randn(m, k, generator=g).to(dev)
             out = torch.full((m, n), float("nan"), device=dev)
-            tile = (TileConfig(kernel, 16, 128, 4, 2, n_tiles=split) if kernel == "dot_i8x"
-                    else TileConfig(kernel, 16, 128, 4, 2, split_k=split))
-            gemv_triton.gemv_packed(x, pw, tile, out)
+            gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, 128, 4, 2, split, nt), out)
             _check(out, x, ref_w, tol=1e-6)
 
 
