@@ -123,8 +123,7 @@ case $step in
       cuobjdump --dump-sass "$f" > "$OUT/sass/${b}_$h.sass"; cp "$d/$b.json" "$OUT/sass/${b}_$h.json" 2>/dev/null
     done; ls "$OUT/sass" | wc -l ;;
   nib)
-    # block-pair dot_i8n: tile sweeps at every row count (head + 8192x8192, q4_0/q5_0; dot_i8 beside it),
-    # the CUDA check of every wide tile, the GPU tests of quant/
+    # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it
     timeout 400 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_i8n \
       --sweep --sweep-rows 1,2,3,4 --out "$OUT/gemv_nib.json" > "$OUT/gemv_nib.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_nib.txt"
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
