@@ -97,7 +97,7 @@ def run_nat(x, w: PackedWeight, out, bn, warps, stages):
     nb = k // 32
     xq = torch.empty(nb, 16, 32, dtype=torch.int8, device=x.device)
     xs = torch.empty(nb, 16, dtype=torch.float32, device=x.device)
-    gemv_i8.x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, INTERLEAVE=False, num_warps=1)
+    gemv_i8.x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, num_warps=1)
     gemv_nat[(triton.cdiv(n, bn),)](xq, xs, w.qs, w.scales, out, n, k, out.stride(0), M=m, BLOCK_N=bn,
                                     F32=not x.is_cuda, num_warps=warps, num_stages=stages)
 

@@ -18,7 +18,7 @@
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
 #   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
 #   bench/gpu_session.sh nib               block-pair dot_i8n: tile sweeps at 1-4 rows (head, 8192x8192; q4_0, q5_0)
-#   bench/gpu_session.sh nibcheck          CUDA check of the integer kernels, GPU tests of quant/
+#   bench/gpu_session.sh nibcheck          head q4_0/q5_0: defaults vs dot_i8; CUDA check of the integer kernels, GPU tests of quant/
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -128,6 +128,8 @@ case $step in
       --sweep --sweep-rows 1,2,3,4 --out "$OUT/gemv_nib.json" > "$OUT/gemv_nib.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_nib.txt"
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   nibcheck)
+    timeout 100 python3 bench/gemv_bench.py --shapes 262144x640 --formats q4_0,q5_0 --kernels default,dot_i8 \
+      --out "$OUT/gemv_nib_i8.json" > "$OUT/gemv_nib_i8.txt" 2>&1; grep -A20 "^| shape | fmt | kernel | M" "$OUT/gemv_nib_i8.txt"
     timeout 250 python3 bench/check_i8_cuda.py 2>&1 | tee "$OUT/check_i8_cuda.txt" | grep -v "^  " | tail -6
     timeout 300 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;

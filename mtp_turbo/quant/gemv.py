@@ -98,13 +98,16 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 # vs bf16x3 127.7, 129.6).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
 _H128 = TileConfig("dot_i8", 128, 128, 4, 2)
+_N2, _N4 = TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_H8W, _H8W, _H8, _H8),
-    ("head", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4),) * 2 + (_H128, _H128),
-    ("head", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2),) * 2 + (_H128, _H128),
+    ("head", "q4_0"): (TileConfig("dot_i8n", 128, 128, 4, 2), _N4, _N2, TileConfig("dot_i8n", 128, 128, 4, 3, 1, 4)),
+    ("head", "q5_0"): (_N2, _N2, _N4, _N4),
     ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8),) + (TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 3,
-    ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) + (TileConfig("dot_i8n", 64, 128, 4, 2, 2),) * 3,
-    ("large", "q5_0"): (TileConfig("dot_i8n", 32, 128, 4, 3),) * 4,
+    ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 4),) * 2 + (
+        TileConfig("dot_i8n", 64, 128, 4, 2, 8), TileConfig("dot_i8n", 32, 128, 4, 3, 2)),
+    ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (
+        TileConfig("dot_i8n", 64, 128, 4, 2, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 2)),
 }
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 

@@ -6,7 +6,7 @@ the int8 dot as they are loaded, the exact int32 partials become fp32 through a 
 and the weight and piece scales are applied in fp32. Three variants:
 
 - "dot_i8": one [32, BLOCK_N] tile per 32-block against x_pieces' [16, 32] operand (4 pieces x
-  4 rows). Nibble formats are widened and interleaved to int8 in registers.
+  4 rows). A nibble block is the low or high half of its pair's 32 bytes, in element order.
 - "dot_i8w" (q8_0): whole 128-byte lines: a [BLOCK_N, 128] tile (4 blocks of each row) and ONE
   K = 128 dot against x_wide's block-diagonal operand (rows = block x piece x row), so the blocks'
   partials come out as separate rows. 86% of copy bandwidth on the H200 head at 1 row; its
@@ -62,22 +62,17 @@ if triton is not None:
         return q.to(tl.int8), step / sc
 
     @triton.jit
-    def x_pieces(X, XQ, XS, K, stride_xm, M: tl.constexpr, INTERLEAVE: tl.constexpr):
+    def x_pieces(X, XQ, XS, K, stride_xm, M: tl.constexpr):
         # One 32-block kb of x [M, K] -> XQ int8 [nb, 16, 32] and XS fp32 [nb, 16]: row 4p + m is
-        # piece p of x row m, |piece| <= 65, and sum_p XQ[kb, 4p+m, c] * XS[kb, 4p+m] == x[m, e(c)]
-        # to 27 bits below the block's max |x| (past fp32's 24). e(c) = c, or with INTERLEAVE
-        # (nibble formats: their tile row 2j+h holds element j + 16h) e(c) = c // 2 + 16 (c % 2).
+        # piece p of x row m, |piece| <= 65, and sum_p XQ[kb, 4p+m, c] * XS[kb, 4p+m] == x[m, kb*32+c]
+        # to 27 bits below the block's max |x| (past fp32's 24).
         kb = tl.program_id(0)
         r = tl.arange(0, 16)
         c = tl.arange(0, 32)
         m = r % 4
         p = r // 4
-        if INTERLEAVE:
-            e = c // 2 + 16 * (c % 2)
-        else:
-            e = c
-        x = tl.load(X + m[:, None] * stride_xm + kb * 32 + e[None, :],
-                    mask=(m < M)[:, None] & ((kb * 32 + e) < K)[None, :], other=0.0).to(tl.float32)
+        x = tl.load(X + m[:, None] * stride_xm + kb * 32 + c[None, :],
+                    mask=(m < M)[:, None] & ((kb * 32 + c) < K)[None, :], other=0.0).to(tl.float32)
         q, xs = _int8_pieces(x, p)
         tl.store(XQ + kb * 512 + r[:, None] * 32 + c[None, :], q)
         tl.store(XS + kb * 16 + r, tl.where(m < M, xs, 0.0))
@@ -105,9 +100,8 @@ if triton is not None:
                 s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
                 if FMT == 0:
                     q = _q8_block(QS, rn, okn, kb, K)  # int8 [32, BN]
-                else:  # rows 2j + h = element j + 16h (x_pieces interleaves x the same way)
-                    lo, hi = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
-                    q = tl.reshape(tl.permute(tl.join(lo.to(tl.int8), hi.to(tl.int8)), (0, 2, 1)), [32, BLOCK_N])
+                else:
+                    q = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)  # int32 [32, BN], element order
                 ok16 = (r16 * 0 + kb) < nb
                 xq = tl.load(XQ + kb * 512 + r16[:, None] * 32 + c32[None, :], mask=ok16[:, None], other=0)
                 xs = tl.load(XS + kb * 16 + r16, mask=ok16, other=0.0)  # [16]
@@ -314,7 +308,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool 
     if tile.kernel == "dot_i8":
         xq = torch.empty(nb, 16, 32, dtype=torch.int8, device=x.device)
         xs = torch.empty(nb, 16, dtype=torch.float32, device=x.device)
-        x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, INTERLEAVE=fmt != 0, num_warps=1)
+        x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, num_warps=1)
         gemv_i8[(triton.cdiv(n, tile.BLOCK_N),)](xq, xs, w.qs, qh, w.scales, out, n, k, out.stride(0), M=m,
                                                  BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K, FMT=fmt,
                                                  F32_OPERANDS=interp, num_warps=tile.num_warps,

@@ -73,22 +73,16 @@ if triton is not None:
 
     @triton.jit
     def _nib_block(QS, QH, rn, okn, kb, K, HAS_QH: tl.constexpr):
-        # Block kb -> int32 [16, BN] values of elements j (lo) and j + 16 (hi). The block is the low
-        # (kb even) or high (odd) nibbles of its pair's 32 bytes, in element order.
-        rj = tl.arange(0, 16)
-        base = QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + rj[:, None]
-        sh = 4 * (kb % 2)
-        lo = (tl.load(base, mask=okn[None, :], other=0).to(tl.int32) >> sh) & 0xF
-        hi = (tl.load(base + 16, mask=okn[None, :], other=0).to(tl.int32) >> sh) & 0xF
+        # Block kb of rows rn -> int32 [32, BN] values in element order: the low (kb even) or high
+        # (odd) nibbles of its pair's 32 bytes (repack.py), q5_0's 5th bits ORed in, minus the offset.
+        rj = tl.arange(0, 32)
+        b = tl.load(QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + rj[:, None], mask=okn[None, :], other=0)
+        v = (b.to(tl.int32) >> (4 * (kb % 2))) & 0xF
         if HAS_QH:
             h = tl.load(QH + rn * (K // 32) + kb, mask=okn, other=0)[None, :]  # [1, BN]
             # arithmetic shift of a negative int32 is fine: & 1 keeps only bit j
-            lo = (lo | (((h >> rj[:, None]) & 1) << 4)) - 16
-            hi = (hi | (((h >> (rj[:, None] + 16)) & 1) << 4)) - 16
-        else:
-            lo = lo - 8
-            hi = hi - 8
-        return lo, hi
+            return (v | (((h >> rj[:, None]) & 1) << 4)) - 16
+        return v - 8
 
     @triton.jit
     def _x_rows(X, stride_xm, kidx, K, M: tl.constexpr, SPLIT: tl.constexpr):
@@ -126,7 +120,7 @@ if triton is not None:
     def gemv_dot(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
                  M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                  FMT: tl.constexpr, PREC: tl.constexpr, F32_OPERANDS: tl.constexpr):
-        # QS: q8_0 int8 [N, K]; q5_0/q4_0 uint8 [N, K/2]. QH: q5_0 int32 [N, K/32] (else unused).
+        # QS: q8_0 int8 [N, K]; q5_0/q4_0 uint8 [N, pair bytes] (repack.py). QH: q5_0 int32 [N, K/32] (else unused).
         # SC fp16 [N, K/32]; X [M, K] (fp32/bf16, row stride stride_xm); Y fp32 [M, N].
         # FMT 0/1/2 = q8_0/q5_0/q4_0; PREC 0 = bf16x3 split, 1 = tf32x3.
         BKB: tl.constexpr = BLOCK_K // 32  # blocks per loop step (unrolled)
@@ -142,14 +136,10 @@ if triton is not None:
                 s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
                 if FMT == 0:
                     q = _q8_block(QS, rn, okn, kb, K)
-                    xr = _x_rows(X, stride_xm, kb * 32 + tl.arange(0, 32), K, M, PREC == 0)
-                    part = _bdot(xr, q, PREC, F32_OPERANDS)
                 else:
-                    lo, hi = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
-                    kj = kb * 32 + tl.arange(0, 16)
-                    xl = _x_rows(X, stride_xm, kj, K, M, PREC == 0)
-                    xh = _x_rows(X, stride_xm, kj + 16, K, M, PREC == 0)
-                    part = _bdot(xl, lo, PREC, F32_OPERANDS) + _bdot(xh, hi, PREC, F32_OPERANDS)
+                    q = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
+                xr = _x_rows(X, stride_xm, kb * 32 + tl.arange(0, 32), K, M, PREC == 0)
+                part = _bdot(xr, q, PREC, F32_OPERANDS)
                 acc += part * s[None, :]
         # rows 4p + m -> [p, m, n]; summing over p adds the pieces (or zero rows when unsplit)
         y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)
@@ -158,66 +148,51 @@ if triton is not None:
 
     @triton.jit
     def _fma_row(acc, X, stride_xm, row: tl.constexpr, kidx, x_ok, w):
-        # acc, w: [BN, BKB, E]; kidx: [BKB, E] element indices of this row's x.
+        # acc, w: [BN, BKB, 32]; kidx: [BKB, 32] element indices of this row's x.
         x = tl.load(X + row * stride_xm + kidx, mask=x_ok, other=0.0).to(tl.float32)
         return acc + w * x[None, :, :]
 
     @triton.jit
     def gemv_reduce(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
                     M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    FMT: tl.constexpr, E: tl.constexpr):
-        # Same arguments as gemv_dot. E = quant elements per load of a block: 32 (q8_0), 16
-        # (q5_0/q4_0: elements j and j + 16 of the block, two loads).
+                    FMT: tl.constexpr):
+        # Same arguments as gemv_dot; every format's block is 32 values in element order.
         BKB: tl.constexpr = BLOCK_K // 32
         pid = tl.program_id(0)
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = rn < N
         nb = K // 32
         rb = tl.arange(0, BKB)
-        rj = tl.arange(0, E)
-        acc0 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
-        acc1 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
-        acc2 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
-        acc3 = tl.zeros([BLOCK_N, BKB, E], dtype=tl.float32)
+        rj = tl.arange(0, 32)
+        acc0 = tl.zeros([BLOCK_N, BKB, 32], dtype=tl.float32)
+        acc1 = tl.zeros([BLOCK_N, BKB, 32], dtype=tl.float32)
+        acc2 = tl.zeros([BLOCK_N, BKB, 32], dtype=tl.float32)
+        acc3 = tl.zeros([BLOCK_N, BKB, 32], dtype=tl.float32)
         for kb0 in range(0, nb, BKB):
             kb = kb0 + rb
             b_ok = kb < nb
             m2 = n_mask[:, None] & b_ok[None, :]  # [BN, BKB]
             s = tl.load(SC + rn[:, None] * nb + kb[None, :], mask=m2, other=0.0).to(tl.float32)[:, :, None]
-            kidx = kb[:, None] * 32 + rj[None, :]  # [BKB, E]
+            kidx = kb[:, None] * 32 + rj[None, :]  # [BKB, 32]
             x_ok = b_ok[:, None]
             if FMT == 0:
-                q = tl.load(QS + rn[:, None, None] * K + kidx[None, :, :], mask=m2[:, :, None], other=0)
-                w = q.to(tl.float32) * s  # dequantized once for all rows
-                acc0 = _fma_row(acc0, X, stride_xm, 0, kidx, x_ok, w)
-                if M > 1:
-                    acc1 = _fma_row(acc1, X, stride_xm, 1, kidx, x_ok, w)
-                if M > 2:
-                    acc2 = _fma_row(acc2, X, stride_xm, 2, kidx, x_ok, w)
-                if M > 3:
-                    acc3 = _fma_row(acc3, X, stride_xm, 3, kidx, x_ok, w)
-            else:
-                # block kb: low (even kb) or high (odd) nibbles of its pair's 32 bytes (repack.py)
+                q = tl.load(QS + rn[:, None, None] * K + kidx[None, :, :], mask=m2[:, :, None], other=0).to(tl.int32)
+            else:  # block kb: the low (even kb) or high (odd) nibbles of its pair's 32 bytes (repack.py)
                 off = rn[:, None, None] * _pair_bytes(K) + (kb // 2)[None, :, None] * 32 + rj[None, None, :]
-                sh = (4 * (kb % 2))[None, :, None]
-                lo = (tl.load(QS + off, mask=m2[:, :, None], other=0).to(tl.int32) >> sh) & 0xF  # [BN, BKB, 16]
-                hi = (tl.load(QS + off + 16, mask=m2[:, :, None], other=0).to(tl.int32) >> sh) & 0xF
+                q = (tl.load(QS + off, mask=m2[:, :, None], other=0).to(tl.int32) >> (4 * (kb % 2))[None, :, None]) & 0xF
                 if FMT == 1:
                     h = tl.load(QH + rn[:, None] * nb + kb[None, :], mask=m2, other=0)[:, :, None]
-                    lo = (lo | (((h >> rj[None, None, :]) & 1) << 4)) - 16
-                    hi = (hi | (((h >> (rj[None, None, :] + 16)) & 1) << 4)) - 16
+                    q = (q | (((h >> rj[None, None, :]) & 1) << 4)) - 16
                 else:
-                    lo = lo - 8
-                    hi = hi - 8
-                wl = lo.to(tl.float32) * s
-                wh = hi.to(tl.float32) * s
-                acc0 = _fma_row(_fma_row(acc0, X, stride_xm, 0, kidx, x_ok, wl), X, stride_xm, 0, kidx + 16, x_ok, wh)
-                if M > 1:
-                    acc1 = _fma_row(_fma_row(acc1, X, stride_xm, 1, kidx, x_ok, wl), X, stride_xm, 1, kidx + 16, x_ok, wh)
-                if M > 2:
-                    acc2 = _fma_row(_fma_row(acc2, X, stride_xm, 2, kidx, x_ok, wl), X, stride_xm, 2, kidx + 16, x_ok, wh)
-                if M > 3:
-                    acc3 = _fma_row(_fma_row(acc3, X, stride_xm, 3, kidx, x_ok, wl), X, stride_xm, 3, kidx + 16, x_ok, wh)
+                    q = q - 8
+            w = q.to(tl.float32) * s  # dequantized once for all rows
+            acc0 = _fma_row(acc0, X, stride_xm, 0, kidx, x_ok, w)
+            if M > 1:
+                acc1 = _fma_row(acc1, X, stride_xm, 1, kidx, x_ok, w)
+            if M > 2:
+                acc2 = _fma_row(acc2, X, stride_xm, 2, kidx, x_ok, w)
+            if M > 3:
+                acc3 = _fma_row(acc3, X, stride_xm, 3, kidx, x_ok, w)
         tl.store(Y + rn, tl.sum(tl.sum(acc0, axis=2), axis=1), mask=n_mask)
         if M > 1:
             tl.store(Y + stride_ym + rn, tl.sum(tl.sum(acc1, axis=2), axis=1), mask=n_mask)
@@ -251,7 +226,7 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
     meta = dict(M=m, BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K, FMT=fmt,
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
-        gemv_reduce[grid](*args, E=32 if fmt == 0 else 16, **meta)
+        gemv_reduce[grid](*args, **meta)
     elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n"):
         from . import gemv_i8
 
