@@ -78,6 +78,25 @@ if triton is not None:
         tl.store(XS + kb * 16 + r, tl.where(m < M, xs, 0.0))
 
     @triton.jit
+    def _block_add(acc, q, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS: tl.constexpr):
+        # acc [16, BN] + block kb's partial: x_pieces' int8 operand [16, 32] times the integer
+        # weight tile q [32, BN], then piece scale (per row) x weight scale (per output). A block
+        # past the row's end (kb >= nb) adds 0 (scale and operand masked).
+        r16 = tl.arange(0, 16)
+        c32 = tl.arange(0, 32)
+        okn = n_mask & ((rn * 0 + kb) < nb)
+        s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
+        ok16 = (r16 * 0 + kb) < nb
+        xq = tl.load(XQ + kb * 512 + r16[:, None] * 32 + c32[None, :], mask=ok16[:, None], other=0)
+        xs = tl.load(XS + kb * 16 + r16, mask=ok16, other=0.0)  # [16]
+        if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
+            part = tl.dot(xq.to(tl.float32), q.to(tl.float32), input_precision="ieee")
+        else:
+            ip = tl.dot(xq, q.to(tl.int8), out_dtype=tl.int32)
+            part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
+        return acc + (part * xs[:, None]) * s[None, :]
+
+    @triton.jit
     def gemv_i8(XQ, XS, QS, QH, SC, Y, N, K, stride_ym,
                 M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                 FMT: tl.constexpr, F32_OPERANDS: tl.constexpr):
@@ -85,32 +104,42 @@ if triton is not None:
         # weight tile [32, BN] -> exact int32; no per-weight conversion (the cost that bounds the
         # bf16 variant: one int -> float per weight byte). |dot| <= 32 * 65 * 128 < 2^22, so the
         # int32 -> fp32 step is the magic-number add (exact, full-rate ALU instead of I2F).
+        # Nibble formats with 2+ blocks a step read each pair's 32 bytes once for both its blocks.
         BKB: tl.constexpr = BLOCK_K // 32
         pid = tl.program_id(0)
         rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
         n_mask = rn < N
         nb = K // 32
-        r16 = tl.arange(0, 16)
         c32 = tl.arange(0, 32)
         acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
         for kb0 in range(0, nb, BKB):
-            for b in tl.static_range(BKB):
-                kb = kb0 + b
-                okn = n_mask & ((rn * 0 + kb) < nb)
-                s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
-                if FMT == 0:
-                    q = _q8_block(QS, rn, okn, kb, K)  # int8 [32, BN]
-                else:
-                    q = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)  # int32 [32, BN], element order
-                ok16 = (r16 * 0 + kb) < nb
-                xq = tl.load(XQ + kb * 512 + r16[:, None] * 32 + c32[None, :], mask=ok16[:, None], other=0)
-                xs = tl.load(XS + kb * 16 + r16, mask=ok16, other=0.0)  # [16]
-                if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
-                    part = tl.dot(xq.to(tl.float32), q.to(tl.float32), input_precision="ieee")
-                else:
-                    ip = tl.dot(xq, q.to(tl.int8), out_dtype=tl.int32)
-                    part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-                acc += (part * xs[:, None]) * s[None, :]
+            if FMT == 0 or BKB == 1:
+                for b in tl.static_range(BKB):
+                    kb = kb0 + b
+                    okn = n_mask & ((rn * 0 + kb) < nb)
+                    if FMT == 0:
+                        q = _q8_block(QS, rn, okn, kb, K)  # int8 [32, BN]
+                    else:
+                        q = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)  # int32 [32, BN], element order
+                    acc = _block_add(acc, q, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS)
+            else:
+                for pp in tl.static_range(BKB // 2):
+                    kb = kb0 + 2 * pp  # even: the pair's low half; kb + 1 its high half (maybe past nb)
+                    okn = n_mask & ((rn * 0 + kb) < nb)
+                    pair = tl.load(QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + c32[:, None],
+                                   mask=okn[None, :], other=0).to(tl.int32)  # [32, BN]
+                    lo = pair & 0xF
+                    hi = pair >> 4
+                    if FMT == 1:  # 5th bits; arithmetic shift of a negative int32 is fine (& 1)
+                        hl = tl.load(QH + rn * nb + kb, mask=okn, other=0)[None, :]
+                        hh = tl.load(QH + rn * nb + kb + 1, mask=okn & ((rn * 0 + kb + 1) < nb), other=0)[None, :]
+                        lo = (lo | (((hl >> c32[:, None]) & 1) << 4)) - 16
+                        hi = (hi | (((hh >> c32[:, None]) & 1) << 4)) - 16
+                    else:
+                        lo = lo - 8
+                        hi = hi - 8
+                    acc = _block_add(acc, lo, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS)
+                    acc = _block_add(acc, hi, XQ, XS, SC, rn, n_mask, kb + 1, nb, F32_OPERANDS)
         y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)  # rows 4p + m: sum the pieces
         rm = tl.arange(0, 4)
         tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])

@@ -176,7 +176,7 @@ def _kernel_device() -> str:
 
 # (N, K, tile): N not a multiple of BLOCK_N (and one N below it), K a multiple of 32 but not of
 # BLOCK_K, one K below BLOCK_K; one dot-sized tile per kernel, so each variant covers every tail
-_ODD = [(37, 96, 16, 64), (5, 160, 16, 128)]
+_ODD = [(37, 96, 16, 64), (5, 160, 16, 128), (19, 64, 16, 32)]  # (N, K, BLOCK_N, BLOCK_K): K tails, odd nb, 1-4 blocks a step
 
 
 @pytest.mark.interpret
