@@ -18,6 +18,7 @@
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
 #   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
 #   bench/gpu_session.sh nib               block-pair dot_i8n: tile sweeps at 1-4 rows (head, 8192x8192; q4_0, q5_0)
+#   bench/gpu_session.sh final             dot_i8 nibble sweep at 3-4 rows, defaults on every shape, GPU tests of quant/
 #   bench/gpu_session.sh nibcheck          head q4_0/q5_0: defaults vs dot_i8; CUDA check of the integer kernels, GPU tests of quant/
 set -uo pipefail
 step=$1; shift || true
@@ -132,5 +133,14 @@ case $step in
       --out "$OUT/gemv_nib_i8.json" > "$OUT/gemv_nib_i8.txt" 2>&1; grep -A20 "^| shape | fmt | kernel | M" "$OUT/gemv_nib_i8.txt"
     timeout 250 python3 bench/check_i8_cuda.py 2>&1 | tee "$OUT/check_i8_cuda.txt" | grep -v "^  " | tail -6
     timeout 300 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt" ;;
+  final)
+    # dot_i8 (pair loads) swept at 3-4 rows on the nibble head; the dispatcher's defaults on the drafter
+    # shapes, the head and 8192x8192 (cuBLAS bf16 beside); the GPU tests of quant/
+    timeout 150 python3 bench/gemv_bench.py --shapes 262144x640 --formats q4_0,q5_0 --kernels dot_i8 --sweep \
+      --sweep-rows 3,4 --out "$OUT/gemv_i8_nib.json" > "$OUT/gemv_i8_nib.txt" 2>&1; grep -A10 "best tile" "$OUT/gemv_i8_nib.txt"
+    timeout 200 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
+    grep -A80 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | grep "262144\|8192x8192\|^| shape"
+    timeout 200 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
+    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac
