@@ -19,6 +19,7 @@
 #   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
 #   bench/gpu_session.sh nib               block-pair dot_i8n: tile sweeps at 1-4 rows (head, 8192x8192; q4_0, q5_0)
 #   bench/gpu_session.sh final             dot_i8 nibble sweep at 3-4 rows, defaults on every shape, GPU tests of quant/
+#   bench/gpu_session.sh q8n               dot_i8n on q8_0: sweep at 1-4 rows (head, 8192x8192), CUDA check of the winners
 #   bench/gpu_session.sh nibcheck          head q4_0/q5_0: defaults vs dot_i8; CUDA check of the integer kernels, GPU tests of quant/
 set -uo pipefail
 step=$1; shift || true
@@ -142,5 +143,13 @@ case $step in
     grep -A80 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | grep "262144\|8192x8192\|^| shape"
     timeout 200 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
+  q8n)
+    # dot_i8n on q8_0 (lines as the A operand): every tile at 1-4 rows on the head and 8192x8192, then
+    # the CUDA check of each (shape, rows)'s fastest tile on every shape, format and row count
+    timeout 140 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q8_0 --kernels dot_i8n --sweep \
+      --sweep-rows 1,2,3,4 --out "$OUT/gemv_q8n.json" > "$OUT/gemv_q8n.txt" 2>&1; grep -A10 "best tile" "$OUT/gemv_q8n.txt"
+    T=$(python3 -c "import json; r=[x for x in json.load(open('$OUT/gemv_q8n.json'))['rows'] if x['kernel'] == 'dot_i8n' and x['us'] == x['us']]
+print(';'.join(sorted({min((x for x in r if (x['shape'], x['M']) == k), key=lambda x: x['us'])['tile'] for k in {(x['shape'], x['M']) for x in r}})))")
+    echo "checking: $T"; timeout 90 python3 bench/check_i8_cuda.py --no-timing --tiles "$T" 2>&1 | tee "$OUT/check_q8n.txt" | tail -3 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

@@ -11,12 +11,14 @@ and the weight and piece scales are applied in fp32. Three variants:
   K = 128 dot against x_wide's block-diagonal operand (rows = block x piece x row), so the blocks'
   partials come out as separate rows. 86% of copy bandwidth on the H200 head at 1 row; its
   operand grows 16 rows per input row.
-- "dot_i8n" (q4_0 / q5_0, stored in block pairs, repack.py): a 128-byte line of each row is 4
+- "dot_i8n": lines of 128 bytes as the tensor cores' A operand (dot_i8w's orientation swapped),
+  n_tiles output tiles per program. For q8_0 a line is dot_i8w's 4 blocks. For q4_0 / q5_0
+  (stored in block pairs, repack.py) a 128-byte line of each row is 4
   pairs = 8 blocks; its low nibbles (blocks 0, 2, 4, 6) and high nibbles (1, 3, 5, 7) are two
   int8 tiles in element order, each against its own 16-row-per-input-row operand (x_pair). The
   nibbles stay unsigned (0..15, q5_0's 5th bits ORed in: 0..31) and the offset (8 or 16) is
-  subtracted once per row as OFF * sum(x piece). The weights are the A operand; a program walks
-  n_tiles output tiles in one loop so the next tile's lines are in flight. On CUDA the nibble
+  subtracted once per row as OFF * sum(x piece). A program walks its n_tiles output tiles in one
+  loop so the next tile's lines are in flight. On CUDA the nibble
   split is one and/shift on 4 bytes at a time (inline PTX).
 Both line kernels take a split over K (program_id(1)): deep matrices with few output tiles
 (8192 x 8192: 128 programs for 132 SMs) write per-split partials, summed after (no atomics: the
@@ -293,23 +295,47 @@ if triton is not None:
         return acc + (pl * xsl[None, :]) * sl + (ph * xsh[None, :]) * sh
 
     @triton.jit
+    def _q8_step(QS, XW, XS, SC, rn, n_mask, g, K, acc, MP: tl.constexpr, BLOCK_N: tl.constexpr,
+                 F32_OPERANDS: tl.constexpr):
+        # q8_0 line g (4 blocks, 128 bytes) of rows rn as the A operand against x_wide's operand
+        # [R, 128]; scaled like _pair_step. acc, returned: fp32 [BN, R], column (j 4 + p) MP + m.
+        R: tl.constexpr = 16 * MP
+        nb = K // 32
+        r = tl.arange(0, R)
+        rk = tl.arange(0, 128)
+        w = tl.load(QS + rn[:, None] * K + g * 128 + rk[None, :],
+                    mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)  # int8 [BN, 128]
+        part = _wdot(w, tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :]), tl.zeros([R], dtype=tl.int32),
+                     F32_OPERANDS)
+        jb = 4 * g + tl.arange(0, 4)
+        sb = tl.load(SC + rn[:, None] * nb + jb[None, :], mask=n_mask[:, None] & (jb < nb)[None, :],
+                     other=0.0).to(tl.float32)  # [BN, 4]
+        sb = tl.reshape(tl.broadcast_to(sb[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, R])
+        return acc + (part * tl.load(XS + g * R + r)[None, :]) * sb
+
+    @triton.jit
     def gemv_i8n(XW, XS, XC, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS, NT,
-                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, HAS_QH: tl.constexpr,
+                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
                  F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
-        # q4_0 / q5_0 in block pairs. Program (i, s) takes NT consecutive output tiles over split
+        # Lines of 128 bytes as the A operand: q4_0 / q5_0 in block pairs (_pair_step, 8 blocks a
+        # line), q8_0 (_q8_step, 4 blocks). Program (i, s) takes NT consecutive output tiles over split
         # s's lines (GPS of them), in ONE flattened loop over (tile, line) so the pipeliner
         # prefetches across tiles (K = 640 is 3 lines: one tile alone has little in flight); a
         # tile's rows are stored after its last line.
         R: tl.constexpr = 16 * MP
         g0 = tl.program_id(1) * GPS
-        cnt = tl.minimum(GPS, tl.cdiv(K // 32, 8) - g0)  # this split's lines
+        cnt = tl.minimum(GPS, tl.cdiv(K // 32, 8 if FMT != 0 else 4) - g0)  # this split's lines
         rm = tl.arange(0, MP)
         acc = tl.zeros([BLOCK_N, R], dtype=tl.float32)
         for it in range(0, NT * cnt):
             g = g0 + it % cnt
             rn = (tl.program_id(0) * NT + it // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
             n_mask = rn < N
-            acc = _pair_step(QS, QH, XW, XS, XC, SC, rn, n_mask, g, K, acc, MP, BLOCK_N, HAS_QH, F32_OPERANDS, ASM)
+            if FMT == 0:
+                acc = _q8_step(QS, XW, XS, SC, rn, n_mask, g, K, acc, MP, BLOCK_N, F32_OPERANDS)
+            else:
+                acc = _pair_step(QS, QH, XW, XS, XC, SC, rn, n_mask, g, K, acc, MP, BLOCK_N, FMT == 1, F32_OPERANDS,
+                                 ASM)
             if it % cnt == cnt - 1:
                 y = tl.sum(tl.reshape(acc, [BLOCK_N, 16, MP]), axis=1)  # [BN, MP]: blocks and pieces summed
                 tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
@@ -325,9 +351,8 @@ def _splits(ng: int, split_k: int) -> tuple[int, int]:
 
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool | None = None) -> None:
     """out[M, N] = x @ dequant(w).T with tile.kernel in dot_i8 / dot_i8w / dot_i8n (gemv_packed
-    has checked the arguments; x has unit column stride). The line kernels go by format: dot_i8w
-    on q4_0 / q5_0 runs dot_i8n and dot_i8n on q8_0 runs dot_i8w (n_tiles ignored there).
-    asm: the PTX nibble split (default: on CUDA)."""
+    has checked the arguments; x has unit column stride). dot_i8w is q8_0's: on q4_0 / q5_0 it
+    runs dot_i8n. asm: the PTX nibble split (default: on CUDA)."""
     n, k = w.shape
     m = x.shape[0]
     fmt = {"q8_0": 0, "q5_0": 1, "q4_0": 2}[w.fmt]
@@ -355,15 +380,17 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool 
     rows = (32 if nib else 16) * mp
     xw = torch.empty(ng, rows, 128, dtype=torch.int8, device=x.device)
     xs = torch.empty(ng, rows, dtype=torch.float32, device=x.device)
+    xc = torch.empty(ng, rows, dtype=torch.int32, device=x.device) if nib else xs  # (xs: an unused pointer)
     if nib:
-        xc = torch.empty(ng, rows, dtype=torch.int32, device=x.device)
         x_pair[(ng,)](x, xw, xs, xc, k, x.stride(0), M=m, MP=mp, OFF=16 if fmt == 1 else 8, num_warps=4)
-        nt = tile.n_tiles
-        gemv_i8n[(triton.cdiv(n, tile.BLOCK_N * nt), splits)](
-            xw, xs, xc, w.qs, qh, w.scales, y, n, k, stride_ys, out.stride(0), gps, nt, HAS_QH=fmt == 1,
-            ASM=x.is_cuda if asm is None else asm, **meta)
     else:
         x_wide[(ng,)](x, xw, xs, k, x.stride(0), M=m, MP=mp, num_warps=4)
+    if tile.kernel == "dot_i8n" or nib:
+        nt = tile.n_tiles
+        gemv_i8n[(triton.cdiv(n, tile.BLOCK_N * nt), splits)](
+            xw, xs, xc, w.qs, qh, w.scales, y, n, k, stride_ys, out.stride(0), gps, nt, FMT=fmt,
+            ASM=x.is_cuda if asm is None else asm, **meta)
+    else:
         gemv_i8w[(triton.cdiv(n, tile.BLOCK_N), splits)](xw, xs, w.qs, w.scales, y, n, k, stride_ys, out.stride(0),
                                                          gps, **meta)
     if splits > 1:
