@@ -89,22 +89,26 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 
 # Measured exceptions to DEFAULT_TILES: (class, format) -> the fastest tile per row count (1..4)
 # in the H200 runs of bench/RESULTS.md (2026-11-30 sessions 2-4; microseconds by row count).
-# Head 262144 x 640: q8_0 dot_i8w for 1-2 rows (50.6, 60.4) and dot_i8 for 3-4 (68.2, 69.2;
-# dot_i8w's operand grows 16 rows per input row: 79.3, 78.1). Nibble formats in block pairs
-# (session 4): q4_0 dot_i8n for 1-2 rows (39.5-40.7, 49.9-50.9) and dot_i8 for 3-4 (71.1, 69.7 vs
-# dot_i8n 76.1-77.6, 84.2-86.2); q5_0 dot_i8n for 1-2 rows (83.0-85.5, 94.4-95.9), dot_i8 for 3-4
-# (102.6, 100.5 vs dot_i8n 142-146). 8192 x 8192 (128 output tiles for 132 SMs): split over K,
-# q8_0 dot_i8w 27.4-28.0 (8 parts), 35.3-38.1 (4 parts) vs 65.2-72.6 whole; q4_0 dot_i8n 28.0-28.3,
-# 33.0-33.1 (4 parts), 45.1-47.5; q5_0 dot_i8n 47.4-48.6, 50.9-52.4 (4 parts), 68.2-70.1 (2 parts).
+# Head 262144 x 640:
+#   q8_0: dot_i8w for 1 row (50.6; dot_i8n 52.9), dot_i8n for 2 (55.8 vs dot_i8w 60.4), dot_i8 for
+#         3-4 (68.2, 69.2; dot_i8n 68.9, 69.3; dot_i8w 79.3, 78.1: its operand grows with the rows).
+#   q4_0 (block pairs, session 4): dot_i8n for 1-2 rows (39.5-40.7, 49.9-50.9), dot_i8 for 3-4
+#         (71.1, 69.7 vs dot_i8n 76.1-77.6, 84.2-86.2).
+#   q5_0: dot_i8n for 1-2 rows (83.0-85.5, 94.4-95.9), dot_i8 for 3-4 (102.6, 100.5 vs 142-146).
+# 8192 x 8192 (128 output tiles for 132 SMs): split over K.
+#   q8_0: dot_i8w 27.4-28.0 (8 parts), 35.3-38.1 (4 parts) vs 65.2-72.6 whole; 2 rows dot_i8n 30.5.
+#   q4_0: dot_i8n 28.0-28.3, 33.0-33.1 (4 parts), 45.1-47.5.
+#   q5_0: dot_i8n 47.4-48.6, 50.9-52.4 (4 parts), 68.2-70.1 (2 parts).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
 _H128 = TileConfig("dot_i8", 128, 128, 4, 2)
 _N2, _N4 = TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4)
 _Q5I8 = TileConfig("dot_i8", 128, 64, 4, 3)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
-    ("head", "q8_0"): (_H8W, _H8W, _H8, _H8),
+    ("head", "q8_0"): (_H8W, _N2, _H8, _H8),
     ("head", "q4_0"): (TileConfig("dot_i8n", 128, 128, 4, 2), _N4, _H128, _H128),
     ("head", "q5_0"): (_N2, _N2, _Q5I8, _Q5I8),
-    ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8),) + (TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 3,
+    ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8), TileConfig("dot_i8n", 64, 128, 4, 2, 8)) + (
+        TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 2,
     ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 4),) * 2 + (
         TileConfig("dot_i8n", 64, 128, 4, 2, 8), TileConfig("dot_i8n", 32, 128, 4, 3, 2)),
     ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (

@@ -12,14 +12,13 @@ and the weight and piece scales are applied in fp32. Three variants:
   partials come out as separate rows. 86% of copy bandwidth on the H200 head at 1 row; its
   operand grows 16 rows per input row.
 - "dot_i8n": lines of 128 bytes as the tensor cores' A operand (dot_i8w's orientation swapped),
-  n_tiles output tiles per program. For q8_0 a line is dot_i8w's 4 blocks. For q4_0 / q5_0
-  (stored in block pairs, repack.py) a 128-byte line of each row is 4
-  pairs = 8 blocks; its low nibbles (blocks 0, 2, 4, 6) and high nibbles (1, 3, 5, 7) are two
-  int8 tiles in element order, each against its own 16-row-per-input-row operand (x_pair). The
-  nibbles stay unsigned (0..15, q5_0's 5th bits ORed in: 0..31) and the offset (8 or 16) is
-  subtracted once per row as OFF * sum(x piece). A program walks its n_tiles output tiles in one
-  loop so the next tile's lines are in flight. On CUDA the nibble
-  split is one and/shift on 4 bytes at a time (inline PTX).
+  n_tiles output tiles per program walked in one loop, so the next tile's lines are in flight
+  (the head's K = 640 is only 3-5 lines per tile). For q8_0 a line is dot_i8w's 4 blocks. For
+  q4_0 / q5_0 (stored in block pairs, repack.py) a line is 4 pairs = 8 blocks: its low nibbles
+  (blocks 0, 2, 4, 6) and high nibbles (1, 3, 5, 7) are two int8 tiles in element order, each
+  against its own 16-row-per-input-row operand (x_pair). The nibbles stay unsigned (0..15, q5_0's
+  5th bits ORed in: 0..31) and the offset (8 or 16) is subtracted once per row as OFF * sum(x
+  piece). On CUDA the nibble split is one and/shift on 4 bytes at a time (inline PTX).
 Both line kernels take a split over K (program_id(1)): deep matrices with few output tiles
 (8192 x 8192: 128 programs for 132 SMs) write per-split partials, summed after (no atomics: the
 result does not depend on the order programs finish).
