@@ -262,6 +262,13 @@ if triton is not None:
         return (ip - xc[None, :] + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
 
     @triton.jit
+    def _col_scales(SC, rn, n_mask, jb, nb, MP: tl.constexpr, BLOCK_N: tl.constexpr):
+        # fp16 weight scales of blocks jb [4] of rows rn (0 past nb) -> fp32 [BN, 16 MP], broadcast
+        # to the partial's columns (j 4 + p) MP + m
+        s = tl.load(SC + rn[:, None] * nb + jb[None, :], mask=n_mask[:, None] & (jb < nb)[None, :], other=0.0)
+        return tl.reshape(tl.broadcast_to(s.to(tl.float32)[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, 16 * MP])
+
+    @triton.jit
     def _pair_step(QS, QH, XW, XS, XC, SC, rn, n_mask, g, K, acc, MP: tl.constexpr, BLOCK_N: tl.constexpr,
                    HAS_QH: tl.constexpr, F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
         # Line g (8 blocks = 4 pairs, 128 bytes) of rows rn: the low nibbles (blocks 8g + 2j) and
@@ -283,12 +290,8 @@ if triton is not None:
         pl = _wdot(lo, tl.load(xw), tl.load(XC + g * 2 * R + r), F32_OPERANDS)
         ph = _wdot(hi, tl.load(xw + R * 128), tl.load(XC + g * 2 * R + R + r), F32_OPERANDS)
         jb = 8 * g + 2 * tl.arange(0, 4)
-        sl = tl.load(SC + rn[:, None] * nb + jb[None, :], mask=n_mask[:, None] & (jb < nb)[None, :],
-                     other=0.0).to(tl.float32)  # [BN, 4]
-        sh = tl.load(SC + rn[:, None] * nb + jb[None, :] + 1, mask=n_mask[:, None] & ((jb + 1) < nb)[None, :],
-                     other=0.0).to(tl.float32)
-        sl = tl.reshape(tl.broadcast_to(sl[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, R])
-        sh = tl.reshape(tl.broadcast_to(sh[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, R])
+        sl = _col_scales(SC, rn, n_mask, jb, nb, MP, BLOCK_N)
+        sh = _col_scales(SC, rn, n_mask, jb + 1, nb, MP, BLOCK_N)
         xsl = tl.load(XS + g * 2 * R + r)
         xsh = tl.load(XS + g * 2 * R + R + r)
         return acc + (pl * xsl[None, :]) * sl + (ph * xsh[None, :]) * sh
@@ -306,10 +309,7 @@ if triton is not None:
                     mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)  # int8 [BN, 128]
         part = _wdot(w, tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :]), tl.zeros([R], dtype=tl.int32),
                      F32_OPERANDS)
-        jb = 4 * g + tl.arange(0, 4)
-        sb = tl.load(SC + rn[:, None] * nb + jb[None, :], mask=n_mask[:, None] & (jb < nb)[None, :],
-                     other=0.0).to(tl.float32)  # [BN, 4]
-        sb = tl.reshape(tl.broadcast_to(sb[:, :, None], [BLOCK_N, 4, 4 * MP]), [BLOCK_N, R])
+        sb = _col_scales(SC, rn, n_mask, 4 * g + tl.arange(0, 4), nb, MP, BLOCK_N)
         return acc + (part * tl.load(XS + g * R + r)[None, :]) * sb
 
     @triton.jit
@@ -317,8 +317,8 @@ if triton is not None:
                  M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
                  F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
         # Lines of 128 bytes as the A operand: q4_0 / q5_0 in block pairs (_pair_step, 8 blocks a
-        # line), q8_0 (_q8_step, 4 blocks). Program (i, s) takes NT consecutive output tiles over split
-        # s's lines (GPS of them), in ONE flattened loop over (tile, line) so the pipeliner
+        # line), q8_0 (_q8_step, 4 blocks). Program (i, s) takes NT consecutive output tiles over
+        # split s's lines (GPS of them), in ONE flattened loop over (tile, line) so the pipeliner
         # prefetches across tiles (K = 640 is 3 lines: one tile alone has little in flight); a
         # tile's rows are stored after its last line.
         R: tl.constexpr = 16 * MP
