@@ -1,7 +1,7 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
 Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
-verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Seven variants,
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Six variants,
 picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
 - "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
