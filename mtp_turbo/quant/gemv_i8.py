@@ -38,7 +38,7 @@ try:  # imported by gemv_triton.py only when Triton is there; this guard keeps i
     import triton
     import triton.language as tl
 
-    from .gemv_triton import _nib_block, _pair_bytes, _q8_block  # noqa: F401  (jit callees resolve in globals)
+    from .gemv_triton import _nib_block, _nib_value, _pair_bytes, _q8_block  # noqa: F401  (jit callees resolve in globals)
 except ImportError:
     triton = None
 
@@ -129,16 +129,13 @@ if triton is not None:
                     okn = n_mask & ((rn * 0 + kb) < nb)
                     pair = tl.load(QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + c32[:, None],
                                    mask=okn[None, :], other=0).to(tl.int32)  # [32, BN]
-                    lo = pair & 0xF
-                    hi = pair >> 4
-                    if FMT == 1:  # 5th bits; arithmetic shift of a negative int32 is fine (& 1)
+                    hl = pair  # (unused for q4_0)
+                    hh = pair
+                    if FMT == 1:  # q5_0's 5th bits of both blocks
                         hl = tl.load(QH + rn * nb + kb, mask=okn, other=0)[None, :]
                         hh = tl.load(QH + rn * nb + kb + 1, mask=okn & ((rn * 0 + kb + 1) < nb), other=0)[None, :]
-                        lo = (lo | (((hl >> c32[:, None]) & 1) << 4)) - 16
-                        hi = (hi | (((hh >> c32[:, None]) & 1) << 4)) - 16
-                    else:
-                        lo = lo - 8
-                        hi = hi - 8
+                    lo = _nib_value(pair & 0xF, hl, c32[:, None], FMT == 1)
+                    hi = _nib_value(pair >> 4, hh, c32[:, None], FMT == 1)
                     acc = _block_add(acc, lo, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS)
                     acc = _block_add(acc, hi, XQ, XS, SC, rn, n_mask, kb + 1, nb, F32_OPERANDS)
         y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)  # rows 4p + m: sum the pieces
@@ -176,13 +173,18 @@ if triton is not None:
         return acc + (part * xs[:, None]) * s
 
     @triton.jit
+    def _q8_line(QS, rn, n_mask, g, K):
+        # q8_0 line g of rows rn: int8 [BN, 128] (4 blocks, 128 contiguous bytes per row)
+        rk = tl.arange(0, 128)
+        return tl.load(QS + rn[:, None] * K + g * 128 + rk[None, :],
+                       mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)
+
+    @triton.jit
     def _i8w_part(QS, rn, n_mask, g, K, xq, F32_OPERANDS: tl.constexpr):
         # One K = 128 integer dot of q8_0 rows rn's 128 bytes of group g (4 blocks, int8 [BN, 128])
         # against x_wide's block-diagonal operand xq [R, 128]: the 4 blocks' exact partials as
         # separate rows [R, BN].
-        rk = tl.arange(0, 128)
-        w = tl.load(QS + rn[:, None] * K + g * 128 + rk[None, :],
-                    mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)
+        w = _q8_line(QS, rn, n_mask, g, K)
         if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
             return tl.dot(xq.to(tl.float32), tl.trans(w).to(tl.float32), input_precision="ieee")
         ip = tl.dot(xq, tl.trans(w), out_dtype=tl.int32)
@@ -277,7 +279,7 @@ if triton is not None:
         # acc, returned: fp32 [BN, R], R = 16 MP, column (j 4 + p) MP + m.
         R: tl.constexpr = 16 * MP
         nb = K // 32
-        pb = (nb + 1) // 2 * 32  # bytes per row (repack.pair_bytes)
+        pb = _pair_bytes(K)
         r = tl.arange(0, R)
         rk = tl.arange(0, 128)
         b = tl.load(QS + rn[:, None] * pb + g * 128 + rk[None, :],
@@ -305,10 +307,8 @@ if triton is not None:
         nb = K // 32
         r = tl.arange(0, R)
         rk = tl.arange(0, 128)
-        w = tl.load(QS + rn[:, None] * K + g * 128 + rk[None, :],
-                    mask=n_mask[:, None] & ((g * 128 + rk) < K)[None, :], other=0)  # int8 [BN, 128]
-        part = _wdot(w, tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :]), tl.zeros([R], dtype=tl.int32),
-                     F32_OPERANDS)
+        xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # x_wide's int8 [R, 128]
+        part = _wdot(_q8_line(QS, rn, n_mask, g, K), xq, tl.zeros([R], dtype=tl.int32), F32_OPERANDS)
         sb = _col_scales(SC, rn, n_mask, 4 * g + tl.arange(0, 4), nb, MP, BLOCK_N)
         return acc + (part * tl.load(XS + g * R + r)[None, :]) * sb
 

@@ -72,17 +72,25 @@ if triton is not None:
         return (K // 32 + 1) // 2 * 32
 
     @triton.jit
+    def _nib_value(v, h, j, HAS_QH: tl.constexpr):
+        # nibbles v (0..15) -> signed values: q4_0 v - 8; q5_0 (v | 5th bit << 4) - 16, the bit being
+        # bit j of the block's qh word h (v, h, j broadcast together; h unused for q4_0).
+        # An arithmetic shift of a negative int32 is fine: & 1 keeps only bit j.
+        if HAS_QH:
+            return (v | (((h >> j) & 1) << 4)) - 16
+        return v - 8
+
+    @triton.jit
     def _nib_block(QS, QH, rn, okn, kb, K, HAS_QH: tl.constexpr):
         # Block kb of rows rn -> int32 [32, BN] values in element order: the low (kb even) or high
         # (odd) nibbles of its pair's 32 bytes (repack.py), q5_0's 5th bits ORed in, minus the offset.
         rj = tl.arange(0, 32)
         b = tl.load(QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + rj[:, None], mask=okn[None, :], other=0)
         v = (b.to(tl.int32) >> (4 * (kb % 2))) & 0xF
+        h = v  # (unused for q4_0)
         if HAS_QH:
             h = tl.load(QH + rn * (K // 32) + kb, mask=okn, other=0)[None, :]  # [1, BN]
-            # arithmetic shift of a negative int32 is fine: & 1 keeps only bit j
-            return (v | (((h >> rj[:, None]) & 1) << 4)) - 16
-        return v - 8
+        return _nib_value(v, h, rj[:, None], HAS_QH)
 
     @triton.jit
     def _x_rows(X, stride_xm, kidx, K, M: tl.constexpr, SPLIT: tl.constexpr):
@@ -180,11 +188,10 @@ if triton is not None:
             else:  # block kb: the low (even kb) or high (odd) nibbles of its pair's 32 bytes (repack.py)
                 off = rn[:, None, None] * _pair_bytes(K) + (kb // 2)[None, :, None] * 32 + rj[None, None, :]
                 q = (tl.load(QS + off, mask=m2[:, :, None], other=0).to(tl.int32) >> (4 * (kb % 2))[None, :, None]) & 0xF
+                h = q  # (unused for q4_0)
                 if FMT == 1:
                     h = tl.load(QH + rn[:, None] * nb + kb[None, :], mask=m2, other=0)[:, :, None]
-                    q = (q | (((h >> rj[None, None, :]) & 1) << 4)) - 16
-                else:
-                    q = q - 8
+                q = _nib_value(q, h, rj[None, None, :], FMT == 1)
             w = q.to(tl.float32) * s  # dequantized once for all rows
             acc0 = _fma_row(acc0, X, stride_xm, 0, kidx, x_ok, w)
             if M > 1:
