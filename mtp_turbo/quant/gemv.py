@@ -18,7 +18,8 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n")  # gemv_triton.py, gemv_i8.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n")  # gemv_triton.py,
+# gemv_i8.py, gemv_bf16n.py
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,8 @@ class TileConfig:
     BLOCK_K: int  # K elements per loop step (a power-of-two number of 32-blocks)
     num_warps: int
     num_stages: int
-    split_k: int = 1  # dot_i8w / dot_i8n: K cut into up to this many parts (partials summed after)
-    n_tiles: int = 1  # dot_i8n: output tiles per program, walked in one loop (lines in flight across tiles)
+    split_k: int = 1  # dot_i8w / dot_i8n / dot_bf16n: K cut into up to this many parts (partials summed after)
+    n_tiles: int = 1  # dot_i8n / dot_bf16n: output tiles per program, walked in one loop (loads in flight across tiles)
 
     def __str__(self) -> str:
         s = f"{self.kernel},{self.BLOCK_N},{self.BLOCK_K},{self.num_warps},{self.num_stages}"
@@ -61,11 +62,18 @@ _I8N = tuple((bn, 128, 4, st, 1, nt) for bn in (32, 64, 128) for st in (2, 3) fo
 # split over K (the sixth field) for deep matrices with few output tiles
 _SPLIT = tuple((bn, 128, w, st, sk) for bn, w, st in ((64, 4, 2), (128, 4, 2), (128, 8, 2)) for sk in (2, 4, 8))
 _SPLIT_N = tuple((bn, 128, 4, st, sk, 1) for bn, st in ((32, 3), (64, 2), (64, 3)) for sk in (2, 4, 8))
+# dot_bf16n (nibble formats; BLOCK_K = 64 x block pairs a step): the [BN, 16] accumulator is the
+# same at 1-4 rows; n_tiles > 1 for the head's short rows, split_k for 8192 x 8192
+_BF16N = ((64, 128, 4, 3, 1, 1), (64, 128, 4, 3, 1, 4), (128, 128, 4, 2, 1, 1), (128, 128, 4, 3, 1, 1),
+          (128, 128, 4, 3, 1, 2), (128, 128, 4, 4, 1, 2), (128, 128, 4, 2, 1, 2), (128, 256, 4, 2, 1, 1),
+          (128, 64, 4, 4, 1, 4), (64, 128, 4, 3, 4, 1), (64, 128, 4, 4, 4, 1), (128, 128, 4, 3, 4, 1),
+          (64, 128, 4, 3, 8, 1), (64, 64, 4, 4, 4, 1))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
-    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT_N))
+    + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT_N)
+    + _tiles("dot_bf16n", *_BF16N))
 
 # Defaults per matrix class (MEASURED_TILES below overrides them per format and row count where a
 # GPU run found better). Programs =
@@ -114,6 +122,8 @@ MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None
     ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (
         TileConfig("dot_i8n", 64, 128, 4, 2, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 2)),
 }
+_BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
+                   "wide": (64, 128, 4, 3, 1, 1)}
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
 
@@ -125,6 +135,8 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig("reduce", *_REDUCE_DEFAULTS[cls])
     if kernel in ("dot_i8w", "dot_i8n"):
         return TileConfig(kernel, *_I8W_DEFAULTS[cls])
+    if kernel == "dot_bf16n":
+        return TileConfig(kernel, *_BF16N_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
         d = _H8 if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)

@@ -38,7 +38,7 @@ try:  # imported by gemv_triton.py only when Triton is there; this guard keeps i
     import triton
     import triton.language as tl
 
-    from .gemv_triton import _nib_block, _nib_value, _pair_bytes, _q8_block  # noqa: F401  (jit callees resolve in globals)
+    from .gemv_triton import _nib_block, _nib_value, _pair_bytes, _q8_block, _qh_bit  # noqa: F401  (jit callees resolve in globals)
 except ImportError:
     triton = None
 
@@ -250,8 +250,8 @@ if triton is not None:
         # q5_0: nibbles [BN, 128] of blocks 8g + 2j + H (j < 4) with their 5th bits ORed in (0..31)
         jb = 8 * g + 2 * tl.arange(0, 4) + H
         q5 = tl.load(QH + rn[:, None] * nb + jb[None, :], mask=n_mask[:, None] & (jb < nb)[None, :], other=0)
-        c = tl.arange(0, 32)  # arithmetic shift of a negative int32 is fine: & 1 keeps bit c
-        bits = tl.reshape(((q5[:, :, None] >> c[None, None, :]) & 1).to(tl.int8), [BLOCK_N, 128])
+        c = tl.arange(0, 32)  # element c's bit (repack.qh_bit); & 1 keeps it after an arithmetic shift
+        bits = tl.reshape(((q5[:, :, None] >> _qh_bit(c)[None, None, :]) & 1).to(tl.int8), [BLOCK_N, 128])
         return nib | (bits << 4)
 
     @triton.jit

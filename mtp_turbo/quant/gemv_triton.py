@@ -1,7 +1,7 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
 Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
-verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Six variants,
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Seven variants,
 picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
 - "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
@@ -17,6 +17,8 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
   candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
 - "dot_i8", "dot_i8w", "dot_i8n": integer tensor cores, in gemv_i8.py (launched from here).
+- "dot_bf16n": nibble formats as the bf16 dot's A operand, converted by PTX, in gemv_bf16n.py;
+  on q8_0 it runs dot_i8n (the int8 kernels take its bytes as they are).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -28,6 +30,8 @@ and int -> bf16 casts go through fp32.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -72,12 +76,17 @@ if triton is not None:
         return (K // 32 + 1) // 2 * 32
 
     @triton.jit
+    def _qh_bit(j):
+        # the bit of a block's stored q5_0 qh word that holds element j's 5th bit (repack.qh_bit)
+        return 8 * (((j % 4) >> 1) | (((j % 4) & 1) << 1)) + j // 4
+
+    @triton.jit
     def _nib_value(v, h, j, HAS_QH: tl.constexpr):
-        # nibbles v (0..15) -> signed values: q4_0 v - 8; q5_0 (v | 5th bit << 4) - 16, the bit being
-        # bit j of the block's qh word h (v, h, j broadcast together; h unused for q4_0).
-        # An arithmetic shift of a negative int32 is fine: & 1 keeps only bit j.
+        # nibbles v (0..15) -> signed values: q4_0 v - 8; q5_0 (v | 5th bit << 4) - 16, element j's
+        # bit being bit _qh_bit(j) of the block's stored qh word h (v, h, j broadcast together; h
+        # unused for q4_0). An arithmetic shift of a negative int32 is fine: & 1 keeps that bit.
         if HAS_QH:
-            return (v | (((h >> j) & 1) << 4)) - 16
+            return (v | (((h >> _qh_bit(j)) & 1) << 4)) - 16
         return v - 8
 
     @triton.jit
@@ -234,9 +243,15 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
         gemv_reduce[grid](*args, **meta)
-    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n"):
+    elif tile.kernel == "dot_bf16n" and w.fmt != "q8_0":
+        from . import gemv_bf16n
+
+        gemv_bf16n.launch(x, w, tile, out)
+    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n"):
         from . import gemv_i8
 
+        if tile.kernel == "dot_bf16n":  # q8_0: its int8 line kernel, same tile shape
+            tile = replace(tile, kernel="dot_i8n", BLOCK_K=128)
         gemv_i8.launch(x, w, tile, out)
     else:
         gemv_dot[grid](*args, PREC=0 if tile.kernel == "dot_bf16x3" else 1,

@@ -11,14 +11,18 @@ Layout (all arrays row-major, one row per output feature; K % 32 == 0, nb = K //
                                      pair i holds element c of block 2i (low nibble) and element c
                                      of block 2i+1 (high nibble), value = nibble - 8; odd nb: the
                                      last pair's high nibbles are 0 (no block)
-  q5_0: qs uint8 [N, PB] as q4_0,    plus qh int32 [N, nb]: bit j = 5th bit of element b*32+j
-                                     (the ggml uint32 bits, stored as int32: torch's uint32 is
-                                     thin on ops), value = (nibble | bit << 4) - 16
+  q5_0: qs uint8 [N, PB] as q4_0,    plus qh int32 [N, nb]: bit qh_bit(j) of block b's word = 5th
+                                     bit of element b*32+j (ggml's uint32 bits permuted; int32:
+                                     torch's uint32 is thin on ops), value = (nibble | bit << 4) - 16
   scales: float16 [N, nb] for every block format.
 Why pairs, not ggml's in-block order (byte j of a block = elements j and j + 16): both nibble
 halves of a line are then whole blocks in element order, so the integer kernel's block-diagonal x
 operand has 4 blocks per 128-byte tile instead of 8 (half the operand rows and integer MACs; H200,
 bench/RESULTS.md 2026-11-30 session 4). Rows start 32-byte aligned (PB and K are multiples of 32).
+Why q5_0's qh bits permuted: a 4-byte word k of a pair holds elements 4k..4k+3, whose 5th bits are
+then bits k, 16 + k (elements 4k, 4k + 1) and 8 + k, 24 + k (4k + 2, 4k + 3) of the block's word:
+16 apart, as gemv_bf16n.py's bf16 pairs are, so one rotate and one mask put two of them beside
+their nibbles, where ggml's order needs a shift and mask per element.
 """
 
 from __future__ import annotations
@@ -45,6 +49,30 @@ _DENSE_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
 def pair_bytes(k: int) -> int:
     """Bytes per row of a q4_0 / q5_0 qs array (block pairs, see the module docstring)."""
     return (k // QK + 1) // 2 * 32
+
+
+def qh_bit(j):
+    """Bit of a block's stored qh word that holds element j's 5th bit (j: int or integer array):
+    element 4k + i at k + 8 * (0, 2, 1, 3)[i]."""
+    return 8 * (((j % 4) >> 1) | (((j % 4) & 1) << 1)) + j // 4
+
+
+def gguf_qh_to_stored(qh: np.ndarray) -> np.ndarray:
+    """ggml qh words (bit j = element j) -> the stored order (bit qh_bit(j)); uint32 in, uint32 out."""
+    qh = qh.astype(np.uint32)
+    out = np.zeros_like(qh)
+    for j in range(QK):
+        out |= ((qh >> np.uint32(j)) & np.uint32(1)) << np.uint32(qh_bit(j))
+    return out
+
+
+def stored_qh_to_gguf(qh: np.ndarray) -> np.ndarray:
+    """Inverse of gguf_qh_to_stored."""
+    qh = qh.astype(np.uint32)
+    out = np.zeros_like(qh)
+    for j in range(QK):
+        out |= ((qh >> np.uint32(qh_bit(j))) & np.uint32(1)) << np.uint32(j)
+    return out
 
 
 def gguf_nibbles_to_pairs(qs: np.ndarray, nb: int) -> np.ndarray:
@@ -137,7 +165,7 @@ class PackedWeight:
         elif fmt == "q4_0":
             qs = torch.from_numpy(gguf_nibbles_to_pairs(blk[:, :, 2:], nb))
         else:  # q5_0: d, qh (4 bytes little-endian), qs[16]
-            qh = torch.from_numpy(blk[:, :, 2:6].copy().view("<i4").reshape(n, nb))
+            qh = torch.from_numpy(gguf_qh_to_stored(blk[:, :, 2:6].copy().view("<u4").reshape(n, nb)).view(np.int32))
             qs = torch.from_numpy(gguf_nibbles_to_pairs(blk[:, :, 6:], nb))
         return PackedWeight(fmt, (n, k), qs.contiguous(), scales.contiguous(), qh)
 
@@ -160,7 +188,8 @@ class PackedWeight:
         nb = k // QK
         parts = [self.scales.detach().cpu().contiguous().numpy().view(np.uint8).reshape(n, nb, 2)]
         if self.fmt == "q5_0":
-            parts.append(self.qh.detach().cpu().contiguous().numpy().astype("<i4").view(np.uint8).reshape(n, nb, 4))
+            words = stored_qh_to_gguf(self.qh.detach().cpu().contiguous().numpy().view(np.uint32))
+            parts.append(words.astype("<u4").view(np.uint8).reshape(n, nb, 4))
         qs = self.qs.detach().cpu().contiguous().numpy().view(np.uint8)
         if self.fmt != "q8_0":
             qs = pairs_to_gguf_nibbles(qs, nb)
@@ -210,8 +239,8 @@ class PackedWeight:
             if self.fmt == "q4_0":
                 q = q - 8
             else:
-                shifts = torch.arange(QK, device=p.device, dtype=torch.int32)
-                hi = (self.qh.reshape(n, nb, 1) >> shifts) & 1  # arithmetic shift; &1 keeps bit j
+                shifts = qh_bit(torch.arange(QK, device=p.device, dtype=torch.int32))
+                hi = (self.qh.reshape(n, nb, 1) >> shifts) & 1  # arithmetic shift; &1 keeps the bit
                 q = (q | (hi << 4)) - 16
             q = q.float()
         return (q * self.scales.float().unsqueeze(2)).reshape(n, k)

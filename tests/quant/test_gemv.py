@@ -12,7 +12,7 @@ from mtp_turbo.errors import ConfigError
 from mtp_turbo.quant.gemv import (
     DEFAULT_TILES, KERNELS, SUPPORTED_TILES, TileConfig, default_tile, gemv, parse_tile, tile_class,
 )
-from mtp_turbo.quant.repack import BLOCK_FORMATS, GGML_TYPES, PackedWeight, quantize_bytes
+from mtp_turbo.quant.repack import BLOCK_FORMATS, GGML_TYPES, PackedWeight, qh_bit, quantize_bytes
 
 SHAPES = [(37, 96), (5, 32), (129, 640)]  # odd N_out, K a multiple of 32 (incl. one block)
 
@@ -85,6 +85,12 @@ def test_repack_round_trip_and_layout(fmt):
                 assert np.array_equal((qs[:, b // 2] >> (4 * (b % 2))) & 15, nib[:, b])
             assert not (qs[:, nb // 2] >> 4).any()  # the empty half
         assert (pw.qh is not None) == (fmt == "q5_0")
+        if fmt == "q5_0":  # element j's 5th bit: ggml's bit j, stored at bit qh_bit(j)
+            ggml_qh = np.ascontiguousarray(raw.reshape(n, nb, -1)[:, :, 2:6]).view("<u4")[..., 0].astype(np.int64)
+            stored = pw.qh.numpy().astype(np.int64) & 0xFFFFFFFF
+            for j in range(32):
+                assert np.array_equal((stored >> qh_bit(j)) & 1, (ggml_qh >> j) & 1)
+            assert (stored != ggml_qh).any()  # the permutation is not the identity on this data
         # Each row's quant bytes start 16-byte aligned relative to the array (wide loads).
         assert (pw.qs.stride(0) * pw.qs.element_size()) % 16 == 0
     moved = pw.to("cpu")
@@ -193,8 +199,9 @@ def test_kernel_matches_float64(kernel, fmt):
     for n, k, bn, bk in _ODD:
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
-        wide = kernel in ("dot_i8w", "dot_i8n")
-        tile = TileConfig(kernel, bn, 128 if wide else bk, 4, 2, 1, 2 if kernel == "dot_i8n" else 1)  # 128 B a step
+        wide = kernel in ("dot_i8w", "dot_i8n")  # 128 B a step; dot_bf16n: 1-2 block pairs a step
+        bk = 128 if wide else (max(bk, 64) if kernel == "dot_bf16n" else bk)
+        tile = TileConfig(kernel, bn, bk, 4, 2, 1, 2 if kernel in ("dot_i8n", "dot_bf16n") else 1)
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
                 x = torch.randn(m, k, generator=g).to(dt).to(dev)
@@ -209,14 +216,15 @@ def test_kernel_matches_float64(kernel, fmt):
 
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
-@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n"])
+@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n", "dot_bf16n"])
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
 def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
-    """dot_i8w / dot_i8n over several 128-byte steps and a K tail (23 blocks: odd, so the last pair
-    has an empty half), whole and split over K into 2 and 3 parts (uneven: the last part is
-    shorter), with 1 and 3 output tiles per program (N = 21 rows of 16: the last program's tiles
-    run past N). At fp32 rounding; the nibble kernels' low/high tiles and offset term only cancel
-    out if their x columns line up."""
+    """dot_i8w / dot_i8n / dot_bf16n over several steps and a K tail (23 blocks: odd, so the last
+    pair has an empty half; dot_bf16n at 4 pairs a step: 12 pairs, so the last step runs past the
+    row), whole and split over K into 2 and 3 parts (uneven: the last part is shorter), with 1 and
+    3 output tiles per program (N = 21 rows of 16: the last program's tiles run past N). At fp32
+    rounding; the nibble kernels' low/high tiles and offset term only cancel out if their x
+    columns line up."""
     from mtp_turbo.quant import gemv_triton
 
     dev = _kernel_device()
@@ -228,7 +236,8 @@ def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
         for m in (1, 3):
             x = torch.randn(m, k, generator=g).to(dev)
             out = torch.full((m, n), float("nan"), device=dev)
-            gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, 128, 4, 2, split, nt), out)
+            bk = 256 if kernel == "dot_bf16n" else 128
+            gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, bk, 4, 2, split, nt), out)
             _check(out, x, ref_w, tol=1e-6)
 
 
@@ -374,3 +383,24 @@ def test_head_class_dispatch_per_row_count():
     lin = PackedLinear(pw, backend="triton")
     x = torch.randn(5, 64, generator=g).to(dev)  # chunks of 4 + 1 rows
     _check(lin(x, out_dtype=torch.float32), x, ref_w, tol=1e-6)
+
+
+@pytest.mark.interpret
+@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
+@pytest.mark.parametrize("fmt", ["q4_0", "q5_0"])
+def test_bf16n_unmasked_path(fmt):
+    """dot_bf16n's EVEN specialization (no masks: N a multiple of BLOCK_N x n_tiles, the row a
+    whole number of steps, every pair with both blocks), whole and split over K, at fp32 rounding."""
+    from mtp_turbo.quant import gemv_triton
+
+    dev = _kernel_device()
+    g = torch.Generator().manual_seed(9)
+    n, k = 64, 512  # 16 blocks: 8 pairs, 2 or 4 steps
+    pw, ref_w, _ = _weights(n, k, fmt, seed=k + 1)
+    pw = pw.to(dev)
+    for tile in (TileConfig("dot_bf16n", 16, 128, 4, 2, 1, 2), TileConfig("dot_bf16n", 32, 256, 4, 2, 2, 1)):
+        for m in (1, 4):
+            x = torch.randn(m, k, generator=g).to(dev)
+            out = torch.full((m, n), float("nan"), device=dev)
+            gemv_triton.gemv_packed(x, pw, tile, out)
+            _check(out, x, ref_w, tol=1e-6)
