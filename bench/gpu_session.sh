@@ -24,6 +24,7 @@
 #   bench/gpu_session.sh bf16n             dot_bf16n (nibbles as bf16 A operand): CUDA check (+ q8_0 dot_i8n defaults), tile
 #                                          sweep at 1-4 rows on the head and 8192x8192 (q4_0, q5_0) beside the defaults
 #   bench/gpu_session.sh gputests          GPU tests of quant/
+#   bench/gpu_session.sh defaults5         CUDA check of the default tiles (1-4 rows, every shape); the defaults on every shape
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -134,11 +135,17 @@ case $step in
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   bf16n)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 150 python3 bench/check_i8_cuda.py --no-timing --tiles "${TILES:-dot_i8n,64,128,4,2;dot_i8n,64,128,4,2,8;dot_bf16n,128,128,4,3,1,2;dot_bf16n,128,256,4,2,2,1;dot_bf16n,64,128,4,3,8,1}" \
+    timeout 150 python3 bench/check_i8_cuda.py --no-timing --tiles "${TILES:-dot_i8n,64,128,4,2;dot_i8n,64,128,4,2,8;dot_bf16n,128,128,4,3,1,2;dot_bf16n,128,128,4,2;dot_bf16n,64,128,4,3,4}" \
       2>&1 | tee "$OUT/check_cuda.txt" | grep -v "^  " | tail -6
     timeout ${SWEEP_S:-330} python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_bf16n \
       --sweep --sweep-rows 1,2,3,4 --out "$OUT/gemv_bf16n.json" > "$OUT/gemv_bf16n.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_bf16n.txt"
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
+  defaults5)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    TILES="dot_i8n,64,128,4,2;dot_i8n,64,128,4,2,8;dot_bf16n,128,128,4,3,1,2;dot_bf16n,128,128,4,2;dot_bf16n,64,128,4,3,4"
+    timeout 150 python3 bench/check_i8_cuda.py --no-timing --tiles "$TILES" 2>&1 | tee "$OUT/check_cuda.txt" | grep -v "^  " | tail -4
+    timeout 250 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
+    grep -A80 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt"; grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   gputests)
     timeout ${TEST_S:-500} python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/pytest_gpu_quant.txt" ;;
   nibcheck)

@@ -96,31 +96,29 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 
 
 # Measured exceptions to DEFAULT_TILES: (class, format) -> the fastest tile per row count (1..4)
-# in the H200 runs of bench/RESULTS.md (2026-11-30 sessions 2-4; microseconds by row count).
+# in the H200 runs of bench/RESULTS.md (2026-11-30 sessions 2-5; microseconds by row count).
 # Head 262144 x 640:
 #   q8_0: dot_i8w for 1 row (50.6; dot_i8n 52.9), dot_i8n for 2 (55.8 vs dot_i8w 60.4), dot_i8 for
 #         3-4 (68.2, 69.2; dot_i8n 68.9, 69.3; dot_i8w 79.3, 78.1: its operand grows with the rows).
-#   q4_0 (block pairs, session 4): dot_i8n for 1-2 rows (39.5-40.7, 49.9-50.9), dot_i8 for 3-4
-#         (71.1, 69.7 vs dot_i8n 76.1-77.6, 84.2-86.2).
-#   q5_0: dot_i8n for 1-2 rows (83.0-85.5, 94.4-95.9), dot_i8 for 3-4 (102.6, 100.5 vs 142-146).
+#   q4_0 (block pairs, session 4): dot_i8n for 1-2 rows (39.5-41.3, 49.9-50.9); dot_bf16n for 3-4
+#         (session 5: 59.0-59.5 vs dot_i8 68.5-69.4).
+#   q5_0: dot_bf16n for 1-4 rows (session 5: 73.9-75.4 vs dot_i8n 89.1 / 95.4, dot_i8 99.4).
 # 8192 x 8192 (128 output tiles for 132 SMs): split over K.
 #   q8_0: dot_i8w 27.4-28.0 (8 parts), 35.3-38.1 (4 parts) vs 65.2-72.6 whole; 2 rows dot_i8n 30.5.
-#   q4_0: dot_i8n 28.0-28.3, 33.0-33.1 (4 parts), 45.1-47.5.
-#   q5_0: dot_i8n 47.4-48.6, 50.9-52.4 (4 parts), 68.2-70.1 (2 parts).
+#   q4_0: dot_i8n 28.0-28.8, 33.0-33.6 (4 parts); dot_bf16n 38.2 at 3-4 (vs dot_i8n 44.8-46.6).
+#   q5_0: dot_i8n 47.2-48.6, 50.9-52.4 (4 parts); dot_bf16n 51.0-51.3 at 3-4 (vs dot_i8n 69.1-70.3).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
-_H128 = TileConfig("dot_i8", 128, 128, 4, 2)
 _N2, _N4 = TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4)
-_Q5I8 = TileConfig("dot_i8", 128, 64, 4, 3)
+_BF4, _BF5 = TileConfig("dot_bf16n", 128, 128, 4, 3, 1, 2), TileConfig("dot_bf16n", 128, 128, 4, 2)
+_BFL = TileConfig("dot_bf16n", 64, 128, 4, 3, 4)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_H8W, _N2, _H8, _H8),
-    ("head", "q4_0"): (TileConfig("dot_i8n", 128, 128, 4, 2), _N4, _H128, _H128),
-    ("head", "q5_0"): (_N2, _N2, _Q5I8, _Q5I8),
+    ("head", "q4_0"): (TileConfig("dot_i8n", 128, 128, 4, 2), _N4, _BF4, _BF4),
+    ("head", "q5_0"): (_BF5,) * 4,
     ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8), TileConfig("dot_i8n", 64, 128, 4, 2, 8)) + (
         TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 2,
-    ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 4),) * 2 + (
-        TileConfig("dot_i8n", 64, 128, 4, 2, 8), TileConfig("dot_i8n", 32, 128, 4, 3, 2)),
-    ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (
-        TileConfig("dot_i8n", 64, 128, 4, 2, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 2)),
+    ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 4),) * 2 + (_BFL,) * 2,
+    ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (_BFL,) * 2,
 }
 _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
                    "wide": (64, 128, 4, 3, 1, 1)}

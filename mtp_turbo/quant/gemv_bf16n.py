@@ -129,37 +129,28 @@ if triton is not None:
         return tl.reshape(tl.join(tl.join(a0, a2), tl.join(a1, a3)), [BLOCK_N, 32])
 
     @triton.jit
-    def _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, j, nb, pw, HAS_QH: tl.constexpr, EVEN: tl.constexpr,
+    def _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, j, nb, pw, HAS_QH: tl.constexpr,
                       F32_OPERANDS: tl.constexpr, ASM: tl.constexpr, BLOCK_N: tl.constexpr):
         # acc [BN, 16] + pair j's two blocks: (values [BN, 32] @ x operand [32, 16]) * block scale.
-        # EVEN: every row and both blocks exist (no masks: fewer instructions a step)
+        # (Unmasked loads for evenly shaped matrices cut 18% of the loop's instructions and did not
+        # make it faster on the H200: bench/RESULTS.md, 2026-11-30 session 5.)
         k8 = tl.arange(0, 8)
         c32 = tl.arange(0, 32)
         col = tl.arange(0, 16)
         wp = QW + rn[:, None] * pw + j * 8 + k8[None, :]
         xo = XB + 2 * j * 512 + c32[:, None] * 16 + col[None, :]
+        ok = n_mask & ((rn * 0 + 2 * j) < nb)  # [BN]; a pair past the split's end (P > 1 tails) adds 0
+        okb = ok & ((rn * 0 + 2 * j + 1) < nb)  # and block B exists (odd nb: the last pair's is empty)
+        w = tl.load(wp, mask=ok[:, None], other=0)  # int32 [BN, 8]
+        xa = tl.load(xo, mask=(c32 * 0 + 2 * j < nb)[:, None], other=0.0)  # bf16 [32, 16]
+        xb = tl.load(xo + 512, mask=(c32 * 0 + 2 * j + 1 < nb)[:, None], other=0.0)
+        sa = tl.load(SC + rn * nb + 2 * j, mask=ok, other=0.0).to(tl.float32)
+        sb = tl.load(SC + rn * nb + 2 * j + 1, mask=okb, other=0.0).to(tl.float32)
         ha = k8  # (unused for q4_0)
         hb = k8
-        if EVEN:
-            w = tl.load(wp)  # int32 [BN, 8]
-            xa = tl.load(xo)  # bf16 [32, 16]
-            xb = tl.load(xo + 512)
-            sa = tl.load(SC + rn * nb + 2 * j).to(tl.float32)
-            sb = tl.load(SC + rn * nb + 2 * j + 1).to(tl.float32)
-            if HAS_QH:
-                ha = tl.load(QH + rn * nb + 2 * j)[:, None]
-                hb = tl.load(QH + rn * nb + 2 * j + 1)[:, None]
-        else:
-            ok = n_mask & ((rn * 0 + 2 * j) < nb)  # [BN]; a pair past the split's end (P > 1 tails) adds 0
-            okb = ok & ((rn * 0 + 2 * j + 1) < nb)  # and block B exists (odd nb: the last pair's is empty)
-            w = tl.load(wp, mask=ok[:, None], other=0)
-            xa = tl.load(xo, mask=(c32 * 0 + 2 * j < nb)[:, None], other=0.0)
-            xb = tl.load(xo + 512, mask=(c32 * 0 + 2 * j + 1 < nb)[:, None], other=0.0)
-            sa = tl.load(SC + rn * nb + 2 * j, mask=ok, other=0.0).to(tl.float32)
-            sb = tl.load(SC + rn * nb + 2 * j + 1, mask=okb, other=0.0).to(tl.float32)
-            if HAS_QH:
-                ha = tl.load(QH + rn * nb + 2 * j, mask=ok, other=0)[:, None]
-                hb = tl.load(QH + rn * nb + 2 * j + 1, mask=okb, other=0)[:, None]
+        if HAS_QH:
+            ha = tl.load(QH + rn * nb + 2 * j, mask=ok, other=0)[:, None]
+            hb = tl.load(QH + rn * nb + 2 * j + 1, mask=okb, other=0)[:, None]
         a0, a1, a2, a3, b0, b1, b2, b3 = _word_values(w, ha, hb, k8[None, :], HAS_QH, ASM)
         va = _elements(a0, a1, a2, a3, BLOCK_N)
         vb = _elements(b0, b1, b2, b3, BLOCK_N)
@@ -173,14 +164,13 @@ if triton is not None:
         return acc + db * sb[:, None]
 
     @triton.jit
-    def gemv_bf16n(XB, QS, QH, SC, Y, M, N, K, stride_ys, stride_ym, SPS,
-                   NT: tl.constexpr, BLOCK_N: tl.constexpr, P: tl.constexpr, FMT: tl.constexpr, EVEN: tl.constexpr,
+    def gemv_bf16n(XB, QS, QH, SC, Y, M, N, K, stride_ys, stride_ym, SPS, NT,
+                   BLOCK_N: tl.constexpr, P: tl.constexpr, FMT: tl.constexpr,
                    F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
         # Program (i, s): NT consecutive output tiles over split s's steps (SPS steps of P pairs),
         # in ONE flattened loop over (tile, step) so the pipeliner prefetches across tiles; a
         # tile's rows are stored after its last step. M (1..4) is a runtime value: one compile
-        # serves every row count (the operand is 4 rows wide regardless). EVEN: N is a multiple of
-        # NT * BLOCK_N and the row of 2P-block steps (no masks).
+        # serves every row count (the operand is 4 rows wide regardless).
         nb = K // 32
         pw = _pair_bytes(K) // 4
         QW = QS.to(tl.pointer_type(tl.int32), bitcast=True)
@@ -189,17 +179,13 @@ if triton is not None:
         rm = tl.arange(0, 4)
         acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
         for it in range(0, NT * cnt):
-            if NT == 1:
-                step = s0 + it
-                rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-            else:
-                step = s0 + it % cnt
-                rn = (tl.program_id(0) * NT + it // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
+            step = s0 + it % cnt
+            rn = (tl.program_id(0) * NT + it // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
             n_mask = rn < N
             for q in tl.static_range(P):
-                acc = _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, step * P + q, nb, pw, FMT == 1, EVEN,
+                acc = _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, step * P + q, nb, pw, FMT == 1,
                                     F32_OPERANDS, ASM, BLOCK_N)
-            if (it + 1) % cnt == 0:
+            if it % cnt == cnt - 1:
                 y = tl.sum(tl.reshape(acc, [BLOCK_N, 4, 4]), axis=1)  # [BN, 4]: pieces summed
                 tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
                          mask=(rm[None, :] < M) & n_mask[:, None])
@@ -229,8 +215,8 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool 
     qh = w.qh if w.fmt == "q5_0" else w.scales  # an unused pointer unless q5_0
     nt = tile.n_tiles
     gemv_bf16n[(triton.cdiv(n, tile.BLOCK_N * nt), splits)](
-        xb, w.qs, qh, w.scales, y, m, n, k, 0 if splits == 1 else y.stride(0), out.stride(0), sps,
-        NT=nt, EVEN=n % (tile.BLOCK_N * nt) == 0 and nb % (2 * pairs_per_step) == 0, BLOCK_N=tile.BLOCK_N, P=pairs_per_step, FMT=1 if w.fmt == "q5_0" else 2,
+        xb, w.qs, qh, w.scales, y, m, n, k, 0 if splits == 1 else y.stride(0), out.stride(0), sps, nt,
+        BLOCK_N=tile.BLOCK_N, P=pairs_per_step, FMT=1 if w.fmt == "q5_0" else 2,
         F32_OPERANDS=not x.is_cuda, ASM=x.is_cuda if asm is None else asm,
         num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:

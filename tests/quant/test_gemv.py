@@ -141,8 +141,8 @@ def test_default_tiles_are_supported_and_classes():
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
     assert default_tile(262144, 640, 2).kernel == "dot_i8n" and default_tile(262144, 640, 3).kernel == "dot_i8"
     assert default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
-    assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8n" and default_tile(262144, 640, 1, "q5_0").kernel == "dot_i8n"
-    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "dot_i8n"
+    assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8n" and default_tile(262144, 640, 1, "q5_0").kernel == "dot_bf16n"
+    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "dot_bf16n"
     from mtp_turbo.quant.gemv import MEASURED_TILES
 
     assert all(len(ts) == 4 for ts in MEASURED_TILES.values())
@@ -388,9 +388,10 @@ def test_head_class_dispatch_per_row_count():
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0"])
-def test_bf16n_unmasked_path(fmt):
-    """dot_bf16n's EVEN specialization (no masks: N a multiple of BLOCK_N x n_tiles, the row a
-    whole number of steps, every pair with both blocks), whole and split over K, at fp32 rounding."""
+def test_bf16n_whole_steps(fmt):
+    """dot_bf16n on an evenly shaped matrix (N a multiple of BLOCK_N x n_tiles, the row a whole
+    number of steps, every pair with both blocks: no masked lane), whole and split over K, at fp32
+    rounding."""
     from mtp_turbo.quant import gemv_triton
 
     dev = _kernel_device()
