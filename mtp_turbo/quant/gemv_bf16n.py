@@ -134,26 +134,27 @@ if triton is not None:
         # acc [BN, 16] + pair j's two blocks: (values [BN, 32] @ x operand [32, 16]) * block scale.
         # (Unmasked loads for evenly shaped matrices cut 18% of the loop's instructions and did not
         # make it faster on the H200: bench/RESULTS.md, 2026-11-30 session 5.)
-        k8 = tl.arange(0, 8)
-        c32 = tl.arange(0, 32)
-        col = tl.arange(0, 16)
-        wp = QW + rn[:, None] * pw + j * 8 + k8[None, :]
-        xo = XB + 2 * j * 512 + c32[:, None] * 16 + col[None, :]
         ok = n_mask & ((rn * 0 + 2 * j) < nb)  # [BN]; a pair past the split's end (P > 1 tails) adds 0
         okb = ok & ((rn * 0 + 2 * j + 1) < nb)  # and block B exists (odd nb: the last pair's is empty)
-        w = tl.load(wp, mask=ok[:, None], other=0)  # int32 [BN, 8]
-        xa = tl.load(xo, mask=(c32 * 0 + 2 * j < nb)[:, None], other=0.0)  # bf16 [32, 16]
-        xb = tl.load(xo + 512, mask=(c32 * 0 + 2 * j + 1 < nb)[:, None], other=0.0)
-        sa = tl.load(SC + rn * nb + 2 * j, mask=ok, other=0.0).to(tl.float32)
-        sb = tl.load(SC + rn * nb + 2 * j + 1, mask=okb, other=0.0).to(tl.float32)
-        ha = k8  # (unused for q4_0)
-        hb = k8
+        k8 = tl.arange(0, 8)
+        w = tl.load(QW + rn[:, None] * pw + j * 8 + k8[None, :], mask=ok[:, None], other=0)  # int32 [BN, 8]
+        ha = w  # (unused for q4_0)
+        hb = w
         if HAS_QH:
             ha = tl.load(QH + rn * nb + 2 * j, mask=ok, other=0)[:, None]
             hb = tl.load(QH + rn * nb + 2 * j + 1, mask=okb, other=0)[:, None]
         a0, a1, a2, a3, b0, b1, b2, b3 = _word_values(w, ha, hb, k8[None, :], HAS_QH, ASM)
         va = _elements(a0, a1, a2, a3, BLOCK_N)
         vb = _elements(b0, b1, b2, b3, BLOCK_N)
+        # x operands and scales are loaded after the conversion: issued before it (the same loads),
+        # the q4_0 head at 3-4 rows took 70.3 us instead of 59.0 (H200, RESULTS session 5)
+        c32 = tl.arange(0, 32)
+        col = tl.arange(0, 16)
+        xo = XB + 2 * j * 512 + c32[:, None] * 16 + col[None, :]
+        xa = tl.load(xo, mask=(c32 * 0 + 2 * j < nb)[:, None], other=0.0)  # bf16 [32, 16]
+        xb = tl.load(xo + 512, mask=(c32 * 0 + 2 * j + 1 < nb)[:, None], other=0.0)
+        sa = tl.load(SC + rn * nb + 2 * j, mask=ok, other=0.0).to(tl.float32)
+        sb = tl.load(SC + rn * nb + 2 * j + 1, mask=okb, other=0.0).to(tl.float32)
         if F32_OPERANDS:  # interpreter: the same values in fp32
             da = tl.dot(va.to(tl.float32), xa.to(tl.float32), input_precision="ieee")
             db = tl.dot(vb.to(tl.float32), xb.to(tl.float32), input_precision="ieee")
