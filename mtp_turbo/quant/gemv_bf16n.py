@@ -129,50 +129,32 @@ if triton is not None:
         return tl.reshape(tl.join(tl.join(a0, a2), tl.join(a1, a3)), [BLOCK_N, 32])
 
     @triton.jit
-    def _side(SC, QH, rn, okr, step, nb, P: tl.constexpr, HAS_QH: tl.constexpr):
-        # scales (fp16) and q5_0 qh words of the 2P <= 4 blocks of step `step`, rows rn: eight [BN]
-        # vectors s0..s3, h0..h3 (those past 2P, or q4_0's h, are dummies); okr: row and step exist
-        jb = step * 2 * P
-        b = rn * nb + jb
-        s0 = tl.load(SC + b, mask=okr & (rn * 0 + jb < nb), other=0.0)
-        s1 = tl.load(SC + b + 1, mask=okr & (rn * 0 + jb + 1 < nb), other=0.0)
-        s2 = s0
-        s3 = s1
-        if P == 2:
-            s2 = tl.load(SC + b + 2, mask=okr & (rn * 0 + jb + 2 < nb), other=0.0)
-            s3 = tl.load(SC + b + 3, mask=okr & (rn * 0 + jb + 3 < nb), other=0.0)
-        h0 = rn
-        h1 = rn
-        h2 = rn
-        h3 = rn
-        if HAS_QH:
-            h0 = tl.load(QH + b, mask=okr & (rn * 0 + jb < nb), other=0)
-            h1 = tl.load(QH + b + 1, mask=okr & (rn * 0 + jb + 1 < nb), other=0)
-            if P == 2:
-                h2 = tl.load(QH + b + 2, mask=okr & (rn * 0 + jb + 2 < nb), other=0)
-                h3 = tl.load(QH + b + 3, mask=okr & (rn * 0 + jb + 3 < nb), other=0)
-        return s0, s1, s2, s3, h0, h1, h2, h3
-
-    @triton.jit
-    def _pair_partial(acc, QW, XB, rn, n_mask, j, nb, pw, sa, sb, ha, hb, HAS_QH: tl.constexpr,
+    def _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, j, nb, pw, HAS_QH: tl.constexpr,
                       F32_OPERANDS: tl.constexpr, ASM: tl.constexpr, BLOCK_N: tl.constexpr):
-        # acc [BN, 16] + pair j's two blocks: (values [BN, 32] @ x operand [32, 16]) * block scale;
-        # sa / sb fp32 [BN] the blocks' scales, ha / hb [BN, 1] their qh words (q5_0), prefetched.
+        # acc [BN, 16] + pair j's two blocks: (values [BN, 32] @ x operand [32, 16]) * block scale.
         # (Unmasked loads for evenly shaped matrices cut 18% of the loop's instructions and did not
         # make it faster on the H200: bench/RESULTS.md, 2026-11-30 session 5.)
         ok = n_mask & ((rn * 0 + 2 * j) < nb)  # [BN]; a pair past the split's end (P > 1 tails) adds 0
+        okb = ok & ((rn * 0 + 2 * j + 1) < nb)  # and block B exists (odd nb: the last pair's is empty)
         k8 = tl.arange(0, 8)
         w = tl.load(QW + rn[:, None] * pw + j * 8 + k8[None, :], mask=ok[:, None], other=0)  # int32 [BN, 8]
+        ha = w  # (unused for q4_0)
+        hb = w
+        if HAS_QH:
+            ha = tl.load(QH + rn * nb + 2 * j, mask=ok, other=0)[:, None]
+            hb = tl.load(QH + rn * nb + 2 * j + 1, mask=okb, other=0)[:, None]
         a0, a1, a2, a3, b0, b1, b2, b3 = _word_values(w, ha, hb, k8[None, :], HAS_QH, ASM)
         va = _elements(a0, a1, a2, a3, BLOCK_N)
         vb = _elements(b0, b1, b2, b3, BLOCK_N)
-        # the x operands are loaded after the conversion: issued before it (with the scales, then
-        # loaded here), the q4_0 head at 3-4 rows took 70.3 us instead of 59.0 (H200, RESULTS session 5)
+        # x operands and scales are loaded after the conversion: issued before it (the same loads),
+        # the q4_0 head at 3-4 rows took 70.3 us instead of 59.0 (H200, RESULTS session 5)
         c32 = tl.arange(0, 32)
         col = tl.arange(0, 16)
         xo = XB + 2 * j * 512 + c32[:, None] * 16 + col[None, :]
         xa = tl.load(xo, mask=(c32 * 0 + 2 * j < nb)[:, None], other=0.0)  # bf16 [32, 16]
         xb = tl.load(xo + 512, mask=(c32 * 0 + 2 * j + 1 < nb)[:, None], other=0.0)
+        sa = tl.load(SC + rn * nb + 2 * j, mask=ok, other=0.0).to(tl.float32)
+        sb = tl.load(SC + rn * nb + 2 * j + 1, mask=okb, other=0.0).to(tl.float32)
         if F32_OPERANDS:  # interpreter: the same values in fp32
             da = tl.dot(va.to(tl.float32), xa.to(tl.float32), input_precision="ieee")
             db = tl.dot(vb.to(tl.float32), xb.to(tl.float32), input_precision="ieee")
@@ -193,27 +175,17 @@ if triton is not None:
         nb = K // 32
         pw = _pair_bytes(K) // 4
         QW = QS.to(tl.pointer_type(tl.int32), bitcast=True)
-        s0_ = tl.program_id(1) * SPS  # this split's first step
-        cnt = tl.minimum(SPS, tl.cdiv(tl.cdiv(nb, 2), P) - s0_)  # and its number of steps
+        s0 = tl.program_id(1) * SPS
+        cnt = tl.minimum(SPS, tl.cdiv(tl.cdiv(nb, 2), P) - s0)  # this split's steps
         rm = tl.arange(0, 4)
         acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-        # scales and qh words are plain loads (the pipeliner only prefetches the dots' operands):
-        # each step issues the NEXT step's, so their latency hides behind a step of work
-        rn = tl.program_id(0) * NT * BLOCK_N + tl.arange(0, BLOCK_N)
-        s0, s1, s2, s3, h0, h1, h2, h3 = _side(SC, QH, rn, rn < N, s0_, nb, P, FMT == 1)
         for it in range(0, NT * cnt):
-            step = s0_ + it % cnt
+            step = s0 + it % cnt
             rn = (tl.program_id(0) * NT + it // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
             n_mask = rn < N
-            rn_next = (tl.program_id(0) * NT + (it + 1) // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
-            t0, t1, t2, t3, g0, g1, g2, g3 = _side(SC, QH, rn_next, (rn_next < N) & (rn_next * 0 + it + 1 < NT * cnt),
-                                                   s0_ + (it + 1) % cnt, nb, P, FMT == 1)
-            acc = _pair_partial(acc, QW, XB, rn, n_mask, step * P, nb, pw, s0.to(tl.float32), s1.to(tl.float32),
-                                h0[:, None], h1[:, None], FMT == 1, F32_OPERANDS, ASM, BLOCK_N)
-            if P == 2:
-                acc = _pair_partial(acc, QW, XB, rn, n_mask, step * P + 1, nb, pw, s2.to(tl.float32),
-                                    s3.to(tl.float32), h2[:, None], h3[:, None], FMT == 1, F32_OPERANDS, ASM, BLOCK_N)
-            s0, s1, s2, s3, h0, h1, h2, h3 = t0, t1, t2, t3, g0, g1, g2, g3
+            for q in tl.static_range(P):
+                acc = _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, step * P + q, nb, pw, FMT == 1,
+                                    F32_OPERANDS, ASM, BLOCK_N)
             if it % cnt == cnt - 1:
                 y = tl.sum(tl.reshape(acc, [BLOCK_N, 4, 4]), axis=1)  # [BN, 4]: pieces summed
                 tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
@@ -232,7 +204,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool 
     has checked the arguments; x has unit column stride). A step is BLOCK_K // 64 pairs.
     asm: the PTX conversion (default: on CUDA)."""
     assert w.fmt in ("q4_0", "q5_0") and tile.kernel == "dot_bf16n", (w.fmt, tile)
-    assert tile.BLOCK_K in (64, 128), f"{tile}: 1 or 2 block pairs a step"
+    assert tile.BLOCK_K in (64, 128, 256), f"{tile}: 1, 2 or 4 block pairs a step"
     n, k = w.shape
     m = x.shape[0]
     nb = k // 32

@@ -220,9 +220,9 @@ def test_kernel_matches_float64(kernel, fmt):
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
 def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
     """dot_i8w / dot_i8n / dot_bf16n over several steps and a K tail (23 blocks: odd, so the last
-    pair has an empty half), whole and split over K into 2 and 3 parts (uneven: the last part is
-    shorter), with 1 and 3 output tiles per program (N = 21 rows of 16: the last program's tiles
-    run past N; dot_bf16n prefetches the next step's scales across those tile changes). At fp32
+    pair has an empty half; dot_bf16n at 4 pairs a step: 12 pairs, so the last step runs past the
+    row), whole and split over K into 2 and 3 parts (uneven: the last part is shorter), with 1 and
+    3 output tiles per program (N = 21 rows of 16: the last program's tiles run past N). At fp32
     rounding; the nibble kernels' low/high tiles and offset term only cancel out if their x
     columns line up."""
     from mtp_turbo.quant import gemv_triton
@@ -236,7 +236,7 @@ def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
         for m in (1, 3):
             x = torch.randn(m, k, generator=g).to(dev)
             out = torch.full((m, n), float("nan"), device=dev)
-            bk = 128
+            bk = 256 if kernel == "dot_bf16n" else 128
             gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, bk, 4, 2, split, nt), out)
             _check(out, x, ref_w, tol=1e-6)
 
@@ -399,7 +399,7 @@ def test_bf16n_whole_steps(fmt):
     n, k = 64, 512  # 16 blocks: 8 pairs, 2 or 4 steps
     pw, ref_w, _ = _weights(n, k, fmt, seed=k + 1)
     pw = pw.to(dev)
-    for tile in (TileConfig("dot_bf16n", 16, 128, 4, 2, 1, 2), TileConfig("dot_bf16n", 32, 128, 4, 2, 2, 1)):
+    for tile in (TileConfig("dot_bf16n", 16, 128, 4, 2, 1, 2), TileConfig("dot_bf16n", 32, 256, 4, 2, 2, 1)):
         for m in (1, 4):
             x = torch.randn(m, k, generator=g).to(dev)
             out = torch.full((m, n), float("nan"), device=dev)
