@@ -53,29 +53,6 @@ if triton is not None:
         v = tl.where(p[None, :] == 0, hi, tl.where(p[None, :] == 1, mid, tl.where(p[None, :] == 2, lo, 0.0)))
         tl.store(XB + kb * 512 + c[:, None] * 16 + col[None, :], v.to(tl.bfloat16))
 
-    @triton.jit
-    def x_f16(X, XH, XS, K, stride_xm, M: tl.constexpr):
-        # q8_0's operand: block kb of x [M, K] -> XH fp16 [nb, 32, 16] (column 4p + m = piece p of
-        # row m times 2^s, s per (block, row) putting the block's max |x| in [2^13, 2^14): three
-        # fp16 pieces hold 27+ bits below it) and XS fp32 [nb, 16] = 2^-s per column (exact)
-        kb = tl.program_id(0)
-        c = tl.arange(0, 32)
-        col = tl.arange(0, 16)
-        m = col % 4
-        p = col // 4
-        x = tl.load(X + m[None, :] * stride_xm + kb * 32 + c[:, None],
-                    mask=(m < M)[None, :] & ((kb * 32 + c) < K)[:, None], other=0.0).to(tl.float32)
-        ef = tl.maximum((tl.max(tl.abs(x), axis=0).to(tl.int32, bitcast=True) >> 23) & 0xFF, 14)  # [16]
-        up = ((267 - ef) << 23).to(tl.float32, bitcast=True)  # 2^(140 - ef): max |x| -> [2^13, 2^14)
-        xs = x * up[None, :]
-        hi = xs.to(tl.float16).to(tl.float32)
-        r1 = xs - hi  # exact
-        mid = r1.to(tl.float16).to(tl.float32)
-        lo = r1 - mid  # exact; fp16-exact down to 2^-24 (27 bits below the block's max)
-        v = tl.where(p[None, :] == 0, hi, tl.where(p[None, :] == 1, mid, tl.where(p[None, :] == 2, lo, 0.0)))
-        tl.store(XH + kb * 512 + c[:, None] * 16 + col[None, :], v.to(tl.float16))
-        tl.store(XS + kb * 16 + col, ((ef - 13) << 23).to(tl.float32, bitcast=True))  # 2^(ef - 140)
-
     # PTX, per word w (bytes 4k..4k+3 of a pair: elements e0..e3 of blocks A = 2j and B = 2j + 1).
     # MAGIC = bf16x2 (128, 128); lop3 0xEA = (a & b) | c. prmt puts bytes 0 / 1 (2 / 3) at bits 0 and
     # 16; their low nibbles there, ORed into MAGIC, are bf16 pairs (128 + q) (bf16's 7 mantissa bits
@@ -107,16 +84,6 @@ if triton is not None:
     fma.rn.bf16x2 t0, t0, one, ng; fma.rn.bf16x2 t1, t1, one, ng;
     fma.rn.bf16x2 t2, t2, one, ng; fma.rn.bf16x2 t3, t3, one, ng;
     mov.b32 {$0, $1}, t0; mov.b32 {$2, $3}, t1; mov.b32 {$4, $5}, t2; mov.b32 {$6, $7}, t3;
-    }""")
-    # q8_0 ($4 = 4 signed bytes, e0..e3): xor 0x80 makes them u = b + 128; prmt puts u0, u1 (u2, u3)
-    # under fp16 exponent bytes 0x64: (1024 + u) pairs; one FMA takes off 1152. Outputs $0..$3.
-    _Q8_ASM = tl.constexpr("""{
-    .reg .b32 u, t0, t1, one, ng;
-    mov.b32 one, 0x3C003C00; mov.b32 ng, 0xE480E480;
-    xor.b32 u, $4, 0x80808080;
-    prmt.b32 t0, u, 0x64646464, 0x4140; prmt.b32 t1, u, 0x64646464, 0x4342;
-    fma.rn.f16x2 t0, t0, one, ng; fma.rn.f16x2 t1, t1, one, ng;
-    mov.b32 {$0, $1}, t0; mov.b32 {$2, $3}, t1;
     }""")
 
     @triton.jit
@@ -198,44 +165,10 @@ if triton is not None:
         return acc + db * sb[:, None]
 
     @triton.jit
-    def _q8_values(w, ASM: tl.constexpr):
-        # int32 words [BN, 8] of a q8_0 block -> 4 fp16 [BN, 8]: element 4k + i of word k
-        if ASM:
-            return tl.inline_asm_elementwise(asm=_Q8_ASM, constraints="=h,=h,=h,=h,r", args=[w],
-                                             dtype=(tl.float16,) * 4, is_pure=True, pack=1)
-        return (_h(w << 24 >> 24), _h(w << 16 >> 24), _h(w << 8 >> 24), _h(w >> 24))
-
-    @triton.jit
-    def _h(v):  # int -> fp32 -> fp16 (the interpreter casts int to a 16-bit float by raw bits)
-        return v.to(tl.float32).to(tl.float16)
-
-    @triton.jit
-    def _q8_partial(acc, QW, XH, XS, SC, rn, n_mask, kb, nb, K, F32_OPERANDS: tl.constexpr, ASM: tl.constexpr,
-                    BLOCK_N: tl.constexpr):
-        # acc [BN, 16] + q8_0 block kb: (values [BN, 32] @ fp16 x operand [32, 16]) * weight scale
-        # (per row) * x scale (per column)
-        ok = n_mask & ((rn * 0 + kb) < nb)
-        k8 = tl.arange(0, 8)
-        w = tl.load(QW + rn[:, None] * (K // 4) + kb * 8 + k8[None, :], mask=ok[:, None], other=0)  # int32 [BN, 8]
-        a0, a1, a2, a3 = _q8_values(w, ASM)
-        va = _elements(a0, a1, a2, a3, BLOCK_N)
-        c32 = tl.arange(0, 32)
-        col = tl.arange(0, 16)
-        xk = tl.load(XH + kb * 512 + c32[:, None] * 16 + col[None, :], mask=(c32 * 0 + kb < nb)[:, None], other=0.0)
-        xs = tl.load(XS + kb * 16 + col, mask=(col * 0 + kb) < nb, other=0.0)
-        s = tl.load(SC + rn * nb + kb, mask=ok, other=0.0).to(tl.float32)
-        if F32_OPERANDS:
-            d = tl.dot(va.to(tl.float32), xk.to(tl.float32), input_precision="ieee")
-        else:
-            d = tl.dot(va, xk)
-        return acc + d * (s[:, None] * xs[None, :])
-
-    @triton.jit
-    def gemv_bf16n(XB, XS, QS, QH, SC, Y, M, N, K, stride_ys, stride_ym, SPS, NT,
+    def gemv_bf16n(XB, QS, QH, SC, Y, M, N, K, stride_ys, stride_ym, SPS, NT,
                    BLOCK_N: tl.constexpr, P: tl.constexpr, FMT: tl.constexpr,
                    F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
-        # Program (i, s): NT consecutive output tiles over split s's steps (SPS steps of P pairs, or
-        # for q8_0 (FMT 0, fp16 operands XB and scales XS) of P blocks),
+        # Program (i, s): NT consecutive output tiles over split s's steps (SPS steps of P pairs),
         # in ONE flattened loop over (tile, step) so the pipeliner prefetches across tiles; a
         # tile's rows are stored after its last step. M (1..4) is a runtime value: one compile
         # serves every row count (the operand is 4 rows wide regardless).
@@ -243,8 +176,7 @@ if triton is not None:
         pw = _pair_bytes(K) // 4
         QW = QS.to(tl.pointer_type(tl.int32), bitcast=True)
         s0 = tl.program_id(1) * SPS
-        units = nb if FMT == 0 else tl.cdiv(nb, 2)  # q8_0 blocks or block pairs a row
-        cnt = tl.minimum(SPS, tl.cdiv(units, P) - s0)  # this split's steps
+        cnt = tl.minimum(SPS, tl.cdiv(tl.cdiv(nb, 2), P) - s0)  # this split's steps
         rm = tl.arange(0, 4)
         acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
         for it in range(0, NT * cnt):
@@ -252,12 +184,8 @@ if triton is not None:
             rn = (tl.program_id(0) * NT + it // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
             n_mask = rn < N
             for q in tl.static_range(P):
-                if FMT == 0:
-                    acc = _q8_partial(acc, QW, XB, XS, SC, rn, n_mask, step * P + q, nb, K, F32_OPERANDS, ASM,
-                                      BLOCK_N)
-                else:
-                    acc = _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, step * P + q, nb, pw, FMT == 1,
-                                        F32_OPERANDS, ASM, BLOCK_N)
+                acc = _pair_partial(acc, QW, QH, XB, SC, rn, n_mask, step * P + q, nb, pw, FMT == 1,
+                                    F32_OPERANDS, ASM, BLOCK_N)
             if it % cnt == cnt - 1:
                 y = tl.sum(tl.reshape(acc, [BLOCK_N, 4, 4]), axis=1)  # [BN, 4]: pieces summed
                 tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
@@ -272,31 +200,24 @@ def _splits(steps: int, split_k: int) -> tuple[int, int]:
 
 
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool | None = None) -> None:
-    """out[M, N] = x @ dequant(w).T with tile.kernel == "dot_bf16n" (gemv_packed has checked the
-    arguments; x has unit column stride). A step is BLOCK_K elements: BLOCK_K // 64 block pairs
-    (q4_0 / q5_0, bf16 operands) or BLOCK_K // 32 blocks (q8_0, fp16 operands). asm: the PTX
-    conversion (default: on CUDA)."""
-    assert w.fmt in ("q8_0", "q4_0", "q5_0") and tile.kernel == "dot_bf16n", (w.fmt, tile)
-    assert tile.BLOCK_K in (64, 128, 256), f"{tile}: 64, 128 or 256 elements a step"
+    """out[M, N] = x @ dequant(w).T for q4_0 / q5_0 with tile.kernel == "dot_bf16n" (gemv_packed
+    has checked the arguments; x has unit column stride). A step is BLOCK_K // 64 pairs.
+    asm: the PTX conversion (default: on CUDA)."""
+    assert w.fmt in ("q4_0", "q5_0") and tile.kernel == "dot_bf16n", (w.fmt, tile)
+    assert tile.BLOCK_K in (64, 128, 256), f"{tile}: 1, 2 or 4 block pairs a step"
     n, k = w.shape
     m = x.shape[0]
     nb = k // 32
-    q8 = w.fmt == "q8_0"
-    per_step = tile.BLOCK_K // (32 if q8 else 64)
-    sps, splits = _splits(triton.cdiv(nb if q8 else triton.cdiv(nb, 2), per_step), tile.split_k)
+    pairs_per_step = tile.BLOCK_K // 64
+    sps, splits = _splits(triton.cdiv(triton.cdiv(nb, 2), pairs_per_step), tile.split_k)
     y = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
-    xb = torch.empty(nb, 32, 16, dtype=torch.float16 if q8 else torch.bfloat16, device=x.device)
-    xs = xb
-    if q8:
-        xs = torch.empty(nb, 16, dtype=torch.float32, device=x.device)
-        x_f16[(nb,)](x, xb, xs, k, x.stride(0), M=m, num_warps=1)
-    else:
-        x_bf16[(nb,)](x, xb, k, x.stride(0), M=m, num_warps=1)
+    xb = torch.empty(nb, 32, 16, dtype=torch.bfloat16, device=x.device)
+    x_bf16[(nb,)](x, xb, k, x.stride(0), M=m, num_warps=1)
     qh = w.qh if w.fmt == "q5_0" else w.scales  # an unused pointer unless q5_0
     nt = tile.n_tiles
     gemv_bf16n[(triton.cdiv(n, tile.BLOCK_N * nt), splits)](
-        xb, xs, w.qs, qh, w.scales, y, m, n, k, 0 if splits == 1 else y.stride(0), out.stride(0), sps, nt,
-        BLOCK_N=tile.BLOCK_N, P=per_step, FMT={"q8_0": 0, "q5_0": 1, "q4_0": 2}[w.fmt],
+        xb, w.qs, qh, w.scales, y, m, n, k, 0 if splits == 1 else y.stride(0), out.stride(0), sps, nt,
+        BLOCK_N=tile.BLOCK_N, P=pairs_per_step, FMT=1 if w.fmt == "q5_0" else 2,
         F32_OPERANDS=not x.is_cuda, ASM=x.is_cuda if asm is None else asm,
         num_warps=tile.num_warps, num_stages=tile.num_stages)
     if splits > 1:

@@ -17,8 +17,8 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   (one FMA per weight per row, no per-step reduction), reduced once after the K loop. The M = 1
   candidate (a padded dot wastes 15/16 of its rows there; here nothing is wasted).
 - "dot_i8", "dot_i8w", "dot_i8n": integer tensor cores, in gemv_i8.py (launched from here).
-- "dot_bf16n": the weights as a 16-bit float dot's A operand, converted by PTX (nibble formats:
-  bf16; q8_0: fp16), x in three exact pieces, in gemv_bf16n.py.
+- "dot_bf16n": nibble formats as the bf16 dot's A operand, converted by PTX, in gemv_bf16n.py;
+  on q8_0 it runs dot_i8n (the int8 kernels take its bytes as they are).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -30,6 +30,8 @@ and int -> bf16 casts go through fp32.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import torch
 
@@ -241,13 +243,15 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
     if tile.kernel == "reduce":
         gemv_reduce[grid](*args, **meta)
-    elif tile.kernel == "dot_bf16n":
+    elif tile.kernel == "dot_bf16n" and w.fmt != "q8_0":
         from . import gemv_bf16n
 
         gemv_bf16n.launch(x, w, tile, out)
-    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n"):
+    elif tile.kernel in ("dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n"):
         from . import gemv_i8
 
+        if tile.kernel == "dot_bf16n":  # q8_0: its int8 line kernel, same tile shape
+            tile = replace(tile, kernel="dot_i8n", BLOCK_K=128)
         gemv_i8.launch(x, w, tile, out)
     else:
         gemv_dot[grid](*args, PREC=0 if tile.kernel == "dot_bf16x3" else 1,
