@@ -11,8 +11,8 @@ M = 1..4: correctness against dequantize-then-matmul (float64), the median time 
 L2 and Python launch overhead is not counted), the effective bandwidth ((weight + x + y bytes) /
 time) as a fraction of the copy bandwidth, and torch bf16 matmul on the same shape beside it.
 A variant that fails to compile or run is reported (error column) and the run goes on.
---sweep also times every supported tile at M = 1 and M = 4 (--sweep-rows) and prints the best per
-shape/format.
+--sweep also times every supported tile (or only those of --tiles) at M = 1 and M = 4 (--sweep-rows)
+and prints the best per shape/format.
 Without CUDA: runs each variant once in Triton's interpreter on a small shape (correctness only)
 and says that the timings were skipped.
 """
@@ -36,7 +36,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its CPU int
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
-from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, variant_tile  # noqa: E402
+from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, parse_tile, variant_tile  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 DRAFTER_SHAPES = [(1024, 640), (640, 1024), (2048, 640), (640, 2048), (256, 640)]
@@ -105,7 +105,8 @@ def _fail(e: Exception) -> str:
     return msg
 
 
-def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, sweep_rows=(1, 4)) -> list[dict]:
+def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, sweep_rows=(1, 4),
+                only=()) -> list[dict]:
     gen = torch.Generator().manual_seed(n * 31 + k)
     w = torch.randn(n, k, generator=gen) * 0.02
     rows = []
@@ -128,7 +129,7 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, s
             # "default": what the dispatcher picks per row count and format (gemv.default_tile)
             tiles = [None] if kernel == "default" else [variant_tile(kernel, n, k)]
             if sweep and kernel != "default":
-                tiles += [t for t in SUPPORTED_TILES if t.kernel == kernel and t != tiles[0]]
+                tiles += [t for t in (only or SUPPORTED_TILES) if t.kernel == kernel and t != tiles[0]]
             for m in range(1, 5):
                 x = torch.randn(m, k, device="cuda")
                 out = torch.full((m, n), float("nan"), device="cuda")
@@ -220,6 +221,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="write the results as JSON here")
     ap.add_argument("--sweep", action="store_true", help="also time every supported tile (at --sweep-rows)")
     ap.add_argument("--sweep-rows", default="1,4", help="row counts the sweep times every tile at")
+    ap.add_argument("--tiles", default="", help="';'-separated tiles: the sweep times only these (of each kernel)")
     ap.add_argument("--shapes", default=None, help="comma-separated NxK (default: drafter + big shapes)")
     ap.add_argument("--kernels", default=",".join(KERNELS),
                     help="kernel variants to measure ('default' = the dispatcher's choice per row count and format)")
@@ -246,7 +248,8 @@ def main(argv=None) -> int:
         rows = []
         for n, k in shapes:
             rows += bench_shape(n, k, copy_bw, args.sweep, kernels, formats,
-                                tuple(int(v) for v in args.sweep_rows.split(",")))
+                                tuple(int(v) for v in args.sweep_rows.split(",")),
+                                tuple(parse_tile(t) for t in args.tiles.split(";") if t))
     print_table(rows, args.sweep)
     bad = [r for r in rows if not (r["err"] <= 1e-5)]  # NaN (failed) counts as bad
     for r in bad:
