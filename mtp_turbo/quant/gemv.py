@@ -107,10 +107,18 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 #   q8_0: dot_i8w 27.4-28.0 (8 parts), 35.3-38.1 (4 parts) vs 65.2-72.6 whole; 2 rows dot_i8n 30.5.
 #   q4_0: dot_i8n 28.0-28.8, 33.0-33.6 (4 parts); dot_bf16n 38.2 at 3-4 (vs dot_i8n 44.8-46.6).
 #   q5_0: dot_i8n 47.2-48.6, 50.9-52.4 (4 parts); dot_bf16n 51.0-51.3 at 3-4 (vs dot_i8n 69.1-70.3).
+# Drafter shapes (session 5), split over K into 8 parts: 40-80 programs of one output tile walk
+# K = 640..2048 one step at a time otherwise. Tall (640 x 2048 / 640 x 1024 / 256 x 640, 1-4 rows):
+#   q4_0 dot_bf16n 7.7-7.9 / 6.6-6.8 / 6.3-6.6 vs dot_bf16x3 21.2-21.3 / 11.5 / 7.8-7.9;
+#   q5_0 dot_bf16n 8.1-8.3 / 6.9-7.0 / 6.5-6.6 vs 22.0 / 11.9 / 8.1-8.2;
+#   q8_0 dot_i8n 7.8-11.6 / 7.1-10.6 / 6.8-10.1 vs 19.7 / 10.8 / 7.2 (256 x 640 alone is slower at
+#   2-4 rows; the three together take 33.6-42.4 vs 44.9-45.0 us, K and V counted twice).
+# Wide q4_0, 1 row (1024 x 640 / 2048 x 640): dot_bf16n 6.6 / 6.9 vs 8.0 / 8.0 (other rows not swept).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
 _N2, _N4 = TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4)
 _BF4, _BF5 = TileConfig("dot_bf16n", 128, 128, 4, 3, 1, 2), TileConfig("dot_bf16n", 128, 128, 4, 2)
 _BFL = TileConfig("dot_bf16n", 64, 128, 4, 3, 4)
+_BFS, _N8S = TileConfig("dot_bf16n", 64, 128, 4, 3, 8), TileConfig("dot_i8n", 32, 128, 4, 3, 8)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_H8W, _N2, _H8, _H8),
     ("head", "q4_0"): (TileConfig("dot_i8n", 128, 128, 4, 2), _N4, _BF4, _BF4),
@@ -119,6 +127,10 @@ MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None
         TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 2,
     ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 4),) * 2 + (_BFL,) * 2,
     ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (_BFL,) * 2,
+    ("tall", "q8_0"): (_N8S,) * 4,
+    ("tall", "q4_0"): (_BFS,) * 4,
+    ("tall", "q5_0"): (_BFS,) * 4,
+    ("wide", "q4_0"): (_BFS, None, None, None),
 }
 _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
                    "wide": (64, 128, 4, 3, 1, 1)}

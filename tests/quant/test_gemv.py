@@ -141,6 +141,7 @@ def test_default_tiles_are_supported_and_classes():
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
     assert default_tile(262144, 640, 2).kernel == "dot_i8n" and default_tile(262144, 640, 3).kernel == "dot_i8"
     assert default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
+    assert default_tile(640, 2048, 1, "q8_0").split_k > 1 and default_tile(640, 2048, 4, "q5_0").kernel == "dot_bf16n"
     assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8n" and default_tile(262144, 640, 1, "q5_0").kernel == "dot_bf16n"
     assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "dot_bf16n"
     from mtp_turbo.quant.gemv import MEASURED_TILES
