@@ -13,10 +13,12 @@ row m (column 12 + m zero). ONE dot per block gives every row and piece, with ex
 fp32 accumulation; the block's fp16 weight scale multiplies the [BLOCK_N, 16] partial (one FMA per
 element) and the pieces are summed once per output tile. Against dot_i8n (gemv_i8.py): no
 int -> float of the partials and no per-piece scales, so the epilogue per weight is the same at
-1 and 4 rows (dot_i8n's grows with the rows).
+1 and 4 rows (dot_i8n's grows with the rows). H200 (bench/RESULTS.md, session 5): flat in the row
+count, faster than the integer kernels at 3-4 rows and for q5_0, slower at 1-2 rows of q4_0.
 
 Ignores: the other kernels and dispatch (gemv_triton.py, gemv.py), q8_0 (the int8 kernels read
-its bytes straight into the tensor cores), the layout (repack.py). Without CUDA it runs in
+its bytes straight into the tensor cores; the same scheme with fp16 operands measured slower, and
+gemv_triton runs dot_i8n for it), the layout (repack.py). Without CUDA it runs in
 Triton's interpreter with the same values in fp32 and no PTX.
 """
 
@@ -68,6 +70,8 @@ if triton is not None:
     fma.rn.bf16x2 t2, t2, one, ng; fma.rn.bf16x2 t3, t3, one, ng;
     mov.b32 {$0, $1}, t0; mov.b32 {$2, $3}, t1; mov.b32 {$4, $5}, t2; mov.b32 {$6, $7}, t3;
     }""")
+    # (The two blocks share their first and last lines on purpose: each string is what ran on the
+    # H200 and what tests/quant/test_gemv_bf16n_ptx.py checks.)
     # q5_0: qh words hA / hB ($9 / $10) in repack's order (element 4k + i's bit at k, 16 + k, 8 + k,
     # 24 + k for i = 0..3): rotated right by $11 = k - 4 (mod 32) they put e0 / e1's bits at 4 / 20,
     # by $12 = k + 4 e2 / e3's; masked, ORed into MAGIC and then beside the nibbles.
