@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import torch
 
+from .gemv_i8 import _splits
 from .repack import PackedWeight
 
 try:  # imported by gemv_triton.py only when Triton is there
     import triton
     import triton.language as tl
 
-    from .gemv_triton import _pair_bytes, _qh_bit  # noqa: F401  (jit callees resolve in globals)
+    from .gemv_triton import _nib_value, _pair_bytes, _qh_bit, _x_rows  # noqa: F401  (jit callees resolve in globals)
 except ImportError:
     triton = None
 
@@ -40,59 +41,44 @@ if triton is not None:
     @triton.jit
     def x_bf16(X, XB, K, stride_xm, M: tl.constexpr):
         # Block kb of x [M, K] -> XB bf16 [nb, 32, 16]: XB[kb, c, 4p + m] = piece p (0..2) of
-        # x[m, 32 kb + c]; hi + mid + lo == x exactly; column 12 + m and rows m >= M are zero.
+        # x[m, 32 kb + c] (gemv_triton._x_rows' split, transposed); hi + mid + lo == x exactly;
+        # column 12 + m and rows m >= M are zero.
         kb = tl.program_id(0)
         c = tl.arange(0, 32)
-        col = tl.arange(0, 16)
-        m = col % 4
-        p = col // 4
-        x = tl.load(X + m[None, :] * stride_xm + kb * 32 + c[:, None],
-                    mask=(m < M)[None, :] & ((kb * 32 + c) < K)[:, None], other=0.0).to(tl.float32)
-        hi = x.to(tl.bfloat16).to(tl.float32)
-        r1 = x - hi  # exact: at most 16 significant bits
-        mid = r1.to(tl.bfloat16).to(tl.float32)
-        lo = r1 - mid  # exact, and bf16-exact (at most 8 bits)
-        v = tl.where(p[None, :] == 0, hi, tl.where(p[None, :] == 1, mid, tl.where(p[None, :] == 2, lo, 0.0)))
-        tl.store(XB + kb * 512 + c[:, None] * 16 + col[None, :], v.to(tl.bfloat16))
+        v = tl.trans(_x_rows(X, stride_xm, kb * 32 + c, K, M, True))  # [32, 16]
+        tl.store(XB + kb * 512 + c[:, None] * 16 + tl.arange(0, 16)[None, :], v.to(tl.bfloat16))
 
-    # PTX, per word w (bytes 4k..4k+3 of a pair: elements e0..e3 of blocks A = 2j and B = 2j + 1).
-    # MAGIC = bf16x2 (128, 128); lop3 0xEA = (a & b) | c. prmt puts bytes 0 / 1 (2 / 3) at bits 0 and
-    # 16; their low nibbles there, ORed into MAGIC, are bf16 pairs (128 + q) (bf16's 7 mantissa bits
-    # hold q < 128); >> 4 brings the high nibbles down. One FMA takes off 128 + offset exactly.
-    # Outputs $0..$3 = A's e0..e3, $4..$7 = B's.
-    _Q4_ASM = tl.constexpr("""{
-    .reg .b32 s, u, s4, u4, t0, t1, t2, t3, mg, one, ng;
-    mov.b32 mg, 0x43004300; mov.b32 one, 0x3F803F80; mov.b32 ng, 0xC308C308;
-    prmt.b32 s, $8, 0, 0x7170; prmt.b32 u, $8, 0, 0x7372; shr.u32 s4, s, 4; shr.u32 u4, u, 4;
-    lop3.b32 t0, s, 0x000F000F, mg, 0xEA; lop3.b32 t1, u, 0x000F000F, mg, 0xEA;
-    lop3.b32 t2, s4, 0x000F000F, mg, 0xEA; lop3.b32 t3, u4, 0x000F000F, mg, 0xEA;
-    fma.rn.bf16x2 t0, t0, one, ng; fma.rn.bf16x2 t1, t1, one, ng;
-    fma.rn.bf16x2 t2, t2, one, ng; fma.rn.bf16x2 t3, t3, one, ng;
-    mov.b32 {$0, $1}, t0; mov.b32 {$2, $3}, t1; mov.b32 {$4, $5}, t2; mov.b32 {$6, $7}, t3;
-    }""")
-    # (The two blocks share their first and last lines on purpose: each string is what ran on the
-    # H200 and what tests/quant/test_gemv_bf16n_ptx.py checks.)
-    # q5_0: qh words hA / hB ($9 / $10) in repack's order (element 4k + i's bit at k, 16 + k, 8 + k,
-    # 24 + k for i = 0..3): rotated right by $11 = k - 4 (mod 32) they put e0 / e1's bits at 4 / 20,
-    # by $12 = k + 4 e2 / e3's; masked, ORed into MAGIC and then beside the nibbles.
-    _Q5_ASM = tl.constexpr("""{
-    .reg .b32 s, u, s4, u4, t0, t1, t2, t3, r0, r1, r2, r3, mg, one, ng;
-    mov.b32 mg, 0x43004300; mov.b32 one, 0x3F803F80; mov.b32 ng, 0xC310C310;
-    prmt.b32 s, $8, 0, 0x7170; prmt.b32 u, $8, 0, 0x7372; shr.u32 s4, s, 4; shr.u32 u4, u, 4;
-    shf.r.wrap.b32 r0, $9, $9, $11; shf.r.wrap.b32 r1, $9, $9, $12;
-    shf.r.wrap.b32 r2, $10, $10, $11; shf.r.wrap.b32 r3, $10, $10, $12;
-    lop3.b32 r0, r0, 0x00100010, mg, 0xEA; lop3.b32 r1, r1, 0x00100010, mg, 0xEA;
-    lop3.b32 r2, r2, 0x00100010, mg, 0xEA; lop3.b32 r3, r3, 0x00100010, mg, 0xEA;
-    lop3.b32 t0, s, 0x000F000F, r0, 0xEA; lop3.b32 t1, u, 0x000F000F, r1, 0xEA;
-    lop3.b32 t2, s4, 0x000F000F, r2, 0xEA; lop3.b32 t3, u4, 0x000F000F, r3, 0xEA;
-    fma.rn.bf16x2 t0, t0, one, ng; fma.rn.bf16x2 t1, t1, one, ng;
-    fma.rn.bf16x2 t2, t2, one, ng; fma.rn.bf16x2 t3, t3, one, ng;
-    mov.b32 {$0, $1}, t0; mov.b32 {$2, $3}, t1; mov.b32 {$4, $5}, t2; mov.b32 {$6, $7}, t3;
-    }""")
+    def _nibble_asm(q5: bool) -> str:
+        # PTX, per word w = $8 (bytes 4k..4k+3 of a pair: elements e0..e3 of blocks A = 2j and
+        # B = 2j + 1). MAGIC = bf16x2 (128, 128); lop3 0xEA = (a & b) | c. prmt puts bytes 0 / 1
+        # (2 / 3) at bits 0 and 16; their low nibbles there, ORed into MAGIC, are bf16 pairs
+        # (128 + q) (bf16's 7 mantissa bits hold q < 128); >> 4 brings the high nibbles down. One FMA
+        # takes off 128 + offset exactly. Outputs $0..$3 = A's e0..e3, $4..$7 = B's.
+        # q5_0: qh words hA / hB ($9 / $10) in repack's order (element 4k + i's bit at k, 16 + k,
+        # 8 + k, 24 + k for i = 0..3): rotated right by $11 = k - 4 (mod 32) they put e0 / e1's bits
+        # at 4 / 20, by $12 = k + 4 e2 / e3's; masked and ORed into MAGIC, then beside the nibbles.
+        neg = "0xC310C310" if q5 else "0xC308C308"  # bf16x2 -(128 + 16), -(128 + 8)
+        text = ("{\n.reg .b32 s, u, s4, u4, t0, t1, t2, t3, r0, r1, r2, r3, mg, one, ng;\n"
+                f"mov.b32 mg, 0x43004300; mov.b32 one, 0x3F803F80; mov.b32 ng, {neg};\n"
+                "prmt.b32 s, $8, 0, 0x7170; prmt.b32 u, $8, 0, 0x7372; shr.u32 s4, s, 4; shr.u32 u4, u, 4;\n")
+        if q5:
+            text += ("shf.r.wrap.b32 r0, $9, $9, $11; shf.r.wrap.b32 r1, $9, $9, $12;\n"
+                     "shf.r.wrap.b32 r2, $10, $10, $11; shf.r.wrap.b32 r3, $10, $10, $12;\n")
+            text += "".join(f"lop3.b32 r{i}, r{i}, 0x00100010, mg, 0xEA;\n" for i in range(4))
+        for i, src in enumerate(("s", "u", "s4", "u4")):
+            text += f"lop3.b32 t{i}, {src}, 0x000F000F, {f'r{i}' if q5 else 'mg'}, 0xEA;\n"
+        text += "".join(f"fma.rn.bf16x2 t{i}, t{i}, one, ng;\n" for i in range(4))
+        text += "".join(f"mov.b32 {{${2 * i}, ${2 * i + 1}}}, t{i};\n" for i in range(4))
+        return text + "}"
+
+    _Q4_ASM = tl.constexpr(_nibble_asm(False))
+    _Q5_ASM = tl.constexpr(_nibble_asm(True))
 
     @triton.jit
-    def _bf(v):
-        return v.to(tl.float32).to(tl.bfloat16)
+    def _nib_bf(w, shift, h, j, HAS_QH: tl.constexpr):
+        # the nibble at bit `shift` of w as element j's signed value, int -> fp32 -> bf16 (the
+        # interpreter casts int to bf16 by raw bits)
+        return _nib_value((w >> shift) & 15, h, j, HAS_QH).to(tl.float32).to(tl.bfloat16)
 
     @triton.jit
     def _word_values(w, ha, hb, k, HAS_QH: tl.constexpr, ASM: tl.constexpr):
@@ -106,26 +92,11 @@ if triton is not None:
                     dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
             return tl.inline_asm_elementwise(asm=_Q4_ASM, constraints="=h,=h,=h,=h,=h,=h,=h,=h,r", args=[w],
                                              dtype=(tl.bfloat16,) * 8, is_pure=True, pack=1)
-        OFF: tl.constexpr = 16 if HAS_QH else 8
-        v0 = (w & 15) - OFF
-        v1 = ((w >> 8) & 15) - OFF
-        v2 = ((w >> 16) & 15) - OFF
-        v3 = ((w >> 24) & 15) - OFF
-        u0 = ((w >> 4) & 15) - OFF
-        u1 = ((w >> 12) & 15) - OFF
-        u2 = ((w >> 20) & 15) - OFF
-        u3 = ((w >> 28) & 15) - OFF
-        if HAS_QH:  # element 4k + i's bit (repack.qh_bit)
-            v0 += ((ha >> _qh_bit(4 * k)) & 1) << 4
-            v1 += ((ha >> _qh_bit(4 * k + 1)) & 1) << 4
-            v2 += ((ha >> _qh_bit(4 * k + 2)) & 1) << 4
-            v3 += ((ha >> _qh_bit(4 * k + 3)) & 1) << 4
-            u0 += ((hb >> _qh_bit(4 * k)) & 1) << 4
-            u1 += ((hb >> _qh_bit(4 * k + 1)) & 1) << 4
-            u2 += ((hb >> _qh_bit(4 * k + 2)) & 1) << 4
-            u3 += ((hb >> _qh_bit(4 * k + 3)) & 1) << 4
-        # int -> fp32 -> bf16: the interpreter casts int to bf16 by raw bits
-        return (_bf(v0), _bf(v1), _bf(v2), _bf(v3), _bf(u0), _bf(u1), _bf(u2), _bf(u3))
+        # the same values from plain ops (gemv_triton._nib_value: offset, q5_0's bit)
+        return (_nib_bf(w, 0, ha, 4 * k, HAS_QH), _nib_bf(w, 8, ha, 4 * k + 1, HAS_QH),
+                _nib_bf(w, 16, ha, 4 * k + 2, HAS_QH), _nib_bf(w, 24, ha, 4 * k + 3, HAS_QH),
+                _nib_bf(w, 4, hb, 4 * k, HAS_QH), _nib_bf(w, 12, hb, 4 * k + 1, HAS_QH),
+                _nib_bf(w, 20, hb, 4 * k + 2, HAS_QH), _nib_bf(w, 28, hb, 4 * k + 3, HAS_QH))
 
     @triton.jit
     def _elements(a0, a1, a2, a3, BLOCK_N: tl.constexpr):
@@ -195,12 +166,6 @@ if triton is not None:
                 tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
                          mask=(rm[None, :] < M) & n_mask[:, None])
                 acc = tl.zeros([BLOCK_N, 16], dtype=tl.float32)
-
-
-def _splits(steps: int, split_k: int) -> tuple[int, int]:
-    """(steps per split, number of splits) for `steps` K-steps cut into at most split_k parts."""
-    sps = -(-steps // max(1, min(split_k, steps)))
-    return sps, -(-steps // sps)
 
 
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool | None = None) -> None:
