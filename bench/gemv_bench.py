@@ -37,6 +37,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its CPU int
 
 from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, parse_tile, variant_tile  # noqa: E402
+from mtp_turbo.quant.frag import for_weight  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 DRAFTER_SHAPES = [(1024, 640), (640, 1024), (2048, 640), (640, 2048), (256, 640)]
@@ -124,6 +125,10 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, s
     del dense, wb
     for fmt in formats:
         ws = packed_copies(w, fmt)
+        if "frag" in kernels or ("default" in kernels and any(
+                default_tile(n, k, m, fmt).kernel == "frag" for m in range(1, 5))):
+            for p in ws:  # its layout, built before any CUDA-graph capture (gemv would build it on first use)
+                for_weight(p)
         ref_w = ws[0].dequantize().double()
         for kernel in kernels:
             # "default": what the dispatcher picks per row count and format (gemv.default_tile)

@@ -18,8 +18,8 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n")  # gemv_triton.py,
-# gemv_i8.py, gemv_bf16n.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n", "frag")  # gemv_triton.py,
+# gemv_i8.py, gemv_bf16n.py, gemv_frag.py
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class TileConfig:
     num_warps: int
     num_stages: int
     split_k: int = 1  # dot_i8w / dot_i8n / dot_bf16n: K cut into up to this many parts (partials summed after)
-    n_tiles: int = 1  # dot_i8n / dot_bf16n: output tiles per program, walked in one loop (loads in flight across tiles)
+    n_tiles: int = 1  # dot_i8n / dot_bf16n: output tiles per program, walked in one loop (loads in flight across tiles);
+    # frag with BLOCK_N 16: CTAs per SM of its persistent kernel
 
     def __str__(self) -> str:
         s = f"{self.kernel},{self.BLOCK_N},{self.BLOCK_K},{self.num_warps},{self.num_stages}"
@@ -68,12 +69,18 @@ _BF16N = ((64, 128, 4, 3, 1, 1), (64, 128, 4, 3, 1, 4), (128, 128, 4, 2, 1, 1), 
           (128, 128, 4, 3, 1, 2), (128, 128, 4, 4, 1, 2), (128, 128, 4, 2, 1, 2), (128, 256, 4, 2, 1, 1),
           (128, 64, 4, 4, 1, 4), (64, 128, 4, 3, 4, 1), (64, 128, 4, 4, 4, 1), (128, 128, 4, 3, 4, 1),
           (64, 128, 4, 3, 8, 1), (64, 64, 4, 4, 4, 1))
+# frag (the fragment layout, gemv_frag.py; BLOCK_K = one 64-column chunk): BLOCK_N 32 = two 16-row
+# tiles a warp sharing x (gemv_frag2), 16 = the persistent kernel (n_tiles CTAs per SM, num_stages - 1
+# chunks loaded ahead); split_k parts of K
+_FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 64, 2, 2, 2, 1), (32, 64, 4, 2, 2, 1),
+         (32, 64, 4, 2, 4, 1), (32, 64, 4, 2, 8, 1), (32, 64, 2, 2, 8, 1), (16, 64, 4, 2, 1, 8), (16, 64, 4, 3, 1, 8),
+         (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
     + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT_N)
-    + _tiles("dot_bf16n", *_BF16N))
+    + _tiles("dot_bf16n", *_BF16N) + _tiles("frag", *_FRAG))
 
 # Defaults per matrix class (MEASURED_TILES below overrides them per format and row count where a
 # GPU run found better). Programs =
@@ -96,7 +103,8 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 
 
 # Measured exceptions to DEFAULT_TILES: (class, format) -> the fastest tile per row count (1..4)
-# in the H200 runs of bench/RESULTS.md (2026-11-30 sessions 2-5; microseconds by row count).
+# in the H200 runs of bench/RESULTS.md (2026-11-30 sessions 2-6; microseconds by row count; the
+# head and 8192 x 8192 lines of sessions 2-5 are what session 6's frag tiles replaced).
 # Head 262144 x 640:
 #   q8_0: dot_i8w for 1 row (50.6; dot_i8n 52.9), dot_i8n for 2 (55.8 vs dot_i8w 60.4), dot_i8 for
 #         3-4 (68.2, 69.2; dot_i8n 68.9, 69.3; dot_i8w 79.3, 78.1: its operand grows with the rows).
@@ -115,18 +123,19 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 #   2-4 rows; the three together take 33.6-42.4 vs 44.9-45.0 us, K and V counted twice).
 # Wide q4_0, 1 row (1024 x 640 / 2048 x 640): dot_bf16n 6.6 / 6.9 vs 8.0 / 8.0 (other rows not swept).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
-_N2, _N4 = TileConfig("dot_i8n", 64, 128, 4, 2), TileConfig("dot_i8n", 64, 128, 4, 3, 1, 4)
-_BF4, _BF5 = TileConfig("dot_bf16n", 128, 128, 4, 3, 1, 2), TileConfig("dot_bf16n", 128, 128, 4, 2)
-_BFL = TileConfig("dot_bf16n", 64, 128, 4, 3, 4)
 _BFS, _N8S = TileConfig("dot_bf16n", 64, 128, 4, 3, 8), TileConfig("dot_i8n", 32, 128, 4, 3, 8)
+# Session 6 (fragment layout, bench/RESULTS.md): frag,32,64,2,2 on the head (q4_0 37.7-38.3 us at 1-4 rows
+# vs 40.3 / 50.5 / 59.5 / 58.9; q5_0 43.5-45.1 vs 74-76; q8_0 2-4 rows 53.8-54.4 vs 54.9 / 66.7 / 67.1,
+# 1 row 52.4 vs dot_i8w 51.3: kept); 8192 x 8192 split into 8: q4_0 / q5_0 persistent frag,16,64,4,2,8,8
+# (20.7-21.7 / 24.1-24.6 vs 28.3-37.9 / 46.8-50.9), q8_0 frag,32,64,4,2,8 (26.7-27.7 vs 27.0-36.9).
+_FR2, _FRP, _FR8 = TileConfig("frag", 32, 64, 2, 2), TileConfig("frag", 16, 64, 4, 2, 8, 8), TileConfig("frag", 32, 64, 4, 2, 8)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
-    ("head", "q8_0"): (_H8W, _N2, _H8, _H8),
-    ("head", "q4_0"): (TileConfig("dot_i8n", 128, 128, 4, 2), _N4, _BF4, _BF4),
-    ("head", "q5_0"): (_BF5,) * 4,
-    ("large", "q8_0"): (TileConfig("dot_i8w", 64, 128, 4, 2, 8), TileConfig("dot_i8n", 64, 128, 4, 2, 8)) + (
-        TileConfig("dot_i8w", 64, 128, 4, 2, 4),) * 2,
-    ("large", "q4_0"): (TileConfig("dot_i8n", 64, 128, 4, 3, 4),) * 2 + (_BFL,) * 2,
-    ("large", "q5_0"): (TileConfig("dot_i8n", 64, 128, 4, 2, 4),) * 2 + (_BFL,) * 2,
+    ("head", "q8_0"): (_H8W, _FR2, _FR2, _FR2),
+    ("head", "q4_0"): (_FR2,) * 4,
+    ("head", "q5_0"): (_FR2,) * 4,
+    ("large", "q8_0"): (_FR8,) * 4,
+    ("large", "q4_0"): (_FRP,) * 4,
+    ("large", "q5_0"): (_FRP,) * 4,
     ("tall", "q8_0"): (_N8S,) * 4,
     ("tall", "q4_0"): (_BFS,) * 4,
     ("tall", "q5_0"): (_BFS,) * 4,
@@ -134,6 +143,8 @@ MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None
 }
 _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
                    "wide": (64, 128, 4, 3, 1, 1)}
+_FRAG_DEFAULTS = {"head": (32, 64, 2, 2, 1, 1), "large": (16, 64, 4, 2, 8, 8), "tall": (32, 64, 2, 2, 8, 1),
+                  "wide": (32, 64, 2, 2, 1, 1)}
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
 
@@ -147,6 +158,8 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig(kernel, *_I8W_DEFAULTS[cls])
     if kernel == "dot_bf16n":
         return TileConfig(kernel, *_BF16N_DEFAULTS[cls])
+    if kernel == "frag":
+        return TileConfig(kernel, *_FRAG_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
         d = _H8 if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
@@ -248,6 +261,12 @@ class PackedLinear:
             kernel = backend == "triton" or (w.device.type == "cuda" and gemv_triton.available())
         self.use_kernel = kernel
         self.dense = None if kernel else w.dequantize()  # float32 [N, K]
+        n, k = w.shape
+        tiles = [tile] if tile is not None else [default_tile(n, k, m, w.fmt) for m in range(1, MAX_ROWS + 1)]
+        if kernel and w.device.type == "cuda" and any(t.kernel == "frag" for t in tiles):
+            from .frag import for_weight
+
+            for_weight(w)  # now, not inside a CUDA-graph capture of the first call
 
     @property
     def shape(self) -> tuple[int, int]:

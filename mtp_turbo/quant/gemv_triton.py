@@ -1,7 +1,7 @@
 """Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
 Owns: the kernels and their launch. Every kernel reads each weight byte once for all M rows (a
-verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Seven variants,
+verify of k+1 rows moves about the bytes of one row) and accumulates in fp32. Eight variants,
 picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between them:
 
 - "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
@@ -19,6 +19,8 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
 - "dot_i8", "dot_i8w", "dot_i8n": integer tensor cores, in gemv_i8.py (launched from here).
 - "dot_bf16n": nibble formats as the bf16 dot's A operand, converted by PTX, in gemv_bf16n.py;
   on q8_0 it runs dot_i8n (the int8 kernels take its bytes as they are).
+- "frag": the weight re-laid in mma operand order (frag.py), one warp per 16-row tile, in
+  gemv_frag.py (Gluon + PTX `mma.sync`; on CPU tensors an exact torch emulation).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -241,7 +243,13 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
     args = (x, w.qs, qh, w.scales, out, n, k, x.stride(0), out.stride(0))
     meta = dict(M=m, BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K, FMT=fmt,
                 num_warps=tile.num_warps, num_stages=tile.num_stages)
-    if tile.kernel == "reduce":
+    if tile.kernel == "frag":
+        from . import gemv_frag
+
+        if not gemv_frag.available():
+            raise RuntimeError("the frag kernel needs Triton with Gluon (triton.experimental.gluon)")
+        gemv_frag.launch(x, w, tile, out)
+    elif tile.kernel == "reduce":
         gemv_reduce[grid](*args, **meta)
     elif tile.kernel == "dot_bf16n" and w.fmt != "q8_0":
         from . import gemv_bf16n

@@ -27,7 +27,7 @@ their nibbles, where ggml's order needs a shift and mask per element.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -117,6 +117,8 @@ class PackedWeight:
     qs: torch.Tensor  # see module docstring; dense formats: the matrix itself [N, K]
     scales: torch.Tensor | None = None  # float16 [N, K/32] (block formats)
     qh: torch.Tensor | None = None  # int32 [N, K/32] (q5_0 only)
+    # other layouts of the same matrix built from this one on first use (frag.for_weight), by name
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n, k = self.shape

@@ -139,11 +139,11 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
     assert default_tile(1024, 640) == DEFAULT_TILES["wide"]
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
-    assert default_tile(262144, 640, 2).kernel == "dot_i8n" and default_tile(262144, 640, 3).kernel == "dot_i8"
+    assert default_tile(262144, 640, 2).kernel == "frag" and default_tile(262144, 640, 3).kernel == "frag"
     assert default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
     assert default_tile(640, 2048, 1, "q8_0").split_k > 1 and default_tile(640, 2048, 4, "q5_0").kernel == "dot_bf16n"
-    assert default_tile(262144, 640, 1, "q4_0").kernel == "dot_i8n" and default_tile(262144, 640, 1, "q5_0").kernel == "dot_bf16n"
-    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "dot_bf16n"
+    assert default_tile(262144, 640, 1, "q4_0").kernel == "frag" and default_tile(262144, 640, 1, "q5_0").kernel == "frag"
+    assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "frag"
     from mtp_turbo.quant.gemv import MEASURED_TILES
 
     assert all(len(ts) == 4 for ts in MEASURED_TILES.values())
@@ -201,7 +201,7 @@ def test_kernel_matches_float64(kernel, fmt):
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
         wide = kernel in ("dot_i8w", "dot_i8n")  # 128 B a step; dot_bf16n: 1-2 block pairs a step
-        bk = 128 if wide else (max(bk, 64) if kernel == "dot_bf16n" else bk)
+        bk = 128 if wide else (max(bk, 64) if kernel == "dot_bf16n" else (64 if kernel == "frag" else bk))
         tile = TileConfig(kernel, bn, bk, 4, 2, 1, 2 if kernel in ("dot_i8n", "dot_bf16n") else 1)
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
