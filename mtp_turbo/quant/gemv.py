@@ -123,12 +123,16 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 #   2-4 rows; the three together take 33.6-42.4 vs 44.9-45.0 us, K and V counted twice).
 # Wide q4_0, 1 row (1024 x 640 / 2048 x 640): dot_bf16n 6.6 / 6.9 vs 8.0 / 8.0 (other rows not swept).
 _H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
-_BFS, _N8S = TileConfig("dot_bf16n", 64, 128, 4, 3, 8), TileConfig("dot_i8n", 32, 128, 4, 3, 8)
+_BFS = TileConfig("dot_bf16n", 64, 128, 4, 3, 8)
 # Session 6 (fragment layout, bench/RESULTS.md): frag,32,64,2,2 on the head (q4_0 37.7-38.3 us at 1-4 rows
 # vs 40.3 / 50.5 / 59.5 / 58.9; q5_0 43.5-45.1 vs 74-76; q8_0 2-4 rows 53.8-54.4 vs 54.9 / 66.7 / 67.1,
 # 1 row 52.4 vs dot_i8w 51.3: kept); 8192 x 8192 split into 8: q4_0 / q5_0 persistent frag,16,64,4,2,8,8
 # (20.7-21.7 / 24.1-24.6 vs 28.3-37.9 / 46.8-50.9), q8_0 frag,32,64,4,2,8 (26.7-27.7 vs 27.0-36.9).
 _FR2, _FRP, _FR8 = TileConfig("frag", 32, 64, 2, 2), TileConfig("frag", 16, 64, 4, 2, 8, 8), TileConfig("frag", 32, 64, 4, 2, 8)
+# Drafter shapes (session 6, split into 8, 1 and 4 rows swept; frag's work is the same for 1-4 rows):
+# frag,16,64,4,2,8,8 for q8_0 (tall 640x2048 / 640x1024 / 256x640: 7.8-7.9 / 6.8-6.9 / 6.6-6.7 vs
+# dot_i8n 7.9-11.7 / 7.3-10.6 / 6.8-10.3) and wide q5_0 / q8_0 (6.8-7.2 vs dot_bf16x3 7.3-9.4) and
+# wide q4_0 at 2-4 rows (6.9-7.1 vs 8.1); tall q4_0 / q5_0 stay on dot_bf16n (within 1%).
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_H8W, _FR2, _FR2, _FR2),
     ("head", "q4_0"): (_FR2,) * 4,
@@ -136,15 +140,17 @@ MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None
     ("large", "q8_0"): (_FR8,) * 4,
     ("large", "q4_0"): (_FRP,) * 4,
     ("large", "q5_0"): (_FRP,) * 4,
-    ("tall", "q8_0"): (_N8S,) * 4,
+    ("tall", "q8_0"): (_FRP,) * 4,
     ("tall", "q4_0"): (_BFS,) * 4,
     ("tall", "q5_0"): (_BFS,) * 4,
-    ("wide", "q4_0"): (_BFS, None, None, None),
+    ("wide", "q8_0"): (_FRP,) * 4,
+    ("wide", "q5_0"): (_FRP,) * 4,
+    ("wide", "q4_0"): (_BFS, _FRP, _FRP, _FRP),
 }
 _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
                    "wide": (64, 128, 4, 3, 1, 1)}
-_FRAG_DEFAULTS = {"head": (32, 64, 2, 2, 1, 1), "large": (16, 64, 4, 2, 8, 8), "tall": (32, 64, 2, 2, 8, 1),
-                  "wide": (32, 64, 2, 2, 1, 1)}
+_FRAG_DEFAULTS = {"head": (32, 64, 2, 2, 1, 1), "large": (16, 64, 4, 2, 8, 8), "tall": (16, 64, 4, 2, 8, 8),
+                  "wide": (16, 64, 4, 2, 8, 8)}
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
 

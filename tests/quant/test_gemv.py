@@ -137,10 +137,10 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(8192, 8192) == "large"
     assert tile_class(640, 2048) == "tall" and tile_class(256, 640) == "tall"
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
-    assert default_tile(1024, 640) == DEFAULT_TILES["wide"]
+    assert default_tile(1024, 640).kernel == "frag" and default_tile(1024, 640, 1, "q4_0").kernel == "dot_bf16n"
     assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
     assert default_tile(262144, 640, 2).kernel == "frag" and default_tile(262144, 640, 3).kernel == "frag"
-    assert default_tile(1024, 640, 4) == DEFAULT_TILES["wide"]
+    assert default_tile(1024, 640, 4, "q4_0").kernel == "frag" and default_tile(640, 2048, 2, "q4_0").kernel == "dot_bf16n"
     assert default_tile(640, 2048, 1, "q8_0").split_k > 1 and default_tile(640, 2048, 4, "q5_0").kernel == "dot_bf16n"
     assert default_tile(262144, 640, 1, "q4_0").kernel == "frag" and default_tile(262144, 640, 1, "q5_0").kernel == "frag"
     assert default_tile(8192, 8192).split_k > 1 and default_tile(8192, 8192, 4, "q5_0").kernel == "frag"
