@@ -70,10 +70,10 @@ _BF16N = ((64, 128, 4, 3, 1, 1), (64, 128, 4, 3, 1, 4), (128, 128, 4, 2, 1, 1), 
           (128, 64, 4, 4, 1, 4), (64, 128, 4, 3, 4, 1), (64, 128, 4, 4, 4, 1), (128, 128, 4, 3, 4, 1),
           (64, 128, 4, 3, 8, 1), (64, 64, 4, 4, 4, 1))
 # frag (the fragment layout, gemv_frag.py; BLOCK_K = one 64-column chunk): BLOCK_N 32 = two 16-row
-# tiles a warp sharing x (gemv_frag2), 16 = the persistent kernel (n_tiles CTAs per SM, num_stages - 1
-# chunks loaded ahead); split_k parts of K
+# tiles a warp sharing x (gemv_frag2), 16 = the persistent kernel (n_tiles CTAs per SM); weights loaded
+# one chunk ahead (num_stages 2; two or three ahead measured slower); split_k parts of K
 _FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 64, 2, 2, 2, 1), (32, 64, 4, 2, 2, 1),
-         (32, 64, 4, 2, 4, 1), (32, 64, 4, 2, 8, 1), (32, 64, 2, 2, 8, 1), (16, 64, 4, 2, 1, 8), (16, 64, 4, 3, 1, 8),
+         (32, 64, 4, 2, 4, 1), (32, 64, 4, 2, 8, 1), (32, 64, 2, 2, 8, 1), (16, 64, 4, 2, 1, 8),
          (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))

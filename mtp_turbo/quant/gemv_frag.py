@@ -167,11 +167,10 @@ if triton is not None:
         return xe, gl.load(XF + xr), gl.load(XF + xr + 128), gl.load(XF + xr + 256), gl.load(XF + xr + 384)
 
     @gluon.jit
-    def _loads(XF, XE, QF, HF, SF, tile, c, lane, j, NC, FMT: gl.constexpr, XPF: gl.constexpr, W: gl.constexpr,
-               L4: gl.constexpr):
-        # What chunk c of this lane's tile needs: weight words (w1: q8_0's second half, q5_0's qh
-        # copies, else w0 again), scales, and (XPF) the x operand. No masks: callers clamp tile
-        # and c to existing ones (a chunk loaded past the end is not used).
+    def _loads(QF, HF, SF, tile, c, lane, j, NC, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
+        # The weights of chunk c of this lane's tile: words (w1: q8_0's second half, q5_0's qh
+        # copies, else w0 again) and scales. No masks: callers clamp tile and c to existing ones (a
+        # chunk loaded past the end is not used).
         rec = ((tile * NC + c) * 32 + lane)[:, None]  # this lane's record in [NT, NC, 32]
         if FMT == 0:
             q8 = ((tile * NC + c) * 64 + lane)[:, None] * 4 + j  # QF [NT, NC, 2, 32, 4]
@@ -182,20 +181,7 @@ if triton is not None:
             w1 = w0
             if FMT == 1:
                 w1 = gl.load(HF + rec) + gl.zeros([32 * W, 4], gl.int32, L4)
-        out = (w0, w1, gl.load(SF + (((tile * NC + c) * 8 + lane // 4) * 4)[:, None] + j))  # SF [NT, NC, 8, 4]
-        if XPF:
-            out = out + _xloads(XF, XE, c, lane, j, W, L4)
-        return out
-
-    @gluon.jit
-    def _step(acc0, acc1, a, c, XF, XE, lane, j, FMT: gl.constexpr, XPF: gl.constexpr, W: gl.constexpr,
-              L4: gl.constexpr):
-        # chunk c's math on its loads a (x loaded here unless XPF: from L1, shared by the warps)
-        if XPF:
-            xe, x0, x1, x2, x3 = a[3], a[4], a[5], a[6], a[7]
-        else:
-            xe, x0, x1, x2, x3 = _xloads(XF, XE, c, lane, j, W, L4)
-        return _mma(acc0, acc1, a[0], a[1], a[2], xe, x0, x1, x2, x3, FMT)
+        return w0, w1, gl.load(SF + (((tile * NC + c) * 8 + lane // 4) * 4)[:, None] + j)  # SF [NT, NC, 8, 4]
 
     @gluon.jit
     def _mma(acc0, acc1, w0, w1, s, xe, x0, x1, x2, x3, FMT: gl.constexpr):
@@ -213,9 +199,9 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr, XPF: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
-        # traffic per weight byte. Loads one chunk ahead (x too when XPF).
+        # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         r = gl.arange(0, 32 * W, layout=RL)
@@ -231,24 +217,19 @@ if triton is not None:
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc3 = gl.zeros([32 * W, 4], gl.float32, L4)
-        a = _loads(XF, XE, QF, HF, SF, ta, c0, lane, j, NC, FMT, False, W, L4)
-        b = _loads(XF, XE, QF, HF, SF, tb, c0, lane, j, NC, FMT, False, W, L4)
-        if XPF:
-            x = _xloads(XF, XE, c0, lane, j, W, L4)
+        a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
+        b = _loads(QF, HF, SF, tb, c0, lane, j, NC, FMT, W, L4)
+        x = _xloads(XF, XE, c0, lane, j, W, L4)
         for c in range(c0, c1):
             cn = gl.minimum(c + 1, last)
-            an = _loads(XF, XE, QF, HF, SF, ta, cn, lane, j, NC, FMT, False, W, L4)
-            bn = _loads(XF, XE, QF, HF, SF, tb, cn, lane, j, NC, FMT, False, W, L4)
-            if XPF:
-                xn = _xloads(XF, XE, cn, lane, j, W, L4)
-            else:
-                x = _xloads(XF, XE, c, lane, j, W, L4)
+            an = _loads(QF, HF, SF, ta, cn, lane, j, NC, FMT, W, L4)
+            bn = _loads(QF, HF, SF, tb, cn, lane, j, NC, FMT, W, L4)
+            xn = _xloads(XF, XE, cn, lane, j, W, L4)
             acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT)
             acc2, acc3 = _mma(acc2, acc3, b[0], b[1], b[2], x[0], x[1], x[2], x[3], x[4], FMT)
             a = an
             b = bn
-            if XPF:
-                x = xn
+            x = xn
         _store(acc0, acc1, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
         _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
 
@@ -270,9 +251,11 @@ if triton is not None:
 
     @gluon.jit
     def _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT, stride_ys, stride_ym,
-            FMT: gl.constexpr, XPF: gl.constexpr, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr):
-        # chunk cc of round cr (loads a); at the end of the chunk range, store the tile and reset
-        acc0, acc1 = _step(acc0, acc1, a, cc, XF, XE, lane, j, FMT, XPF, W, L4)
+            FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr):
+        # chunk cc of round cr (weights a; x loaded here, from L1: every warp reads it); at the end
+        # of the chunk range, store the tile and reset
+        x = _xloads(XF, XE, cc, lane, j, W, L4)
+        acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT)
         if cc == c1 - 1:
             _store(acc0, acc1, Y, base + cr * stride + warp, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym,
                    W, RL)
@@ -282,21 +265,20 @@ if triton is not None:
         return acc0, acc1, cr + wrap, cc + 1 - wrap * (c1 - c0)
 
     @gluon.jit
-    def _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC,
-                 FMT: gl.constexpr, XPF: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
+    def _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC,
+                 FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
         # the loads of round lr, chunk lc (tiles past the end clamped: loaded, never stored), and the
         # next load position
-        a = _loads(XF, XE, QF, HF, SF, gl.minimum(base + lr * stride + warp, NT - 1), lc, lane, j, NC, FMT, XPF,
-                   W, L4)
+        a = _loads(QF, HF, SF, gl.minimum(base + lr * stride + warp, NT - 1), lc, lane, j, NC, FMT, W, L4)
         wrap = (lc == c1 - 1).to(gl.int32)
         return a, lr + wrap, lc + 1 - wrap * (c1 - c0)
 
     @gluon.jit
-    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                    FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr, XPF: gl.constexpr):
+    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr):
         # Persistent: program (i, s) walks rounds r = 0, 1, ...: its warp w takes row tile
         # i * W + w + r * W * programs over chunks [s * CPS, (s + 1) * CPS), one stream of chunks with
-        # the loads PF ahead across tile boundaries (a warp's first loads wait once, not once a tile).
+        # the weights loaded a chunk ahead across tile boundaries (a warp's first loads wait once,
+        # not once a tile). Unrolled by 2: a and b alternate without register moves.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         r = gl.arange(0, 32 * W, layout=RL)
@@ -314,36 +296,15 @@ if triton is not None:
         lc = c0
         cr = 0
         cc = c0
-        a, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, XPF, W, L4)
-        if PF == 2:
-            b, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, XPF,
-                                 W, L4)
-            for it in range(0, total, 3):
-                n, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT,
-                                     XPF, W, L4)
-                acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N,
-                                         NT, stride_ys, stride_ym, FMT, XPF, W, L4, RL)
-                a, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT,
-                                     XPF, W, L4)
-                if it + 1 < total:
-                    acc0, acc1, cr, cc = _do(acc0, acc1, b, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M,
-                                             N, NT, stride_ys, stride_ym, FMT, XPF, W, L4, RL)
-                b, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT,
-                                     XPF, W, L4)
-                if it + 2 < total:
-                    acc0, acc1, cr, cc = _do(acc0, acc1, n, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M,
-                                             N, NT, stride_ys, stride_ym, FMT, XPF, W, L4, RL)
-        else:
-            for it in range(0, total, 2):
-                b, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT,
-                                     XPF, W, L4)
-                acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N,
-                                         NT, stride_ys, stride_ym, FMT, XPF, W, L4, RL)
-                a, lr, lc = _load_at(XF, XE, QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT,
-                                     XPF, W, L4)
-                if it + 1 < total:
-                    acc0, acc1, cr, cc = _do(acc0, acc1, b, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M,
-                                             N, NT, stride_ys, stride_ym, FMT, XPF, W, L4, RL)
+        a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+        for it in range(0, total, 2):
+            b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+            acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT,
+                                     stride_ys, stride_ym, FMT, W, L4, RL)
+            a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+            if it + 1 < total:
+                acc0, acc1, cr, cc = _do(acc0, acc1, b, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N,
+                                         NT, stride_ys, stride_ym, FMT, W, L4, RL)
 
 
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
@@ -351,9 +312,9 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
-    persistent gemv_frag_p with n_tiles CTAs per SM and num_stages - 1 chunks loaded ahead;
-    BLOCK_K 64 (a chunk); split_k parts of K, summed after."""
-    assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32), tile
+    persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
+    loaded one chunk ahead); split_k parts of K, summed after."""
+    assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages == 2, tile
     fw = for_weight(w)
     n, k = fw.shape
     m = x.shape[0]
@@ -372,12 +333,11 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
     if tile.BLOCK_N == 32:
-        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, XPF=True, num_warps=w_)
+        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
-        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=min(tile.num_stages - 1, 2), XPF=False,
-                                     num_warps=w_)
+        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_)
     if splits > 1:
         torch.sum(y, dim=0, out=out)
 
