@@ -114,11 +114,13 @@ if triton is not None:
     _CON_Q4 = gl.constexpr("=f," * 8 + "r," * 6 + "f," * 4 + "r," * 16 + ",".join("f" * 8))
 
     @triton.jit
-    def x_frag(X, XF, XE, K, stride_xm, M: tl.constexpr):
+    def x_frag(X, XF, XE, K, stride_xm, M: tl.constexpr, PDL: tl.constexpr):
         # Chunk c of x [M, K] -> XF int32 [NC, 4 steps, 32 lanes, 4]: lane L = 4 g + t, register
         # (group q // 2, half q % 2) = f16x2 of x columns 64 c + 16 s + 2 t + 8 (q % 2) + (0, 1) of
         # B column g (group 0: row g // 2, piece g % 2; group 1: row g // 2, piece 2 if g even, else
         # zero); XE fp32 [NC, 4]: 2^e of each row (module docstring).
+        if PDL:  # the GEMV may start now (its weight loads); it waits for this grid before reading XF
+            tl.extra.cuda.gdc_launch_dependents()
         c = tl.program_id(0)
         rm = tl.arange(0, 4)
         kk = tl.arange(0, 64)
@@ -158,6 +160,12 @@ if triton is not None:
         p1 = r1.to(tl.float16)
         p2 = (r1 - p1.to(tl.float32)).to(tl.float16)
         return tl.where(piece == 0, p0, tl.where(piece == 1, p1, p2))
+
+    @gluon.jit
+    def _x_ready():
+        # programmatic dependent launch: wait until x_frag's grid is done (its XF / XE visible); the
+        # weight loads issued before this overlap x_frag and the launch gap
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
     def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr):
@@ -219,6 +227,7 @@ if triton is not None:
         acc3 = gl.zeros([32 * W, 4], gl.float32, L4)
         a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
         b = _loads(QF, HF, SF, tb, c0, lane, j, NC, FMT, W, L4)
+        _x_ready()
         x = _xloads(XF, XE, c0, lane, j, W, L4)
         for c in range(c0, c1):
             cn = gl.minimum(c + 1, last)
@@ -297,6 +306,7 @@ if triton is not None:
         cr = 0
         cc = c0
         a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+        _x_ready()
         for it in range(0, total, 2):
             b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
             acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT,
@@ -324,7 +334,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     splits = -(-nc // cps)
     xf = torch.empty(nc, 4, 32, 4, dtype=torch.int32, device=x.device)
     xe = torch.empty(nc, 4, dtype=torch.float32, device=x.device)
-    x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, num_warps=4)
+    x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, PDL=x.is_cuda, num_warps=4)
     if not x.is_cuda:
         out.copy_(emulate(fw, xf, xe, m))
         return
@@ -333,11 +343,11 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
     if tile.BLOCK_N == 32:
-        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_)
+        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
-        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_)
+        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
     if splits > 1:
         torch.sum(y, dim=0, out=out)
 

@@ -101,7 +101,7 @@ def x_operand(x: torch.Tensor, nc: int) -> tuple[np.ndarray, np.ndarray]:
         pytest.skip("Triton with Gluon is not installed")
     xf = torch.zeros(nc, 4, 32, 4, dtype=torch.int32)
     xe = torch.zeros(nc, 4, dtype=torch.float32)
-    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0])
+    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False)
     return xf.numpy().astype(np.int64) & 0xFFFFFFFF, xe.numpy().astype(np.float64)
 
 
