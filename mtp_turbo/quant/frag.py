@@ -138,7 +138,7 @@ class FragWeight:
                 hf = _to_i32(hf)
         sf = sc.reshape(nt, ROWS, nc, 2).permute(0, 2, 1, 3)  # [NT, NC, 16, 2]
         sf = torch.stack([sf[:, :, :8, 0], sf[:, :, 8:, 0], sf[:, :, :8, 1], sf[:, :, 8:, 1]], dim=-1)  # [NT, NC, 8, 4]
-        return FragWeight(w.fmt, (n, k), _to_i32(qf).contiguous(), sf.contiguous(), hf)
+        return FragWeight(w.fmt, (n, k), _tail(_to_i32(qf)), _tail(sf.contiguous()), None if hf is None else _tail(hf))
 
 
 def for_weight(w: PackedWeight) -> FragWeight:
@@ -147,6 +147,15 @@ def for_weight(w: PackedWeight) -> FragWeight:
     if "frag" not in w.derived:
         w.derived["frag"] = FragWeight.from_packed(w)
     return w.derived["frag"]
+
+
+def _tail(t: torch.Tensor) -> torch.Tensor:
+    """t in a buffer with two more tile-chunk records after it (zeros): a kernel that loads the chunk
+    after next ahead of use reads them past the last tile, and never uses what it read."""
+    rec = t[0, 0].numel() if t.dim() > 2 else t.shape[-1]
+    buf = torch.zeros(t.numel() + 2 * rec, dtype=t.dtype, device=t.device)
+    buf[: t.numel()] = t.reshape(-1)
+    return buf[: t.numel()].view(t.shape)
 
 
 def _to_i32(x: torch.Tensor) -> torch.Tensor:

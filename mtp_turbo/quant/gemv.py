@@ -74,7 +74,8 @@ _BF16N = ((64, 128, 4, 3, 1, 1), (64, 128, 4, 3, 1, 4), (128, 128, 4, 2, 1, 1), 
 # one chunk ahead (num_stages 2; two or three ahead measured slower); split_k parts of K
 _FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 64, 2, 2, 2, 1), (32, 64, 4, 2, 2, 1),
          (32, 64, 4, 2, 4, 1), (32, 64, 4, 2, 8, 1), (32, 64, 2, 2, 8, 1), (16, 64, 4, 2, 1, 8),
-         (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8))
+         (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8),
+         (32, 64, 2, 3, 1, 1), (32, 64, 4, 3, 1, 1), (32, 64, 4, 3, 8, 1), (32, 64, 2, 3, 8, 1))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
@@ -122,23 +123,28 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 #   q8_0 dot_i8n 7.8-11.6 / 7.1-10.6 / 6.8-10.1 vs 19.7 / 10.8 / 7.2 (256 x 640 alone is slower at
 #   2-4 rows; the three together take 33.6-42.4 vs 44.9-45.0 us, K and V counted twice).
 # Wide q4_0, 1 row (1024 x 640 / 2048 x 640): dot_bf16n 6.6 / 6.9 vs 8.0 / 8.0 (other rows not swept).
-_H8W, _H8 = TileConfig("dot_i8w", 64, 128, 4, 2), TileConfig("dot_i8", 64, 128, 4, 3)
+_H8 = TileConfig("dot_i8", 64, 128, 4, 3)
 _BFS = TileConfig("dot_bf16n", 64, 128, 4, 3, 8)
 # Session 6 (fragment layout, bench/RESULTS.md): frag,32,64,2,2 on the head (q4_0 37.7-38.3 us at 1-4 rows
 # vs 40.3 / 50.5 / 59.5 / 58.9; q5_0 43.5-45.1 vs 74-76; q8_0 2-4 rows 53.8-54.4 vs 54.9 / 66.7 / 67.1,
 # 1 row 52.4 vs dot_i8w 51.3: kept); 8192 x 8192 split into 8: q4_0 / q5_0 persistent frag,16,64,4,2,8,8
 # (20.7-21.7 / 24.1-24.6 vs 28.3-37.9 / 46.8-50.9), q8_0 frag,32,64,4,2,8 (26.7-27.7 vs 27.0-36.9).
-_FR2, _FRP, _FR8 = TileConfig("frag", 32, 64, 2, 2), TileConfig("frag", 16, 64, 4, 2, 8, 8), TileConfig("frag", 32, 64, 4, 2, 8)
+_FR2, _FRP = TileConfig("frag", 32, 64, 2, 2), TileConfig("frag", 16, 64, 4, 2, 8, 8)
+# gemv_frag3 (num_stages 3: 18% fewer loop instructions, 128 registers), same run, 1 and 4 rows: head
+# q4_0 36.1 / 37.9 vs 42.7 / 38.7, q8_0 49.5 / 51.8 vs 56.9 / 55.2 (and dot_i8w's 51.2-53.1 at 1 row),
+# q5_0 worse (48.6 / 51.2 vs 47.0 / 48.3); 8192 x 8192 split into 8: q4_0 19.3 / 20.0 vs 20.4 / 21.1,
+# q8_0 25.9 / 26.7 vs 27.0 / 27.4.
+_FR3, _FR38 = TileConfig("frag", 32, 64, 2, 3), TileConfig("frag", 32, 64, 4, 3, 8)
 # Drafter shapes (session 6, split into 8, 1 and 4 rows swept; frag's work is the same for 1-4 rows):
 # frag,16,64,4,2,8,8 for q8_0 (tall 640x2048 / 640x1024 / 256x640: 7.8-7.9 / 6.8-6.9 / 6.6-6.7 vs
 # dot_i8n 7.9-11.7 / 7.3-10.6 / 6.8-10.3) and wide q5_0 / q8_0 (6.8-7.2 vs dot_bf16x3 7.3-9.4) and
 # wide q4_0 at 2-4 rows (6.9-7.1 vs 8.1); tall q4_0 / q5_0 stay on dot_bf16n (within 1%).
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
-    ("head", "q8_0"): (_H8W, _FR2, _FR2, _FR2),
-    ("head", "q4_0"): (_FR2,) * 4,
+    ("head", "q8_0"): (_FR3,) * 4,
+    ("head", "q4_0"): (_FR3,) * 4,
     ("head", "q5_0"): (_FR2,) * 4,
-    ("large", "q8_0"): (_FR8,) * 4,
-    ("large", "q4_0"): (_FRP,) * 4,
+    ("large", "q8_0"): (_FR38,) * 4,
+    ("large", "q4_0"): (_FR38,) * 4,
     ("large", "q5_0"): (_FRP,) * 4,
     ("tall", "q8_0"): (_FRP,) * 4,
     ("tall", "q4_0"): (_BFS,) * 4,

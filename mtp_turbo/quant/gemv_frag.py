@@ -243,6 +243,78 @@ if triton is not None:
         _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
 
     @gluon.jit
+    def _wat(QA, HA, SA, c, QS: gl.constexpr, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
+        # chunk c's weight words and scales from a tile's loop-invariant pointers (chunk 0): the
+        # loop adds a uniform offset only
+        w0 = gl.load(QA + c * QS)
+        w1 = w0
+        if FMT == 0:
+            w1 = gl.load(QA + c * QS + 128)
+        elif FMT == 1:
+            w1 = gl.load(HA + c * 32) + gl.zeros([32 * W, 4], gl.int32, L4)
+        return w0, w1, gl.load(SA + c * 32)
+
+    @gluon.jit
+    def _xat(XA, EA, c, W: gl.constexpr, L4: gl.constexpr):
+        # chunk c's x scale (4 copies) and 16 x registers from loop-invariant pointers (chunk 0)
+        xe = gl.load(EA + c * 4)[:, None] + gl.zeros([32 * W, 4], gl.float32, L4)
+        return xe, gl.load(XA + c * 512), gl.load(XA + c * 512 + 128), gl.load(XA + c * 512 + 256), \
+            gl.load(XA + c * 512 + 384)
+
+    @gluon.jit
+    def _mma2(acc0, acc1, acc2, acc3, a, b, x, FMT: gl.constexpr):
+        acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT)
+        acc2, acc3 = _mma(acc2, acc3, b[0], b[1], b[2], x[0], x[1], x[2], x[3], x[4], FMT)
+        return acc0, acc1, acc2, acc3
+
+    @gluon.jit
+    def gemv_frag3(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
+                   FMT: gl.constexpr, W: gl.constexpr):
+        # gemv_frag2 with fewer instructions a chunk: loop-invariant per-lane pointers plus a uniform
+        # chunk offset, and unrolled by 2 so the chunk loaded ahead alternates between two register
+        # sets instead of being moved. A chunk loaded past the warp's range is never used; past the
+        # end of the arrays it reads their padding (frag.py, x_frag's one extra chunk).
+        L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
+        RL: gl.constexpr = gl.SliceLayout(1, L4)
+        QS: gl.constexpr = 256 if FMT == 0 else 128  # int32 words of a tile-chunk record
+        r = gl.arange(0, 32 * W, layout=RL)
+        j = gl.arange(0, 4, layout=gl.SliceLayout(0, L4))[None, :]
+        lane = r % 32
+        t0 = (gl.program_id(0) * W + r // 32) * 2
+        c0 = gl.program_id(1) * CPS
+        c1 = gl.minimum(c0 + CPS, NC)
+        ta = gl.minimum(t0, NT - 1) * NC
+        tb = gl.minimum(t0 + 1, NT - 1) * NC
+        QA = QF + (ta * QS + lane * 4)[:, None] + j
+        QB = QF + (tb * QS + lane * 4)[:, None] + j
+        HA = HF + (ta * 32 + lane)[:, None]
+        HB = HF + (tb * 32 + lane)[:, None]
+        SA = SF + (ta * 32 + (lane // 4) * 4)[:, None] + j
+        SB = SF + (tb * 32 + (lane // 4) * 4)[:, None] + j
+        XA = XF + (lane * 4)[:, None] + j
+        EA = XE + lane % 4
+        acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
+        acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
+        acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
+        acc3 = gl.zeros([32 * W, 4], gl.float32, L4)
+        a = _wat(QA, HA, SA, c0, QS, FMT, W, L4)
+        b = _wat(QB, HB, SB, c0, QS, FMT, W, L4)
+        _x_ready()
+        x = _xat(XA, EA, c0, W, L4)
+        for c in range(c0, c1, 2):
+            a2 = _wat(QA, HA, SA, c + 1, QS, FMT, W, L4)
+            b2 = _wat(QB, HB, SB, c + 1, QS, FMT, W, L4)
+            x2 = _xat(XA, EA, c + 1, W, L4)
+            acc0, acc1, acc2, acc3 = _mma2(acc0, acc1, acc2, acc3, a, b, x, FMT)
+            a = _wat(QA, HA, SA, c + 2, QS, FMT, W, L4)
+            b = _wat(QB, HB, SB, c + 2, QS, FMT, W, L4)
+            x = _xat(XA, EA, c + 2, W, L4)
+            if c + 1 < c1:
+                acc0, acc1, acc2, acc3 = _mma2(acc0, acc1, acc2, acc3, a2, b2, x2, FMT)
+        _store(acc0, acc1, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+        _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+
+    @gluon.jit
     def _store(acc0, acc1, Y, tile, lane, M, N, NT, split, stride_ys, stride_ym, W: gl.constexpr,
                RL: gl.constexpr):
         # y[m = t, rows g and g + 8] = pieces 0 + 1 (group 0, columns 2t, 2t + 1) + piece 2 (group 1)
@@ -324,7 +396,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
     loaded one chunk ahead); split_k parts of K, summed after."""
-    assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages == 2, tile
+    assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
     m = x.shape[0]
@@ -332,8 +404,9 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     nt, nc = fw.tiles
     cps = -(-nc // tile.split_k)
     splits = -(-nc // cps)
-    xf = torch.empty(nc, 4, 32, 4, dtype=torch.int32, device=x.device)
-    xe = torch.empty(nc, 4, dtype=torch.float32, device=x.device)
+    # two chunks more than written: gemv_frag3 loads up to two chunks ahead and drops them
+    xf = torch.empty(nc + 2, 4, 32, 4, dtype=torch.int32, device=x.device)[:nc]
+    xe = torch.empty(nc + 2, 4, dtype=torch.float32, device=x.device)[:nc]
     x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, PDL=x.is_cuda, num_warps=4)
     if not x.is_cuda:
         out.copy_(emulate(fw, xf, xe, m))
@@ -342,7 +415,9 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
-    if tile.BLOCK_N == 32:
+    if tile.BLOCK_N == 32 and tile.num_stages == 3:
+        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
+    elif tile.BLOCK_N == 32:
         gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count

@@ -138,7 +138,7 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(640, 2048) == "tall" and tile_class(256, 640) == "tall"
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
     assert default_tile(1024, 640).kernel == "frag" and default_tile(1024, 640, 1, "q4_0").kernel == "dot_bf16n"
-    assert default_tile(262144, 640).kernel == "dot_i8w" and default_tile(262144, 640, 1).kernel == "dot_i8w"
+    assert default_tile(262144, 640).kernel == "frag" and default_tile(262144, 640, 1, "q5_0").num_stages == 2
     assert default_tile(262144, 640, 2).kernel == "frag" and default_tile(262144, 640, 3).kernel == "frag"
     assert default_tile(1024, 640, 4, "q4_0").kernel == "frag" and default_tile(640, 2048, 2, "q4_0").kernel == "dot_bf16n"
     assert default_tile(640, 2048, 1, "q8_0").split_k > 1 and default_tile(640, 2048, 4, "q5_0").kernel == "dot_bf16n"
@@ -370,8 +370,9 @@ def test_int8_pieces_reconstruct_x():
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
 def test_head_class_dispatch_per_row_count():
-    """A head-sized matrix through the dispatcher: 1 row on dot_i8w, 3 rows on dot_i8 (both at
-    fp32 rounding), the same through PackedLinear, whose tile follows the row count per call."""
+    """A head-sized matrix through the dispatcher at 1 and 3 rows (the frag kernel; on the CPU its
+    torch emulation after the interpreted x_frag) at fp32 rounding, the same through PackedLinear,
+    whose tile follows the row count per call."""
     from mtp_turbo.quant.gemv import PackedLinear
 
     dev = _kernel_device()
