@@ -1,0 +1,157 @@
+"""gemv_frag's inline PTX itself, run on the CPU: a small warp interpreter of the instructions the
+text uses (lop3, shr/shl, prmt, f16x2 FMA, cvt, f32 mul/FMA, mov and the warp-wide mma.sync
+m16n8k16, the latter from the PTX ISA's fragment tables) executes `frag_asm(fmt)` for the 32 lanes
+of a warp over every tile and chunk of a packed matrix, with the operands the kernel passes (pack=4),
+and the result must match dequantize-then-matmul. On CUDA the same text runs in the GEMV tests
+(`pytest -m gpu`, bench/check_i8_cuda.py); here it guards the text in CI, which has no GPU."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from mtp_turbo.quant.frag import FragWeight
+from mtp_turbo.quant.repack import PackedWeight
+
+pytest.importorskip("triton")
+from mtp_turbo.quant import gemv_frag  # noqa: E402
+
+LANE = np.arange(32)
+G, T = LANE // 4, LANE % 4
+
+
+def _h2f(bits: np.ndarray) -> np.ndarray:
+    return (bits & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float64)
+
+
+def _f2h(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, dtype=np.float16).view(np.uint16).astype(np.uint64)
+
+
+def _f32(bits: np.ndarray) -> np.ndarray:
+    return (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _b32(v: np.ndarray) -> np.ndarray:
+    return np.asarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
+
+
+def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
+    """Execute asm for 32 lanes in lockstep; inputs/outputs: operand number -> uint64 bits [32]."""
+    reg = {f"${k}": v.astype(np.uint64) & 0xFFFFFFFF for k, v in inputs.items()}
+
+    def val(tok: str) -> np.ndarray:
+        if tok.startswith("0x"):
+            return np.full(32, int(tok, 16), dtype=np.uint64)
+        if tok.startswith("0f"):
+            return np.full(32, int(tok[2:], 16), dtype=np.uint64)
+        if tok.isdigit():
+            return np.full(32, int(tok), dtype=np.uint64)
+        return reg[tok]
+
+    body = asm.strip()
+    assert body[0] == "{" and body[-1] == "}"
+    for st in (s.strip() for s in body[1:-1].split(";")):
+        if not st or st.startswith(".reg"):
+            continue
+        op, rest = st.split(None, 1)
+        if op.startswith("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"):
+            d, a, b, c = ([t.strip() for t in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", rest))
+            am = np.zeros((16, 16))
+            for i, r in enumerate(a):  # a0,a1 rows g; a2,a3 rows g+8; a4..a7 columns + 8 (PTX ISA)
+                for h in range(2):
+                    am[G + 8 * (i % 2), 2 * T + 8 * (i // 2) + h] = _h2f(val(r) >> (16 * h))
+            bm = np.zeros((16, 8))  # b0,b1: k 2t, 2t+1; b2,b3: k 2t+8, 2t+9; column g
+            for i, r in enumerate(b):
+                for h in range(2):
+                    bm[2 * T + 8 * i + h, G] = _h2f(val(r) >> (16 * h))
+            cm = np.zeros((16, 8))  # c0,c1: row g, columns 2t, 2t+1; c2,c3: row g+8
+            for i, r in enumerate(c):
+                cm[G + 8 * (i // 2), 2 * T + i % 2] = _f32(val(r))
+            dm = am @ bm + cm
+            for i, r in enumerate(d):
+                reg[r] = _b32(dm[G + 8 * (i // 2), 2 * T + i % 2])
+            continue
+        ops = [t.strip() for t in rest.split(",")]
+        if op == "mov.b32" and rest.startswith("{"):
+            m = re.match(r"\{(\w+), (\w+)\}, (\$\d+)", rest)
+            reg[m.group(1)], reg[m.group(2)] = val(m.group(3)) & 0xFFFF, val(m.group(3)) >> 16
+        elif op in ("mov.b32", "mov.f32"):
+            reg[ops[0]] = val(ops[1])
+        elif op == "lop3.b32":
+            assert ops[4] == "0xEA"  # (a & b) | c
+            reg[ops[0]] = (val(ops[1]) & val(ops[2])) | val(ops[3])
+        elif op == "shr.b32":
+            reg[ops[0]] = val(ops[1]) >> int(ops[2])
+        elif op == "shl.b32":
+            reg[ops[0]] = (val(ops[1]) << int(ops[2])) & 0xFFFFFFFF
+        elif op == "prmt.b32":  # byte i of d = byte (selector nibble i) of {b, a}
+            src, sel = val(ops[1]) | (val(ops[2]) << 32), int(ops[3], 16)
+            reg[ops[0]] = sum(((src >> np.uint64(8 * ((sel >> (4 * i)) & 7))) & 0xFF) << np.uint64(8 * i)
+                              for i in range(4))
+        elif op == "fma.rn.f16x2":  # every use here is exact (small integers): assert it
+            x, y, z = (val(t) for t in ops[1:])
+            out = np.zeros(32, dtype=np.uint64)
+            for h in range(2):
+                v = _h2f(x >> (16 * h)) * _h2f(y >> (16 * h)) + _h2f(z >> (16 * h))
+                assert np.array_equal(v.astype(np.float16).astype(np.float64), v), "inexact f16x2 FMA"
+                out |= _f2h(v) << np.uint64(16 * h)
+            reg[ops[0]] = out
+        elif op == "cvt.f32.f16":
+            reg[ops[0]] = _b32(_h2f(val(ops[1])))
+        elif op == "mul.f32":
+            reg[ops[0]] = _b32(_f32(val(ops[1])).astype(np.float32) * _f32(val(ops[2])).astype(np.float32))
+        elif op == "fma.rn.f32":
+            reg[ops[0]] = _b32(_f32(val(ops[1])) * _f32(val(ops[2])) + _f32(val(ops[3])))
+        else:
+            raise AssertionError(f"instruction not modelled: {st}")
+    return {k: reg[f"${k}"] for k in range(8)}
+
+
+def _x_operand(x: torch.Tensor, nc: int) -> tuple[np.ndarray, np.ndarray]:
+    xf = torch.zeros(nc, 4, 32, 4, dtype=torch.int32)
+    xe = torch.zeros(nc, 4, dtype=torch.float32)
+    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False)
+    return xf.numpy().view(np.uint32).astype(np.uint64), xe.numpy().view(np.uint32).astype(np.uint64)
+
+
+@pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
+def test_frag_asm_matches_dequantized_matmul(fmt):
+    n, k, m = 24, 160, 3  # 2 tiles (the second half padding), 3 chunks (the last half padding)
+    gen = torch.Generator().manual_seed(5)
+    w = PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt)
+    x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
+    fw = FragWeight.from_packed(w)
+    nt, nc = fw.tiles
+    xf, xe = _x_operand(x, nc)
+    qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
+    sf = fw.sf.numpy().view(np.uint16).astype(np.uint64)  # [NT, NC, 8, 4]
+    hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
+    asm = gemv_frag.frag_asm(fmt)
+    y = np.zeros((m, nt * 16))
+    for tile in range(nt):
+        acc = [np.zeros(32, dtype=np.uint64) for _ in range(8)]  # float32 bits of 0.0
+        for c in range(nc):
+            words = [qf[tile, c, h, :, i] for h in range(2) for i in range(4)] if fmt == "q8_0" else \
+                [qf[tile, c, :, i] for i in range(4)]
+            if fmt == "q5_0":
+                words += [hf[tile, c]] * 4
+            s = sf[tile, c, G]  # [32, 4] fp16 bits: the lane's row pair
+            ops = words + [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
+            ops += [xe[c, T]] * 4
+            ops += [xf[c, st, :, q] for st in range(4) for q in range(4)]
+            ops += acc
+            out = run_warp(asm, {8 + i: v for i, v in enumerate(ops)})
+            acc = [out[i] for i in range(8)]
+        a = [_f32(v) for v in acc]
+        # lane (g, t): row m = t; rows g and g + 8 = pieces 0 + 1 (group 0) + piece 2 (group 1)
+        for row_off, (i0, i1, i2) in ((0, (0, 1, 4)), (8, (2, 3, 6))):
+            keep = T < m
+            y[T[keep], tile * 16 + G[keep] + row_off] = (a[i0] + a[i1] + a[i2])[keep]
+    y = y[:, :n]
+    ref = x.double().numpy() @ w.dequantize().double().numpy().T
+    bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21
+    assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
