@@ -25,6 +25,8 @@
 #                                          sweep at 1-4 rows on the head and 8192x8192 (q4_0, q5_0) beside the defaults
 #   bench/gpu_session.sh gputests          GPU tests of quant/
 #   bench/gpu_session.sh defaults5         CUDA check of the default tiles (1-4 rows, every shape); the defaults on every shape
+#   bench/gpu_session.sh frag              fragment-layout GEMV: CUDA check of every frag tile, a frag tile sweep at 1 and
+#                                          4 rows on the head and 8192x8192 ($TILES to narrow it), the defaults on every shape
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -146,6 +148,14 @@ case $step in
     timeout 150 python3 bench/check_i8_cuda.py --no-timing --tiles "$TILES" 2>&1 | tee "$OUT/check_cuda.txt" | grep -v "^  " | tail -4
     timeout 250 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
     grep -A80 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt"; grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
+  frag)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 150 python3 bench/check_i8_cuda.py --no-timing --kernels frag 2>&1 | tee "$OUT/check_frag.txt" | tail -1
+    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels frag --sweep --sweep-rows 1,4 \
+      ${TILES:+--tiles "$TILES"} --out "$OUT/frag_sweep.json" > "$OUT/frag_sweep.txt" 2>&1
+    grep -A40 "^best tile per" "$OUT/frag_sweep.txt"
+    timeout 200 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
+    grep -A90 "^best variant" "$OUT/gemv_defaults.txt"; grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
   gputests)
     timeout ${TEST_S:-500} python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/pytest_gpu_quant.txt" ;;
   nibcheck)
