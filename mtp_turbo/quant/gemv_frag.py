@@ -1,16 +1,20 @@
-"""GEMV on weights in the fragment layout (frag.py): one warp per 16-row tile, mma.sync in PTX.
+"""GEMV on weights in the fragment layout (frag.py): a warp per 16-row tile, mma.sync in inline PTX.
 
-Owns: the x operand preparation (`x_frag`, plain Triton), the GEMV kernel (`gemv_frag`, Gluon:
-its layouts are explicit, so lane L of a warp provably holds element L of every per-lane tensor,
-which the warp-wide `mma.sync` inside the inline PTX relies on), the PTX text, and the launch.
-Ignores: the layout's construction (frag.py), dispatch (gemv.py), the other kernels.
+Owns: the x operand (`x_frag`, plain Triton), the GEMV kernels (Gluon: layouts are explicit, so
+lane L of a warp provably holds element L of every per-lane tensor, which the warp-wide `mma.sync`
+in the PTX relies on): `gemv_frag2` (two row tiles a warp sharing x), `gemv_frag3` (the same with
+loop-invariant pointers, unrolled by 2: fewer instructions, more registers) and `gemv_frag_p`
+(persistent, for split-K); the PTX text, the launch and the CPU emulation. Ignores: the layout's
+construction (frag.py), dispatch (gemv.py), the other kernels.
 
 Per warp and 64-column chunk, each lane loads its weight words (16 bytes; 32 for q8_0), 4 fp16
-block scales (shared by the 4 lanes of a row pair) and its x registers; the PTX turns each word into four f16x2 A registers (`lop3` of
-the nibbles under fp16's 0x6400 = 1024, or `prmt` of q8_0's bytes under 0x64, then one f16x2 FMA
-that takes off 1024 + the offset: exact small integers), runs two `mma.m16n8k16` per 16 columns
-(the x pieces of 1-4 rows are 16 columns of B) with fp32 accumulation, and adds each block's
-partial times its scale to the lane's fp32 accumulators. Nothing passes through shared memory.
+block scales (shared by the 4 lanes of a row pair) and its x registers; the PTX turns each word
+into four f16x2 A registers (`lop3` of the nibbles under fp16's 0x6400 = 1024, or `prmt` of q8_0's
+bytes under 0x64, then one f16x2 FMA that takes off 1024 + the offset: exact small integers), runs
+two `mma.m16n8k16` per 16 columns (the x pieces of 1-4 rows are 16 columns of B) with fp32
+accumulation, and adds each block's partial times its scale to the lane's fp32 accumulators.
+Nothing passes through shared memory. The GEMV is launched as a programmatic dependent of x_frag:
+its first weight loads go out before it waits for x.
 
 x: per chunk c and row m, x is scaled by a power of two e[c, m] (its largest element to [2^14,
 2^15)) and split into three fp16 pieces hi + mid + lo == the scaled x (to fp16's subnormal step
