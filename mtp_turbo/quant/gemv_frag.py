@@ -277,7 +277,7 @@ if triton is not None:
         # gemv_frag2 with fewer instructions a chunk: loop-invariant per-lane pointers plus a uniform
         # chunk offset, and unrolled by 2 so the chunk loaded ahead alternates between two register
         # sets instead of being moved. A chunk loaded past the warp's range is never used; past the
-        # end of the arrays it reads their padding (frag.py, x_frag's one extra chunk).
+        # end of the arrays it reads their padding (frag.py's two records, launch's two extra x chunks).
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         QS: gl.constexpr = 256 if FMT == 0 else 128  # int32 words of a tile-chunk record
