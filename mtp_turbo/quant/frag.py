@@ -38,10 +38,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .repack import BLOCK_FORMATS, QK, PackedWeight
+from .repack import BLOCK_FORMATS, CODE_OFFSET, QK, PackedWeight
 
 ROWS, COLS = 16, 64  # one row tile x one chunk
-OFFSET = {"q4_0": 8, "q5_0": 16, "q8_0": 128}  # code - OFFSET = the block's integer value
 H_BASE = (0, 2, 8, 10)  # q5_0: the 5th bits of step s start at this bit of the lane's word
 H_POS = (0, 4, 1, 5, 16, 20, 17, 21)  # ... plus this offset for nibble position p
 
@@ -75,10 +74,6 @@ class FragWeight:
         """(NT, NC): row tiles and chunks."""
         return self.sf.shape[0], self.sf.shape[1]
 
-    @property
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.qf, self.sf, self.hf) if t is not None)
-
     def dequantize(self) -> torch.Tensor:
         """float32 [N, K]: the stored words decoded back through lane_rows_cols (exact)."""
         n, k = self.shape
@@ -100,7 +95,7 @@ class FragWeight:
                 v = v | (((hf[:, :, None, :, None] >> bit) & 1) << 4)
         codes = torch.zeros(nt, nc, ROWS, COLS, dtype=torch.int64, device=dev)
         codes[:, :, r[None].expand(4, 32, 8), (c[None] + 16 * s)] = v
-        vals = (codes - OFFSET[self.fmt]).float()  # [NT, NC, 16, 64]
+        vals = (codes - CODE_OFFSET[self.fmt]).float()  # [NT, NC, 16, 64]
         sf = self.sf.float()  # [NT, NC, 8, 4]
         sc = torch.stack([torch.cat([sf[..., 0], sf[..., 1]], -1), torch.cat([sf[..., 2], sf[..., 3]], -1)], -1)
         vals = vals.reshape(nt, nc, ROWS, 2, QK) * sc[..., None]  # [NT, NC, 16 rows, 2 blocks, 32]
@@ -113,8 +108,8 @@ class FragWeight:
         n, k = w.shape
         nt, nc = -(-n // ROWS), -(-k // COLS)
         dev = w.device
-        codes = torch.full((nt * ROWS, nc * COLS), OFFSET[w.fmt], dtype=torch.int32, device=dev)
-        codes[:n, :k] = _codes(w)
+        codes = torch.full((nt * ROWS, nc * COLS), CODE_OFFSET[w.fmt], dtype=torch.int32, device=dev)
+        codes[:n, :k] = w.codes()
         sc = torch.zeros((nt * ROWS, nc * 2), dtype=torch.float16, device=dev)
         sc[:n, : k // QK] = w.scales
         r, c = lane_rows_cols(dev)  # [32, 8]
@@ -162,19 +157,3 @@ def _to_i32(x: torch.Tensor) -> torch.Tensor:
     """int64 holding an unsigned 32-bit pattern -> int32 with the same bits."""
     x = x.to(torch.int64) & 0xFFFFFFFF
     return torch.where(x >= 2**31, x - 2**32, x).to(torch.int32).contiguous()
-
-
-def _codes(w: PackedWeight) -> torch.Tensor:
-    """int32 [N, K] stored codes (value + OFFSET[fmt]) of a packed matrix."""
-    n, k = w.shape
-    if w.fmt == "q8_0":
-        return w.qs.to(torch.int32) + 128
-    from .repack import qh_bit
-
-    nb = k // QK
-    p = w.qs.reshape(n, -1, 1, QK).to(torch.int32)
-    q = torch.cat([p & 0xF, p >> 4], dim=2).reshape(n, -1, QK)[:, :nb]  # [n, nb, 32] element order
-    if w.fmt == "q5_0":
-        shifts = qh_bit(torch.arange(QK, device=p.device, dtype=torch.int32))
-        q = q | (((w.qh.reshape(n, nb, 1) >> shifts) & 1) << 4)
-    return q.reshape(n, k)

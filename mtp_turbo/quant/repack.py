@@ -39,6 +39,7 @@ BLOCK_FORMATS = ("q8_0", "q5_0", "q4_0")
 DENSE_FORMATS = ("bf16", "f32")
 FORMATS = BLOCK_FORMATS + DENSE_FORMATS
 QK = 32  # elements per block of every block format here
+CODE_OFFSET = {"q8_0": 128, "q5_0": 16, "q4_0": 8}  # PackedWeight.codes() - offset = the block's integer
 
 # ggml block sizes in bytes (32 elements): fp16 d + payload.
 BLOCK_BYTES = {"q8_0": 34, "q5_0": 22, "q4_0": 18}
@@ -227,24 +228,27 @@ class PackedWeight:
         return PackedWeight(fmt, (sum(p.shape[0] for p in parts), k), cat([p.qs for p in parts]),
                             cat([p.scales for p in parts]), cat([p.qh for p in parts]))
 
+    def codes(self) -> torch.Tensor:
+        """int32 [N, K] stored integers of a block format in element order: q8_0 value + 128,
+        q5_0 nibble | 5th bit << 4 (value + 16), q4_0 nibble (value + 8); see CODE_OFFSET."""
+        n, k = self.shape
+        assert self.fmt in BLOCK_FORMATS, self.fmt
+        if self.fmt == "q8_0":
+            return self.qs.to(torch.int32) + 128
+        nb = k // QK
+        p = self.qs.reshape(n, -1, 1, QK).to(torch.int32)
+        q = torch.cat([p & 0xF, p >> 4], dim=2).reshape(n, -1, QK)[:, :nb]  # [n, nb, 32] element order
+        if self.fmt == "q5_0":
+            shifts = qh_bit(torch.arange(QK, device=p.device, dtype=torch.int32))
+            q = q | (((self.qh.reshape(n, nb, 1) >> shifts) & 1) << 4)  # arithmetic shift; &1 keeps the bit
+        return q.reshape(n, k)
+
     def dequantize(self) -> torch.Tensor:
         """float32 [N, K] on the weight's device (exact: fp16 scale x small integer)."""
         n, k = self.shape
         if self.fmt in DENSE_FORMATS:
             return self.qs.float()
-        nb = k // QK
-        if self.fmt == "q8_0":
-            q = self.qs.reshape(n, nb, QK).float()
-        else:
-            p = self.qs.reshape(n, -1, 1, QK).to(torch.int32)
-            q = torch.cat([p & 0xF, p >> 4], dim=2).reshape(n, -1, QK)[:, :nb]  # [n, nb, 32] element order
-            if self.fmt == "q4_0":
-                q = q - 8
-            else:
-                shifts = qh_bit(torch.arange(QK, device=p.device, dtype=torch.int32))
-                hi = (self.qh.reshape(n, nb, 1) >> shifts) & 1  # arithmetic shift; &1 keeps the bit
-                q = (q | (hi << 4)) - 16
-            q = q.float()
+        q = (self.codes() - CODE_OFFSET[self.fmt]).float().reshape(n, k // QK, QK)
         return (q * self.scales.float().unsqueeze(2)).reshape(n, k)
 
 
