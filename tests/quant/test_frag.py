@@ -142,8 +142,14 @@ def test_x_pieces_exact():
     np.testing.assert_array_equal(got, x.double().numpy())
 
 
-def test_padding_and_codes_roundtrip():
-    # every stored code appears once at its place: rebuild the dense codes from the words
+@pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
+def test_decoding_the_words_gives_the_matrix_back(fmt):
+    # every stored code and scale at its place: the words decoded back == the packed matrix, exactly
+    w = PackedWeight.from_dense(torch.randn(33, 160), fmt)
+    assert torch.equal(FragWeight.from_packed(w).dequantize(), w.dequantize())
+
+
+def test_padding():
     w = PackedWeight.from_dense(torch.randn(20, 96), "q4_0")
     fw = FragWeight.from_packed(w)
     nt, nc = fw.tiles
