@@ -28,7 +28,8 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 _POINTERS = {"XB": "*bf16", "XW": "*i8", "XS": "*fp32", "XC": "*i32", "QS": "*u8", "QH": "*i32", "SC": "*fp16",
-             "Y": "*fp32", "X": "*fp32", "XQ": "*i8"}
+             "Y": "*fp32", "X": "*fp32", "XQ": "*i8", "XF": "*i32", "XE": "*fp32", "QF": "*i32", "HF": "*i32",
+             "SF": "*fp16"}
 _DEFAULTS = {"M": 1, "MP": 1, "F32_OPERANDS": 0, "ASM": 1}
 
 
@@ -76,7 +77,10 @@ def main(argv=None) -> int:
             attrs[(i,)] = [["tt.divisibility", 16]]
     if given.get("FMT") == 0 and "XB" in sig:
         sig["XB"] = "*fp16"
-    k = triton.compile(ASTSource(fn, sig, constexprs=const, attrs=attrs), target=GPUTarget("cuda", 90, 32),
+    src = ASTSource
+    if type(fn).__name__ == "GluonJITFunction":  # Gluon kernels: the layouts need the module's warp count
+        from triton.experimental.gluon._runtime import GluonASTSource as src
+    k = triton.compile(src(fn, sig, constexprs=const, attrs=attrs), target=GPUTarget("cuda", 90, 32),
                        options=dict(num_warps=args.warps, num_stages=args.stages))
     bindir = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
     with tempfile.TemporaryDirectory() as d:

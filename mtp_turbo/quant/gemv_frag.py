@@ -172,6 +172,24 @@ if triton is not None:
         gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
+    def _l2_prefetch(QF, HF, SF, ta, tb, c0, c1, NC, lane, go, FMT: gl.constexpr):
+        # Ask the copy engine to bring chunks [c0, c1) of row tiles ta and tb ([32 W] tile indices of
+        # each lane's warp) into L2: one `cp.async.bulk.prefetch` per array and tile, from lanes 0-5
+        # (lanes 0/1 the weight words of ta/tb, 2/3 the scales, 4/5 q5_0's fifth bits), where go.
+        # Why: a warp's own loads keep one or two chunks in flight (registers); this puts the rest of
+        # its range in flight at once, so DRAM stays busy while the loads wait on L2 only.
+        QB: gl.constexpr = 1024 if FMT == 0 else 512  # bytes of one tile-chunk record of QF
+        first = gl.where(lane % 2 == 0, ta, tb) * NC + c0  # first record of the lane's tile
+        n = c1 - c0
+        addr = gl.where(lane < 2, (QF + first * (QB // 4)).to(gl.int64),
+                        gl.where(lane < 4, (SF + first * 32).to(gl.int64), (HF + first * 32).to(gl.int64)))
+        nbytes = gl.where(lane < 2, n * QB, gl.where(lane < 4, n * 64, n * 128))
+        on = (go & (lane < (6 if FMT == 1 else 4))).to(gl.int32)
+        gl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.b32 $0, 0; }",
+            "=r,l,r,r", [addr, on, nbytes], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
     def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr):
         # chunk c's x scale of the lane's row (4 copies) and its 16 x registers
         xr = (c * 128 + lane[:, None]) * 4 + j  # XF [NC, 4, 32, 4], step 0
@@ -211,7 +229,7 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
         # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
@@ -225,6 +243,8 @@ if triton is not None:
         last = c1 - 1
         ta = gl.minimum(t0, NT - 1)
         tb = gl.minimum(t0 + 1, NT - 1)
+        if PF:
+            _l2_prefetch(QF, HF, SF, ta, tb, c0, c1, NC, lane, lane >= 0, FMT)
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
@@ -273,7 +293,7 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag3(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr):
         # gemv_frag2 with fewer instructions a chunk: loop-invariant per-lane pointers plus a uniform
         # chunk offset, and unrolled by 2 so the chunk loaded ahead alternates between two register
         # sets instead of being moved. A chunk loaded past the warp's range is never used; past the
@@ -287,6 +307,9 @@ if triton is not None:
         t0 = (gl.program_id(0) * W + r // 32) * 2
         c0 = gl.program_id(1) * CPS
         c1 = gl.minimum(c0 + CPS, NC)
+        if PF:
+            _l2_prefetch(QF, HF, SF, gl.minimum(t0, NT - 1), gl.minimum(t0 + 1, NT - 1), c0, c1, NC, lane, lane >= 0,
+                         FMT)
         ta = gl.minimum(t0, NT - 1) * NC
         tb = gl.minimum(t0 + 1, NT - 1) * NC
         QA = QF + (ta * QS + lane * 4)[:, None] + j
@@ -351,15 +374,19 @@ if triton is not None:
 
     @gluon.jit
     def _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC,
-                 FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
+                 FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr, PF: gl.constexpr):
         # the loads of round lr, chunk lc (tiles past the end clamped: loaded, never stored), and the
-        # next load position
+        # next load position; at a round's first chunk, the L2 prefetch of the round after it
+        if PF:
+            nxt = gl.minimum(base + (lr + 1) * stride + warp, NT - 1)
+            _l2_prefetch(QF, HF, SF, nxt, nxt, c0, c1, NC, lane, (lane >= 0) & (lc == c0), FMT)
         a = _loads(QF, HF, SF, gl.minimum(base + lr * stride + warp, NT - 1), lc, lane, j, NC, FMT, W, L4)
         wrap = (lc == c1 - 1).to(gl.int32)
         return a, lr + wrap, lc + 1 - wrap * (c1 - c0)
 
     @gluon.jit
-    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr):
+    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr,
+                    PF: gl.constexpr):
         # Persistent: program (i, s) walks rounds r = 0, 1, ...: its warp w takes row tile
         # i * W + w + r * W * programs over chunks [s * CPS, (s + 1) * CPS), one stream of chunks with
         # the weights loaded a chunk ahead across tile boundaries (a warp's first loads wait once,
@@ -375,31 +402,35 @@ if triton is not None:
         c0 = gl.program_id(1) * CPS
         c1 = gl.minimum(c0 + CPS, NC)
         total = gl.cdiv(NT - base, stride) * (c1 - c0)
+        if PF:  # round 0's tile (_load_at asks for each next round's at its start)
+            t_0 = gl.minimum(base + warp, NT - 1)
+            _l2_prefetch(QF, HF, SF, t_0, t_0, c0, c1, NC, lane, lane >= 0, FMT)
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         lr = 0
         lc = c0
         cr = 0
         cc = c0
-        a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+        a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4, PF)
         _x_ready()
         for it in range(0, total, 2):
-            b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+            b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4, PF)
             acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT,
                                      stride_ys, stride_ym, FMT, W, L4, RL)
-            a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
+            a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4, PF)
             if it + 1 < total:
                 acc0, acc1, cr, cc = _do(acc0, acc1, b, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N,
                                          NT, stride_ys, stride_ym, FMT, W, L4, RL)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_prefetch: bool = True) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
-    loaded one chunk ahead); split_k parts of K, summed after."""
+    loaded one chunk ahead); split_k parts of K, summed after. l2_prefetch: each warp asks for its
+    whole range into L2 up front (`_l2_prefetch`; off only to measure it)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -420,13 +451,15 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
     if tile.BLOCK_N == 32 and tile.num_stages == 3:
-        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
+        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_prefetch, num_warps=w_,
+                                                        launch_pdl=True)
     elif tile.BLOCK_N == 32:
-        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
+        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_prefetch, num_warps=w_,
+                                                        launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
-        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
+        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_prefetch, num_warps=w_, launch_pdl=True)
     if splits > 1:
         torch.sum(y, dim=0, out=out)
 
