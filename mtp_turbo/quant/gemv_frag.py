@@ -172,22 +172,23 @@ if triton is not None:
         gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _l2_prefetch(QF, HF, SF, ta, tb, c0, c1, NC, lane, go, FMT: gl.constexpr):
-        # Ask the copy engine to bring chunks [c0, c1) of row tiles ta and tb ([32 W] tile indices of
-        # each lane's warp) into L2: one `cp.async.bulk.prefetch` per array and tile, from lanes 0-5
-        # (lanes 0/1 the weight words of ta/tb, 2/3 the scales, 4/5 q5_0's fifth bits), where go.
-        # Why: a warp's own loads keep one or two chunks in flight (registers); this puts the rest of
-        # its range in flight at once, so DRAM stays busy while the loads wait on L2 only.
-        QB: gl.constexpr = 1024 if FMT == 0 else 512  # bytes of one tile-chunk record of QF
-        first = gl.where(lane % 2 == 0, ta, tb) * NC + c0  # first record of the lane's tile
-        n = c1 - c0
-        addr = gl.where(lane < 2, (QF + first * (QB // 4)).to(gl.int64),
-                        gl.where(lane < 4, (SF + first * 32).to(gl.int64), (HF + first * 32).to(gl.int64)))
-        nbytes = gl.where(lane < 2, n * QB, gl.where(lane < 4, n * 64, n * 128))
-        on = (go & (lane < (6 if FMT == 1 else 4))).to(gl.int32)
-        gl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.s32 p, $2, 0; @p cp.async.bulk.prefetch.L2.global [$1], $3; mov.b32 $0, 0; }",
-            "=r,l,r,r", [addr, on, nbytes], dtype=gl.int32, is_pure=False, pack=1)
+    def _pf(ptr, ok):
+        # prefetch.global.L2 of each lane's address ([32 W] pointers) where ok: a load request
+        # that holds no register, so chunks further ahead can be in flight than the loop's own loads
+        gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.s32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
+                                  "=r,l,r", [ptr.to(gl.int64), ok.to(gl.int32)], dtype=gl.int32, is_pure=False,
+                                  pack=1)
+
+    @gluon.jit
+    def _pf_chunk(PQ, PS, PH, c, ok, QS: gl.constexpr, FMT: gl.constexpr):
+        # the L2 prefetch of chunk c of one tile from its chunk-0 pointers ([32 W]: a lane's 16
+        # weight bytes, its row pair's scales, q5_0's fifth bits)
+        _pf(PQ + c * QS, ok)
+        if FMT == 0:
+            _pf(PQ + c * QS + 128, ok)
+        if FMT == 1:
+            _pf(PH + c * 32, ok)
+        _pf(PS + c * 32, ok)
 
     @gluon.jit
     def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr):
@@ -229,7 +230,7 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
         # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
@@ -243,8 +244,6 @@ if triton is not None:
         last = c1 - 1
         ta = gl.minimum(t0, NT - 1)
         tb = gl.minimum(t0 + 1, NT - 1)
-        if PF:
-            _l2_prefetch(QF, HF, SF, ta, tb, c0, c1, NC, lane, lane >= 0, FMT)
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
@@ -307,9 +306,6 @@ if triton is not None:
         t0 = (gl.program_id(0) * W + r // 32) * 2
         c0 = gl.program_id(1) * CPS
         c1 = gl.minimum(c0 + CPS, NC)
-        if PF:
-            _l2_prefetch(QF, HF, SF, gl.minimum(t0, NT - 1), gl.minimum(t0 + 1, NT - 1), c0, c1, NC, lane, lane >= 0,
-                         FMT)
         ta = gl.minimum(t0, NT - 1) * NC
         tb = gl.minimum(t0 + 1, NT - 1) * NC
         QA = QF + (ta * QS + lane * 4)[:, None] + j
@@ -320,6 +316,9 @@ if triton is not None:
         SB = SF + (tb * 32 + (lane // 4) * 4)[:, None] + j
         XA = XF + (lane * 4)[:, None] + j
         EA = XE + lane % 4
+        PQA, PQB = QF + ta * QS + lane * 4, QF + tb * QS + lane * 4  # [32 W] chunk-0 pointers for _pf_chunk
+        PSA, PSB = SF + ta * 32 + (lane // 4) * 4, SF + tb * 32 + (lane // 4) * 4
+        PHA, PHB = HF + ta * 32 + lane, HF + tb * 32 + lane
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
@@ -329,6 +328,11 @@ if triton is not None:
         _x_ready()
         x = _xat(XA, EA, c0, W, L4)
         for c in range(c0, c1, 2):
+            if PF > 0:  # chunks c + PF, c + PF + 1 of both tiles towards L2 (within the warp's range)
+                for d in gl.static_range(2):
+                    ok = (lane >= 0) & (c + PF + d < c1)
+                    _pf_chunk(PQA, PSA, PHA, c + PF + d, ok, QS, FMT)
+                    _pf_chunk(PQB, PSB, PHB, c + PF + d, ok, QS, FMT)
             a2 = _wat(QA, HA, SA, c + 1, QS, FMT, W, L4)
             b2 = _wat(QB, HB, SB, c + 1, QS, FMT, W, L4)
             x2 = _xat(XA, EA, c + 1, W, L4)
@@ -374,19 +378,15 @@ if triton is not None:
 
     @gluon.jit
     def _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC,
-                 FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr, PF: gl.constexpr):
+                 FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
         # the loads of round lr, chunk lc (tiles past the end clamped: loaded, never stored), and the
-        # next load position; at a round's first chunk, the L2 prefetch of the round after it
-        if PF:
-            nxt = gl.minimum(base + (lr + 1) * stride + warp, NT - 1)
-            _l2_prefetch(QF, HF, SF, nxt, nxt, c0, c1, NC, lane, (lane >= 0) & (lc == c0), FMT)
+        # next load position
         a = _loads(QF, HF, SF, gl.minimum(base + lr * stride + warp, NT - 1), lc, lane, j, NC, FMT, W, L4)
         wrap = (lc == c1 - 1).to(gl.int32)
         return a, lr + wrap, lc + 1 - wrap * (c1 - c0)
 
     @gluon.jit
-    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr,
-                    PF: gl.constexpr):
+    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr):
         # Persistent: program (i, s) walks rounds r = 0, 1, ...: its warp w takes row tile
         # i * W + w + r * W * programs over chunks [s * CPS, (s + 1) * CPS), one stream of chunks with
         # the weights loaded a chunk ahead across tile boundaries (a warp's first loads wait once,
@@ -402,35 +402,32 @@ if triton is not None:
         c0 = gl.program_id(1) * CPS
         c1 = gl.minimum(c0 + CPS, NC)
         total = gl.cdiv(NT - base, stride) * (c1 - c0)
-        if PF:  # round 0's tile (_load_at asks for each next round's at its start)
-            t_0 = gl.minimum(base + warp, NT - 1)
-            _l2_prefetch(QF, HF, SF, t_0, t_0, c0, c1, NC, lane, lane >= 0, FMT)
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         lr = 0
         lc = c0
         cr = 0
         cc = c0
-        a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4, PF)
+        a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
         _x_ready()
         for it in range(0, total, 2):
-            b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4, PF)
+            b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
             acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT,
                                      stride_ys, stride_ym, FMT, W, L4, RL)
-            a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4, PF)
+            a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
             if it + 1 < total:
                 acc0, acc1, cr, cc = _do(acc0, acc1, b, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N,
                                          NT, stride_ys, stride_ym, FMT, W, L4, RL)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_prefetch: bool = True) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: int = 0) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
-    loaded one chunk ahead); split_k parts of K, summed after. l2_prefetch: each warp asks for its
-    whole range into L2 up front (`_l2_prefetch`; off only to measure it)."""
+    loaded one chunk ahead); split_k parts of K, summed after. l2_ahead: gemv_frag3 also asks for
+    chunk c + l2_ahead towards L2 while at chunk c (0: off)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -451,15 +448,14 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_prefetc
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
     if tile.BLOCK_N == 32 and tile.num_stages == 3:
-        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_prefetch, num_warps=w_,
+        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_ahead, num_warps=w_,
                                                         launch_pdl=True)
     elif tile.BLOCK_N == 32:
-        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_prefetch, num_warps=w_,
-                                                        launch_pdl=True)
+        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
-        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_prefetch, num_warps=w_, launch_pdl=True)
+        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
     if splits > 1:
         torch.sum(y, dim=0, out=out)
 
