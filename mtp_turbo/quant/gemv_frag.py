@@ -53,14 +53,17 @@ def _f16x2(v: float) -> str:
     return f"0x{h:04X}{h:04X}"
 
 
-def frag_asm(fmt: str) -> str:
-    """The PTX for one chunk of one lane (pack=4 operands: see gemv_frag's call). Outputs $0..$3 =
-    group 0 accumulators (rows g, g, g+8, g+8 x columns 2t, 2t+1), $4..$7 = group 1."""
+def frag_asm(fmt: str, groups: int = 2) -> str:
+    """The PTX for one chunk of one lane (pack=4 operands: see _mma). Outputs $0..$3 = group 0
+    accumulators (rows g, g, g+8, g+8 x columns 2t, 2t+1), $4..$7 = group 1 (groups == 2: 3-4 rows
+    of x; 1-2 rows fit one group, module docstring)."""
+    assert groups in (1, 2), groups
+    n_o = 4 * groups  # output registers
     n_w = {"q4_0": 1, "q5_0": 2, "q8_0": 2}[fmt]  # 4-register input tensors before the scales
-    i_s = 8 + 4 * n_w  # scales: 2 registers (f16x2 (block 0: g, g+8), (block 1: g, g+8))
+    i_s = n_o + 4 * n_w  # scales: 2 registers (f16x2 (block 0: g, g+8), (block 1: g, g+8))
     i_e = i_s + 2  # x scale of the lane's row (4 copies)
-    i_x = i_e + 4  # x registers: 4 per step (group 0 b0, b1, group 1 b0, b1)
-    i_acc = i_x + 16
+    i_x = i_e + 4  # x registers: 2 per step and group (b0, b1)
+    i_acc = i_x + 8 * groups
     text = ["{", ".reg .b32 a0, a1, a2, a3, t, hs, hs2, one, mg, ka, kb, c16;",
             ".reg .f32 d0, d1, d2, d3, d4, d5, d6, d7, z, sa, sb;", ".reg .f16 h0, h1;",
             "mov.b32 one, 0x3C003C00; mov.b32 mg, 0x64006400; mov.f32 z, 0f00000000;"]
@@ -73,25 +76,25 @@ def frag_asm(fmt: str) -> str:
                     f"mov.b32 c16, {_f16x2(1 / 16)};")
     for s in range(4):
         if fmt == "q8_0":
-            base = 8 + 4 * (s // 2) + 2 * (s % 2)
+            base = n_o + 4 * (s // 2) + 2 * (s % 2)
             wa, wb = f"${base}", f"${base + 1}"
             text.append(f"prmt.b32 a0, {wa}, 0x64646464, 0x4140; prmt.b32 a1, {wa}, 0x64646464, 0x4342;")
             text.append(f"prmt.b32 a2, {wb}, 0x64646464, 0x4140; prmt.b32 a3, {wb}, 0x64646464, 0x4342;")
             text.append("".join(f"fma.rn.f16x2 a{i}, a{i}, one, ka; " for i in range(4)))
         else:
-            w = f"${8 + s}"
+            w = f"${n_o + s}"
             text.append(f"lop3.b32 a0, {w}, 0x000F000F, mg, 0xEA; lop3.b32 a1, {w}, 0x00F000F0, mg, 0xEA; "
                         f"shr.b32 t, {w}, 8; lop3.b32 a2, t, 0x000F000F, mg, 0xEA; "
                         f"lop3.b32 a3, t, 0x00F000F0, mg, 0xEA;")
             if fmt == "q5_0":  # this step's 5th bits to 4 / 20 and 8 / 24 (frag.H_BASE / H_POS)
                 sh = 4 - (0, 2, 8, 10)[s]
-                text.append(f"{'shl' if sh > 0 else 'shr'}.b32 hs, $12, {abs(sh)}; shr.b32 hs2, hs, 1;")
+                text.append(f"{'shl' if sh > 0 else 'shr'}.b32 hs, ${n_o + 4}, {abs(sh)}; shr.b32 hs2, hs, 1;")
                 text.append("lop3.b32 a0, hs, 0x00100010, a0, 0xEA; lop3.b32 a1, hs, 0x01000100, a1, 0xEA; "
                             "lop3.b32 a2, hs2, 0x00100010, a2, 0xEA; lop3.b32 a3, hs2, 0x01000100, a3, 0xEA;")
             text.append("fma.rn.f16x2 a0, a0, one, ka; fma.rn.f16x2 a1, a1, c16, kb; "
                         "fma.rn.f16x2 a2, a2, one, ka; fma.rn.f16x2 a3, a3, c16, kb;")
-        x = i_x + 4 * s
-        for grp in range(2):
+        x = i_x + 2 * groups * s
+        for grp in range(groups):
             d = ", ".join(f"d{4 * grp + i}" for i in range(4))
             c = "z, z, z, z" if s % 2 == 0 else d
             text.append(f"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d}}}, {{a0, a1, a2, a3}}, "
@@ -100,29 +103,37 @@ def frag_asm(fmt: str) -> str:
             b = s // 2
             text.append(f"mov.b32 {{h0, h1}}, ${i_s + b}; cvt.f32.f16 sa, h0; cvt.f32.f16 sb, h1; "
                         f"mul.f32 sa, sa, ${i_e}; mul.f32 sb, sb, ${i_e};")
-            for o in range(8):
+            for o in range(n_o):
                 acc = f"${i_acc + o}" if b == 0 else f"${o}"
                 text.append(f"fma.rn.f32 ${o}, d{o}, {'sa' if o % 4 < 2 else 'sb'}, {acc};")
     text.append("}")
     return "\n".join(text)
 
 
+def frag_constraints(fmt: str, groups: int = 2) -> str:
+    """frag_asm's operand constraints: 4 accumulators a group out; in: the weight words (4, or 8
+    for q8_0 and q5_0's qh copies), the scales (2 registers), x scale (4 copies), x registers (8 a
+    group), accumulators (4 a group)."""
+    n_w = 4 if fmt == "q4_0" else 8
+    return "=f," * 4 * groups + "r," * (n_w + 2) + "f," * 4 + "r," * 8 * groups + ",".join("f" * 4 * groups)
+
+
 if triton is not None:
-    _ASM_Q8 = gl.constexpr(frag_asm("q8_0"))
-    _ASM_Q5 = gl.constexpr(frag_asm("q5_0"))
-    _ASM_Q4 = gl.constexpr(frag_asm("q4_0"))
-    # constraints: 8 accumulators out; in: weight words (4 or 8) and q5_0's qh copies, the scales
-    # (2 registers), x scale (4 copies), x registers (16), accumulators (8)
-    _CON_Q8 = gl.constexpr("=f," * 8 + "r," * 10 + "f," * 4 + "r," * 16 + ",".join("f" * 8))
-    _CON_Q5 = _CON_Q8
-    _CON_Q4 = gl.constexpr("=f," * 8 + "r," * 6 + "f," * 4 + "r," * 16 + ",".join("f" * 8))
+    _ASM_Q8, _ASM_Q8_1 = gl.constexpr(frag_asm("q8_0")), gl.constexpr(frag_asm("q8_0", 1))
+    _ASM_Q5, _ASM_Q5_1 = gl.constexpr(frag_asm("q5_0")), gl.constexpr(frag_asm("q5_0", 1))
+    _ASM_Q4, _ASM_Q4_1 = gl.constexpr(frag_asm("q4_0")), gl.constexpr(frag_asm("q4_0", 1))
+    _CON_Q8, _CON_Q8_1 = gl.constexpr(frag_constraints("q8_0")), gl.constexpr(frag_constraints("q8_0", 1))
+    _CON_Q5, _CON_Q5_1 = _CON_Q8, _CON_Q8_1
+    _CON_Q4, _CON_Q4_1 = gl.constexpr(frag_constraints("q4_0")), gl.constexpr(frag_constraints("q4_0", 1))
 
     @triton.jit
-    def x_frag(X, XF, XE, K, stride_xm, M: tl.constexpr, PDL: tl.constexpr):
-        # Chunk c of x [M, K] -> XF int32 [NC, 4 steps, 32 lanes, 4]: lane L = 4 g + t, register
-        # (group q // 2, half q % 2) = f16x2 of x columns 64 c + 16 s + 2 t + 8 (q % 2) + (0, 1) of
-        # B column g (group 0: row g // 2, piece g % 2; group 1: row g // 2, piece 2 if g even, else
-        # zero); XE fp32 [NC, 4]: 2^e of each row (module docstring).
+    def x_frag(X, XF, XE, K, stride_xm, M: tl.constexpr, PDL: tl.constexpr, G: tl.constexpr):
+        # Chunk c of x [M, K] -> XF int32 [NC, 4 steps, 32 lanes, 4] (G = 2 groups): lane L = 4 g + t,
+        # register (group q // 2, half q % 2) = f16x2 of x columns 64 c + 16 s + 2 t + 8 (q % 2) + (0, 1)
+        # of B column g (group 0: row g // 2, piece g % 2; group 1: row g // 2, piece 2 if g even,
+        # else zero). G = 1 (M <= 2): XF [NC, 2 step pairs, 32 lanes, 4], register 2 (s % 2) + half of
+        # step s, one group: column g < 4 = row g // 2, piece g % 2; 4, 6 = piece 2 of row 0, 1; 5, 7
+        # zero. XE fp32 [NC, 4]: 2^e of each row (module docstring).
         if PDL:  # the GEMV may start now (its weight loads); it waits for this grid before reading XF
             tl.extra.cuda.gdc_launch_dependents()
         c = tl.program_id(0)
@@ -141,19 +152,24 @@ if triton is not None:
         # per output register: its two columns, row, piece
         s = tl.arange(0, 4)[:, None, None]
         lane = tl.arange(0, 32)[None, :, None]
-        q = tl.arange(0, 4)[None, None, :]
+        q = tl.arange(0, 2 * G)[None, None, :]
         g, t = lane // 4, lane % 4
-        grp = q // 2
-        row = g // 2
-        piece = tl.where(grp == 0, g % 2, tl.where(g % 2 == 0, 2, 3))  # 3: a zero column
-        col = c * 64 + s * 16 + 2 * t + 8 * (q % 2)  # [4, 32, 4]
+        if G == 1:
+            row = (g % 4) // 2
+            piece = tl.where(g < 4, g % 2, tl.where(g % 2 == 0, 2, 3))  # 3: a zero column
+            dst = ((c * 2 + s // 2) * 32 + lane) * 4 + 2 * (s % 2) + q
+        else:
+            row = g // 2
+            piece = tl.where(q // 2 == 0, g % 2, tl.where(g % 2 == 0, 2, 3))
+            dst = ((c * 4 + s) * 32 + lane) * 4 + q
+        col = c * 64 + s * 16 + 2 * t + 8 * (q % 2)  # [4, 32, 2 G]
         ok = (row < M) & (piece < 3)
         # 1 / 2^e of each register's row: [4, 32, 4] from the 4 rows' [4]
         sc = tl.sum(tl.where(rm[None, None, None, :] == row[:, :, :, None], inv[None, None, None, :], 0.0), axis=3)
         lo = _x_piece(X, stride_xm, row, col, K, ok, sc, piece)
         hi = _x_piece(X, stride_xm, row, col + 1, K, ok, sc, piece)
         word = (lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
-        tl.store(XF + ((c * 4 + s) * 32 + lane) * 4 + q, word)
+        tl.store(XF + dst, word)
 
     @triton.jit
     def _x_piece(X, stride_xm, row, col, K, ok, sc, piece):
@@ -191,8 +207,15 @@ if triton is not None:
         _pf(PS + c * 32, ok)
 
     @gluon.jit
-    def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr):
-        # chunk c's x scale of the lane's row (4 copies) and its 16 x registers
+    def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr, G: gl.constexpr):
+        # chunk c's x scale of the lane's row (4 copies) and its 8 G x registers (G = 1: the last two
+        # returned again, unused)
+        if G == 1:
+            xr = (c * 64 + lane[:, None]) * 4 + j  # XF [NC, 2, 32, 4], step pair 0
+            xe = gl.load(XE + c * 4 + lane % 2)[:, None] + gl.zeros([32 * W, 4], gl.float32, L4)
+            x0 = gl.load(XF + xr)
+            x1 = gl.load(XF + xr + 128)
+            return xe, x0, x1, x0, x1
         xr = (c * 128 + lane[:, None]) * 4 + j  # XF [NC, 4, 32, 4], step 0
         xe = gl.load(XE + c * 4 + lane % 4)[:, None] + gl.zeros([32 * W, 4], gl.float32, L4)
         return xe, gl.load(XF + xr), gl.load(XF + xr + 128), gl.load(XF + xr + 256), gl.load(XF + xr + 384)
@@ -215,9 +238,20 @@ if triton is not None:
         return w0, w1, gl.load(SF + (((tile * NC + c) * 8 + lane // 4) * 4)[:, None] + j)  # SF [NT, NC, 8, 4]
 
     @gluon.jit
-    def _mma(acc0, acc1, w0, w1, s, xe, x0, x1, x2, x3, FMT: gl.constexpr):
-        # one chunk's PTX (frag_asm) on a lane's weight words, scales and x operand
-        if FMT == 0:
+    def _mma(acc0, acc1, w0, w1, s, xe, x0, x1, x2, x3, FMT: gl.constexpr, G: gl.constexpr):
+        # one chunk's PTX (frag_asm) on a lane's weight words, scales and x operand (G = 1: one
+        # group, acc0 only; acc1, x2, x3 unused)
+        if G == 1:
+            if FMT == 0:
+                acc0 = gl.inline_asm_elementwise(_ASM_Q8_1, _CON_Q8_1, [w0, w1, s, xe, x0, x1, acc0],
+                                                 dtype=gl.float32, is_pure=True, pack=4)
+            elif FMT == 1:
+                acc0 = gl.inline_asm_elementwise(_ASM_Q5_1, _CON_Q5_1, [w0, w1, s, xe, x0, x1, acc0],
+                                                 dtype=gl.float32, is_pure=True, pack=4)
+            else:
+                acc0 = gl.inline_asm_elementwise(_ASM_Q4_1, _CON_Q4_1, [w0, s, xe, x0, x1, acc0],
+                                                 dtype=gl.float32, is_pure=True, pack=4)
+        elif FMT == 0:
             acc0, acc1 = gl.inline_asm_elementwise(_ASM_Q8, _CON_Q8, [w0, w1, s, xe, x0, x1, x2, x3, acc0, acc1],
                                                    dtype=(gl.float32, gl.float32), is_pure=True, pack=4)
         elif FMT == 1:
@@ -230,7 +264,7 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr, G: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
         # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
@@ -251,19 +285,19 @@ if triton is not None:
         a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
         b = _loads(QF, HF, SF, tb, c0, lane, j, NC, FMT, W, L4)
         _x_ready()
-        x = _xloads(XF, XE, c0, lane, j, W, L4)
+        x = _xloads(XF, XE, c0, lane, j, W, L4, G)
         for c in range(c0, c1):
             cn = gl.minimum(c + 1, last)
             an = _loads(QF, HF, SF, ta, cn, lane, j, NC, FMT, W, L4)
             bn = _loads(QF, HF, SF, tb, cn, lane, j, NC, FMT, W, L4)
-            xn = _xloads(XF, XE, cn, lane, j, W, L4)
-            acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT)
-            acc2, acc3 = _mma(acc2, acc3, b[0], b[1], b[2], x[0], x[1], x[2], x[3], x[4], FMT)
+            xn = _xloads(XF, XE, cn, lane, j, W, L4, G)
+            acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT, G)
+            acc2, acc3 = _mma(acc2, acc3, b[0], b[1], b[2], x[0], x[1], x[2], x[3], x[4], FMT, G)
             a = an
             b = bn
             x = xn
-        _store(acc0, acc1, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
-        _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+        _store(acc0, acc1, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL, G)
+        _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL, G)
 
     @gluon.jit
     def _wat(QA, HA, SA, c, QS: gl.constexpr, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
@@ -278,21 +312,25 @@ if triton is not None:
         return w0, w1, gl.load(SA + c * 32)
 
     @gluon.jit
-    def _xat(XA, EA, c, W: gl.constexpr, L4: gl.constexpr):
-        # chunk c's x scale (4 copies) and 16 x registers from loop-invariant pointers (chunk 0)
+    def _xat(XA, EA, c, W: gl.constexpr, L4: gl.constexpr, G: gl.constexpr):
+        # chunk c's x scale (4 copies) and 8 G x registers from loop-invariant pointers (chunk 0)
         xe = gl.load(EA + c * 4)[:, None] + gl.zeros([32 * W, 4], gl.float32, L4)
+        if G == 1:
+            x0 = gl.load(XA + c * 256)
+            x1 = gl.load(XA + c * 256 + 128)
+            return xe, x0, x1, x0, x1
         return xe, gl.load(XA + c * 512), gl.load(XA + c * 512 + 128), gl.load(XA + c * 512 + 256), \
             gl.load(XA + c * 512 + 384)
 
     @gluon.jit
-    def _mma2(acc0, acc1, acc2, acc3, a, b, x, FMT: gl.constexpr):
-        acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT)
-        acc2, acc3 = _mma(acc2, acc3, b[0], b[1], b[2], x[0], x[1], x[2], x[3], x[4], FMT)
+    def _mma2(acc0, acc1, acc2, acc3, a, b, x, FMT: gl.constexpr, G: gl.constexpr):
+        acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT, G)
+        acc2, acc3 = _mma(acc2, acc3, b[0], b[1], b[2], x[0], x[1], x[2], x[3], x[4], FMT, G)
         return acc0, acc1, acc2, acc3
 
     @gluon.jit
     def gemv_frag3(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr, G: gl.constexpr):
         # gemv_frag2 with fewer instructions a chunk: loop-invariant per-lane pointers plus a uniform
         # chunk offset, and unrolled by 2 so the chunk loaded ahead alternates between two register
         # sets instead of being moved. A chunk loaded past the warp's range is never used; past the
@@ -315,7 +353,7 @@ if triton is not None:
         SA = SF + (ta * 32 + (lane // 4) * 4)[:, None] + j
         SB = SF + (tb * 32 + (lane // 4) * 4)[:, None] + j
         XA = XF + (lane * 4)[:, None] + j
-        EA = XE + lane % 4
+        EA = XE + lane % (2 * G)  # the lane's x row: t % 2 (one group) or t
         PQA, PQB = QF + ta * QS + lane * 4, QF + tb * QS + lane * 4  # [32 W] chunk-0 pointers for _pf_chunk
         PSA, PSB = SF + ta * 32 + (lane // 4) * 4, SF + tb * 32 + (lane // 4) * 4
         PHA, PHB = HF + ta * 32 + lane, HF + tb * 32 + lane
@@ -326,7 +364,7 @@ if triton is not None:
         a = _wat(QA, HA, SA, c0, QS, FMT, W, L4)
         b = _wat(QB, HB, SB, c0, QS, FMT, W, L4)
         _x_ready()
-        x = _xat(XA, EA, c0, W, L4)
+        x = _xat(XA, EA, c0, W, L4, G)
         for c in range(c0, c1, 2):
             if PF > 0:  # chunks c + PF, c + PF + 1 of both tiles towards L2 (within the warp's range)
                 for d in gl.static_range(2):
@@ -335,26 +373,40 @@ if triton is not None:
                     _pf_chunk(PQB, PSB, PHB, c + PF + d, ok, QS, FMT)
             a2 = _wat(QA, HA, SA, c + 1, QS, FMT, W, L4)
             b2 = _wat(QB, HB, SB, c + 1, QS, FMT, W, L4)
-            x2 = _xat(XA, EA, c + 1, W, L4)
-            acc0, acc1, acc2, acc3 = _mma2(acc0, acc1, acc2, acc3, a, b, x, FMT)
+            x2 = _xat(XA, EA, c + 1, W, L4, G)
+            acc0, acc1, acc2, acc3 = _mma2(acc0, acc1, acc2, acc3, a, b, x, FMT, G)
             a = _wat(QA, HA, SA, c + 2, QS, FMT, W, L4)
             b = _wat(QB, HB, SB, c + 2, QS, FMT, W, L4)
-            x = _xat(XA, EA, c + 2, W, L4)
+            x = _xat(XA, EA, c + 2, W, L4, G)
             if c + 1 < c1:
-                acc0, acc1, acc2, acc3 = _mma2(acc0, acc1, acc2, acc3, a2, b2, x2, FMT)
-        _store(acc0, acc1, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
-        _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+                acc0, acc1, acc2, acc3 = _mma2(acc0, acc1, acc2, acc3, a2, b2, x2, FMT, G)
+        _store(acc0, acc1, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL, G)
+        _store(acc2, acc3, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL, G)
+
+    @gluon.jit
+    def _bfly2(v):
+        # v of lane L ^ 2 (lanes t and t ^ 2 of a row group g)
+        return gl.inline_asm_elementwise("shfl.sync.bfly.b32 $0, $1, 2, 0x1f, 0xffffffff;", "=f,f", [v],
+                                         dtype=gl.float32, is_pure=True, pack=1)
 
     @gluon.jit
     def _store(acc0, acc1, Y, tile, lane, M, N, NT, split, stride_ys, stride_ym, W: gl.constexpr,
-               RL: gl.constexpr):
-        # y[m = t, rows g and g + 8] = pieces 0 + 1 (group 0, columns 2t, 2t + 1) + piece 2 (group 1)
+               RL: gl.constexpr, G: gl.constexpr):
+        # y[m = t, rows g and g + 8] = pieces 0 + 1 (group 0, columns 2t, 2t + 1) + piece 2 (group 1);
+        # one group: lane t < 2 has pieces 0 + 1 of row t, lane t + 2 its piece 2
         a_ev, a_od = gl.split(gl.reshape(acc0, [32 * W, 2, 2]))  # [:, i] = acc0[:, 2i], acc0[:, 2i + 1]
-        b_ev, b_od = gl.split(gl.reshape(acc1, [32 * W, 2, 2]))
-        y_g, y_g8 = gl.split(a_ev + a_od + b_ev)  # rows g, g + 8
-        y_g = gl.convert_layout(y_g, RL)
-        y_g8 = gl.convert_layout(y_g8, RL)
-        m = lane % 4
+        if G == 1:
+            y_g, y_g8 = gl.split(a_ev + a_od)  # rows g, g + 8
+            y_g = gl.convert_layout(y_g, RL)
+            y_g8 = gl.convert_layout(y_g8, RL)
+            y_g = y_g + _bfly2(y_g)
+            y_g8 = y_g8 + _bfly2(y_g8)
+        else:
+            b_ev, b_od = gl.split(gl.reshape(acc1, [32 * W, 2, 2]))
+            y_g, y_g8 = gl.split(a_ev + a_od + b_ev)
+            y_g = gl.convert_layout(y_g, RL)
+            y_g8 = gl.convert_layout(y_g8, RL)
+        m = lane % 4  # (one group: lanes t >= 2 hold no row, m >= 2 >= M)
         row = tile * 16 + lane // 4
         ptr = Y + split * stride_ys + m * stride_ym + row
         ok_m = (m < M) & (tile < NT)
@@ -363,14 +415,14 @@ if triton is not None:
 
     @gluon.jit
     def _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT, stride_ys, stride_ym,
-            FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr):
+            FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr, G: gl.constexpr):
         # chunk cc of round cr (weights a; x loaded here, from L1: every warp reads it); at the end
         # of the chunk range, store the tile and reset
-        x = _xloads(XF, XE, cc, lane, j, W, L4)
-        acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT)
+        x = _xloads(XF, XE, cc, lane, j, W, L4, G)
+        acc0, acc1 = _mma(acc0, acc1, a[0], a[1], a[2], x[0], x[1], x[2], x[3], x[4], FMT, G)
         if cc == c1 - 1:
             _store(acc0, acc1, Y, base + cr * stride + warp, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym,
-                   W, RL)
+                   W, RL, G)
             acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
             acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         wrap = (cc == c1 - 1).to(gl.int32)
@@ -386,7 +438,8 @@ if triton is not None:
         return a, lr + wrap, lc + 1 - wrap * (c1 - c0)
 
     @gluon.jit
-    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr):
+    def gemv_frag_p(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym, FMT: gl.constexpr, W: gl.constexpr,
+                    G: gl.constexpr):
         # Persistent: program (i, s) walks rounds r = 0, 1, ...: its warp w takes row tile
         # i * W + w + r * W * programs over chunks [s * CPS, (s + 1) * CPS), one stream of chunks with
         # the weights loaded a chunk ahead across tile boundaries (a warp's first loads wait once,
@@ -413,21 +466,22 @@ if triton is not None:
         for it in range(0, total, 2):
             b, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
             acc0, acc1, cr, cc = _do(acc0, acc1, a, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N, NT,
-                                     stride_ys, stride_ym, FMT, W, L4, RL)
+                                     stride_ys, stride_ym, FMT, W, L4, RL, G)
             a, lr, lc = _load_at(QF, HF, SF, lr, lc, c0, c1, base, stride, warp, lane, j, NT, NC, FMT, W, L4)
             if it + 1 < total:
                 acc0, acc1, cr, cc = _do(acc0, acc1, b, cr, cc, c0, c1, base, stride, warp, XF, XE, Y, lane, j, M, N,
-                                         NT, stride_ys, stride_ym, FMT, W, L4, RL)
+                                         NT, stride_ys, stride_ym, FMT, W, L4, RL, G)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: int = 0) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: int = 0, groups: int = 0) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
     loaded one chunk ahead); split_k parts of K, summed after. l2_ahead: gemv_frag3 also asks for
-    chunk c + l2_ahead towards L2 while at chunk c (0: off)."""
+    chunk c + l2_ahead towards L2 while at chunk c (0: off). groups: mma groups a step (0: by
+    the rows, one up to 2 rows; 2 for 1-2 rows only to measure the difference)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -436,10 +490,13 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: 
     nt, nc = fw.tiles
     cps = -(-nc // tile.split_k)
     splits = -(-nc // cps)
+    # x's pieces: 3 B columns a row (one mma a step up to 2 rows, two for 3-4)
+    groups = groups or (1 if m <= 2 else 2)
+    assert groups in (1, 2) and (groups == 2 or m <= 2), (groups, m)
     # two chunks more than written: gemv_frag3 loads up to two chunks ahead and drops them
-    xf = torch.empty(nc + 2, 4, 32, 4, dtype=torch.int32, device=x.device)[:nc]
+    xf = torch.empty(nc + 2, 2 * groups, 32, 4, dtype=torch.int32, device=x.device)[:nc]
     xe = torch.empty(nc + 2, 4, dtype=torch.float32, device=x.device)[:nc]
-    x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, PDL=x.is_cuda, num_warps=4)
+    x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, PDL=x.is_cuda, G=groups, num_warps=4)
     if not x.is_cuda:
         out.copy_(emulate(fw, xf, xe, m))
         return
@@ -448,30 +505,39 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: 
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
     if tile.BLOCK_N == 32 and tile.num_stages == 3:
-        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_ahead, num_warps=w_,
-                                                        launch_pdl=True)
+        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_ahead, G=groups,
+                                                        num_warps=w_, launch_pdl=True)
     elif tile.BLOCK_N == 32:
-        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
+        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_,
+                                                        launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
-        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, num_warps=w_, launch_pdl=True)
+        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_, launch_pdl=True)
     if splits > 1:
         torch.sum(y, dim=0, out=out)
 
 
 def emulate(fw: FragWeight, xf: torch.Tensor, xe: torch.Tensor, m: int) -> torch.Tensor:
     """What the kernel computes, in torch (the CPU path): the stored weights decoded back to
-    values x scales (exact), x rebuilt from its fp16 pieces x 2^e (exact), one float64 matmul."""
+    values x scales (exact), x rebuilt from its fp16 pieces x 2^e (exact), one float64 matmul.
+    xf: x_frag's [NC, 2 groups, 32, 4] (its layout per group count in x_frag)."""
     n, k = fw.shape
     nc = fw.tiles[1]
+    groups = xf.shape[1] // 2
     g, t = torch.arange(32) // 4, torch.arange(32) % 4
-    pieces = xf.reshape(nc, 4, 32, 4, 1).cpu().view(torch.int16).view(torch.float16).double()  # [.., 4, 2]
+    if groups == 1:  # [chunk, step pair, lane, (step % 2, half)] -> [chunk, step, lane, half]
+        regs = xf.cpu().reshape(nc, 2, 32, 2, 2).permute(0, 1, 3, 2, 4).reshape(nc, 4, 32, 2)
+    else:  # [chunk, step, lane, register q (group q // 2, half q % 2)]
+        regs = xf.cpu().reshape(nc, 4, 32, 4)
+    pieces = regs.reshape(nc, 4, 32, 2 * groups, 1).view(torch.int16).view(torch.float16).double()  # [.., 2]
     x = torch.zeros(4, 64, nc, dtype=torch.float64)  # [row, column in chunk, chunk]
     for s in range(4):
-        for q in range(4):  # register q: group q // 2, half q % 2; column g
-            row = g // 2
-            keep = (q < 2) | (g % 2 == 0)  # group 1, odd column: zero
+        for q in range(2 * groups):  # register q: group q // 2, half q % 2; column g
+            if groups == 1:  # columns 0-3: pieces 0, 1 of rows 0, 1; 4, 6: piece 2 of rows 0, 1
+                row, keep = (g % 4) // 2, (g < 4) | (g % 2 == 0)
+            else:
+                row, keep = g // 2, (q < 2) | (g % 2 == 0)  # group 1, odd column: zero
             for h in range(2):
                 col = 16 * s + 2 * t + 8 * (q % 2) + h
                 v = pieces[:, s, :, q, h] * xe.cpu().double()[:, row]  # [nc, 32]

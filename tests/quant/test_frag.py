@@ -63,6 +63,7 @@ def emulate(fw: FragWeight, xf: np.ndarray, xe: np.ndarray, m: int) -> np.ndarra
     qf = fw.qf.numpy().astype(np.int64) & 0xFFFFFFFF
     hf = None if fw.hf is None else fw.hf.numpy().astype(np.int64) & 0xFFFFFFFF
     sf = fw.sf.numpy().astype(np.float64)[:, :, g]  # [NT, NC, 8, 4] -> each lane's entry [NT, NC, 32, 4]
+    groups = xf.shape[3] // 2  # xf: [NC, step, lane, register (group, half)] (x_operand)
     acc = np.zeros((nt, 2, 16, 8))  # [tile, group, row, column]
     for c in range(nc):
         for b in range(2):
@@ -75,34 +76,40 @@ def emulate(fw: FragWeight, xf: np.ndarray, xe: np.ndarray, m: int) -> np.ndarra
                     row = g + 8 * (i % 2)
                     col = 2 * t + 8 * (i // 2)
                     a[:, row, col], a[:, row, col + 1] = lo, hi
-                for grp in range(2):
+                for grp in range(groups):
                     bm = np.zeros((16, 8))  # B [k, n]: b0,b1 (k 2t, 2t+1), b2,b3 (k 2t+8, 2t+9), n = g
                     for half in range(2):
                         lo, hi = _halves(xf[c, s, :, 2 * grp + half])
                         bm[2 * t + 8 * half, g], bm[2 * t + 8 * half + 1, g] = lo, hi
                     d[:, grp] += a @ bm
             # C/D: c0,c1 (row g, cols 2t, 2t+1), c2,c3 (row g+8); scale of the row's block times
-            # 2^e of the lane's row t (= column // 2)
+            # 2^e of the column's x row (column // 2; one group: columns 4-7 are rows 0, 0, 1, 1)
             sc = np.zeros((nt, 16))
             sc[:, g], sc[:, g + 8] = sf[:, c, :, 2 * b], sf[:, c, :, 2 * b + 1]
-            e = xe[c, np.arange(8) // 2]  # per column
+            e = xe[c, (np.arange(8) % 4) // 2 if groups == 1 else np.arange(8) // 2]  # per column
             acc += d * sc[:, None, :, None] * e[None, None, None, :]
     y = np.zeros((m, nt * 16))
-    for r in range(m):
-        y[r] = (acc[:, 0, :, 2 * r] + acc[:, 0, :, 2 * r + 1] + acc[:, 1, :, 2 * r]).reshape(-1)
+    for r in range(m):  # pieces 0, 1, 2 of row r
+        p2 = acc[:, 0, :, 4 + 2 * r] if groups == 1 else acc[:, 1, :, 2 * r]
+        y[r] = (acc[:, 0, :, 2 * r] + acc[:, 0, :, 2 * r + 1] + p2).reshape(-1)
     return y[:, : fw.shape[0]]
 
 
 def x_operand(x: torch.Tensor, nc: int) -> tuple[np.ndarray, np.ndarray]:
-    """gemv_frag.x_frag run in Triton's interpreter (CPU), as numpy."""
+    """gemv_frag.x_frag run in Triton's interpreter (CPU), as numpy: registers [NC, step, lane,
+    (group, half)] (one group up to 2 rows: stored [NC, step pair, lane, (step % 2, half)])."""
     from mtp_turbo.quant import gemv_frag
 
     if not gemv_frag.available():
         pytest.skip("Triton with Gluon is not installed")
-    xf = torch.zeros(nc, 4, 32, 4, dtype=torch.int32)
+    groups = 1 if x.shape[0] <= 2 else 2
+    xf = torch.zeros(nc, 2 * groups, 32, 4, dtype=torch.int32)
     xe = torch.zeros(nc, 4, dtype=torch.float32)
-    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False)
-    return xf.numpy().astype(np.int64) & 0xFFFFFFFF, xe.numpy().astype(np.float64)
+    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
+    regs = xf.numpy().astype(np.int64) & 0xFFFFFFFF
+    if groups == 1:
+        regs = regs.reshape(nc, 2, 32, 2, 2).transpose(0, 1, 3, 2, 4).reshape(nc, 4, 32, 2)
+    return regs, xe.numpy().astype(np.float64)
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
@@ -121,25 +128,32 @@ def test_layout_through_fragment_tables(fmt, n, k, m):
     assert np.all(np.abs(y - ref) <= bound + 1e-300), np.max(np.abs(y - ref) / (bound + 1e-300))
 
 
-def test_x_pieces_exact():
-    # pieces times 2^e sum back to x exactly (away from fp16's subnormals)
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_x_pieces_exact(m):
+    # pieces times 2^e sum back to x exactly (away from fp16's subnormals); columns past the rows
+    # hold zeros
     gen = torch.Generator().manual_seed(3)
-    x = torch.randn(4, 128, generator=gen) * 3.0
+    x = torch.randn(m, 128, generator=gen) * 3.0
     xf, xe = x_operand(x, 2)
+    groups = xf.shape[3] // 2
     lane = np.arange(32)
     g, t = lane // 4, lane % 4
     got = np.zeros((4, 128))
     for c in range(2):
         for s in range(4):
-            for grp in range(2):
+            for grp in range(groups):
                 for half in range(2):
                     lo, hi = _halves(xf[c, s, :, 2 * grp + half])
-                    row = g // 2
-                    piece_ok = (grp == 0) | (g % 2 == 0)
+                    if groups == 1:  # columns 0-3: pieces 0, 1 of rows 0, 1; 4, 6: piece 2; 5, 7 zero
+                        row, piece_ok = (g % 4) // 2, (g < 4) | (g % 2 == 0)
+                    else:
+                        row, piece_ok = g // 2, (grp == 0) | (g % 2 == 0)
+                    assert not lo[~piece_ok].any() and not hi[~piece_ok].any()  # the zero columns
                     col = 64 * c + 16 * s + 2 * t + 8 * half
                     for v, dc in ((lo, 0), (hi, 1)):
                         np.add.at(got, (row[piece_ok], col[piece_ok] + dc), v[piece_ok] * xe[c, row[piece_ok]])
-    np.testing.assert_array_equal(got, x.double().numpy())
+    np.testing.assert_array_equal(got[:m], x.double().numpy())
+    assert not got[m:].any()
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])

@@ -111,29 +111,32 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     return {k: reg[f"${k}"] for k in range(8)}
 
 
-def _x_operand(x: torch.Tensor, nc: int) -> tuple[np.ndarray, np.ndarray]:
-    xf = torch.zeros(nc, 4, 32, 4, dtype=torch.int32)
+def _x_operand(x: torch.Tensor, nc: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    xf = torch.zeros(nc, 2 * groups, 32, 4, dtype=torch.int32)
     xe = torch.zeros(nc, 4, dtype=torch.float32)
-    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False)
+    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
     return xf.numpy().view(np.uint32).astype(np.uint64), xe.numpy().view(np.uint32).astype(np.uint64)
 
 
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
-def test_frag_asm_matches_dequantized_matmul(fmt):
-    n, k, m = 24, 160, 3  # 2 tiles (the second half padding), 3 chunks (the last half padding)
+def test_frag_asm_matches_dequantized_matmul(fmt, m):
+    n, k = 24, 160  # 2 tiles (the second half padding), 3 chunks (the last half padding)
+    groups = 1 if m <= 2 else 2  # as launch picks: one mma a step up to 2 rows
     gen = torch.Generator().manual_seed(5)
     w = PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt)
     x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
     fw = FragWeight.from_packed(w)
     nt, nc = fw.tiles
-    xf, xe = _x_operand(x, nc)
+    xf, xe = _x_operand(x, nc, groups)
     qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
     sf = fw.sf.numpy().view(np.uint16).astype(np.uint64)  # [NT, NC, 8, 4]
     hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
-    asm = gemv_frag.frag_asm(fmt)
+    asm = gemv_frag.frag_asm(fmt, groups)
+    n_o = 4 * groups  # accumulators
     y = np.zeros((m, nt * 16))
     for tile in range(nt):
-        acc = [np.zeros(32, dtype=np.uint64) for _ in range(8)]  # float32 bits of 0.0
+        acc = [np.zeros(32, dtype=np.uint64) for _ in range(n_o)]  # float32 bits of 0.0
         for c in range(nc):
             words = [qf[tile, c, h, :, i] for h in range(2) for i in range(4)] if fmt == "q8_0" else \
                 [qf[tile, c, :, i] for i in range(4)]
@@ -141,16 +144,20 @@ def test_frag_asm_matches_dequantized_matmul(fmt):
                 words += [hf[tile, c]] * 4
             s = sf[tile, c, G]  # [32, 4] fp16 bits: the lane's row pair
             ops = words + [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
-            ops += [xe[c, T]] * 4
-            ops += [xf[c, st, :, q] for st in range(4) for q in range(4)]
+            ops += [xe[c, T % (2 * groups)]] * 4  # the lane's x row (as gemv_frag's _xloads)
+            ops += [xf[c, i, :, q] for i in range(2 * groups) for q in range(4)]  # the tensors the kernel passes
             ops += acc
-            out = run_warp(asm, {8 + i: v for i, v in enumerate(ops)})
-            acc = [out[i] for i in range(8)]
+            out = run_warp(asm, {n_o + i: v for i, v in enumerate(ops)})
+            acc = [out[i] for i in range(n_o)]
         a = [_f32(v) for v in acc]
-        # lane (g, t): row m = t; rows g and g + 8 = pieces 0 + 1 (group 0) + piece 2 (group 1)
-        for row_off, (i0, i1, i2) in ((0, (0, 1, 4)), (8, (2, 3, 6))):
-            keep = T < m
-            y[T[keep], tile * 16 + G[keep] + row_off] = (a[i0] + a[i1] + a[i2])[keep]
+        for row_off, (i0, i1) in ((0, (0, 1)), (8, (2, 3))):
+            if groups == 1:  # lane (g, t < 2): row t's pieces 0 + 1; lane t + 2: its piece 2 (the kernel's shuffle)
+                v = a[i0] + a[i1]
+                keep = T < m
+                y[T[keep], tile * 16 + G[keep] + row_off] = (v + v[LANE ^ 2])[keep]
+            else:  # lane (g, t): row m = t; pieces 0 + 1 (group 0) + piece 2 (group 1)
+                keep = T < m
+                y[T[keep], tile * 16 + G[keep] + row_off] = (a[i0] + a[i1] + a[i0 + 4])[keep]
     y = y[:, :n]
     ref = x.double().numpy() @ w.dequantize().double().numpy().T
     bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21
