@@ -139,12 +139,16 @@ _FR3, _FR38 = TileConfig("frag", 32, 64, 2, 3), TileConfig("frag", 32, 64, 4, 3,
 # frag,16,64,4,2,8,8 for q8_0 (tall 640x2048 / 640x1024 / 256x640: 7.8-7.9 / 6.8-6.9 / 6.6-6.7 vs
 # dot_i8n 7.9-11.7 / 7.3-10.6 / 6.8-10.3) and wide q5_0 / q8_0 (6.8-7.2 vs dot_bf16x3 7.3-9.4) and
 # wide q4_0 at 2-4 rows (6.9-7.1 vs 8.1); tall q4_0 / q5_0 stay on dot_bf16n (within 1%).
+# Session 7: up to 2 rows, one mma group a step (gemv_frag.launch; not in gemv_frag3): head frag,32,64,2,2
+# q4_0 32.0 / 31.6 us at 1 / 2 rows (vs frag3's 37.7 / 37.1), q5_0 37.4 / 39.4 (vs 43.5 / 44.0 with two
+# groups), q8_0 50.0 / 51.3 (frag3 50.1 / 50.9); 8192 x 8192 persistent frag,16,64,4,2,8,8 q4_0 19.0 / 18.9
+# (frag3 19.5 / 19.5), q5_0 21.9 / 21.4 (24.1), q8_0 25.3 / 25.5 (frag3 26.3 / 26.7).
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
-    ("head", "q8_0"): (_FR3,) * 4,
-    ("head", "q4_0"): (_FR3,) * 4,
+    ("head", "q8_0"): (_FR2, _FR2, _FR3, _FR3),
+    ("head", "q4_0"): (_FR2, _FR2, _FR3, _FR3),
     ("head", "q5_0"): (_FR2,) * 4,
-    ("large", "q8_0"): (_FR38,) * 4,
-    ("large", "q4_0"): (_FR38,) * 4,
+    ("large", "q8_0"): (_FRP, _FRP, _FR38, _FR38),
+    ("large", "q4_0"): (_FRP, _FRP, _FR38, _FR38),
     ("large", "q5_0"): (_FRP,) * 4,
     ("tall", "q8_0"): (_FRP,) * 4,
     ("tall", "q4_0"): (_BFS,) * 4,

@@ -21,6 +21,9 @@ x: per chunk c and row m, x is scaled by a power of two e[c, m] (its largest ele
 2^-24, i.e. 2^-38 of the chunk's largest element); B columns (group 0) 2m, 2m + 1 = pieces 0, 1
 of row m, (group 1) 2m = piece 2; so lane L = 4 g + t accumulates row m = t only and sums its own
 pieces at the end (no shuffles). The scale e multiplies the block scale (exact: a power of two).
+Up to 2 rows the three pieces of each fit one group (columns 2m, 2m + 1 = pieces 0, 1; 4 + 2m =
+piece 2): one mma a step instead of two, half the x registers and scale FMAs, and one lane shuffle
+at the store adds lane t + 2's piece 2 to lane t's sum (H200 head, 1 row: q4_0 32.0 vs 37.7 us).
 """
 
 from __future__ import annotations
@@ -481,7 +484,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: 
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
     loaded one chunk ahead); split_k parts of K, summed after. l2_ahead: gemv_frag3 also asks for
     chunk c + l2_ahead towards L2 while at chunk c (0: off). groups: mma groups a step (0: by
-    the rows, one up to 2 rows; 2 for 1-2 rows only to measure the difference)."""
+    the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -490,8 +493,10 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: 
     nt, nc = fw.tiles
     cps = -(-nc // tile.split_k)
     splits = -(-nc // cps)
-    # x's pieces: 3 B columns a row (one mma a step up to 2 rows, two for 3-4)
-    groups = groups or (1 if m <= 2 else 2)
+    # x's pieces: 3 B columns a row (one mma a step up to 2 rows, two for 3-4). gemv_frag3 keeps two:
+    # with one it measured slower (H200 head q4_0, 1 row: 42.3 vs 37.7 us; gemv_frag2 with one 32.0)
+    frag3 = tile.BLOCK_N == 32 and tile.num_stages == 3
+    groups = groups or (1 if m <= 2 and not frag3 else 2)
     assert groups in (1, 2) and (groups == 2 or m <= 2), (groups, m)
     # two chunks more than written: gemv_frag3 loads up to two chunks ahead and drops them
     xf = torch.empty(nc + 2, 2 * groups, 32, 4, dtype=torch.int32, device=x.device)[:nc]
