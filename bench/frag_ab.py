@@ -2,7 +2,7 @@
 
 Run from the repo root on a CUDA machine:
     python bench/frag_ab.py [--shapes 262144x640,8192x8192] [--formats q4_0,q5_0,q8_0] [--rows 1,4]
-        [--tiles "frag,32,64,2,3;frag,16,64,4,2,8,8"] [--variants "l2_ahead=0;l2_ahead=4"] [--out F]
+        [--tiles "frag,32,64,2,3;frag,16,64,4,2,8,8"] [--variants "groups=2;groups=0"] [--out F]
 
 For each shape, format, tile, row count and variant: the result against dequantize-then-matmul
 (float64; a variant off by more than 1e-5 relative is reported WRONG) and the median time per call
@@ -30,7 +30,7 @@ from mtp_turbo.quant.gemv import parse_tile  # noqa: E402
 
 
 def _variant(spec: str) -> dict:
-    """'l2_ahead=4,one=1' -> {'l2_ahead': 4, 'one': 1}"""
+    """'groups=2' -> {'groups': 2}"""
     return {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
 
 
@@ -40,7 +40,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default="q4_0,q5_0,q8_0")
     ap.add_argument("--rows", default="1,4")
     ap.add_argument("--tiles", default="frag,32,64,2,3;frag,32,64,4,3,8;frag,32,64,2,2;frag,16,64,4,2,8,8")
-    ap.add_argument("--variants", default="l2_ahead=0;l2_ahead=3;l2_ahead=6", help="';'-separated launch keywords")
+    ap.add_argument("--variants", default="groups=2;groups=0", help="';'-separated launch keywords")
     ap.add_argument("--out", default=None, help="write the rows as JSON here")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():

@@ -191,25 +191,6 @@ if triton is not None:
         gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _pf(ptr, ok):
-        # prefetch.global.L2 of each lane's address ([32 W] pointers) where ok: a load request
-        # that holds no register, so chunks further ahead can be in flight than the loop's own loads
-        gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.s32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-                                  "=r,l,r", [ptr.to(gl.int64), ok.to(gl.int32)], dtype=gl.int32, is_pure=False,
-                                  pack=1)
-
-    @gluon.jit
-    def _pf_chunk(PQ, PS, PH, c, ok, QS: gl.constexpr, FMT: gl.constexpr):
-        # the L2 prefetch of chunk c of one tile from its chunk-0 pointers ([32 W]: a lane's 16
-        # weight bytes, its row pair's scales, q5_0's fifth bits)
-        _pf(PQ + c * QS, ok)
-        if FMT == 0:
-            _pf(PQ + c * QS + 128, ok)
-        if FMT == 1:
-            _pf(PH + c * 32, ok)
-        _pf(PS + c * 32, ok)
-
-    @gluon.jit
     def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr, G: gl.constexpr):
         # chunk c's x scale of the lane's row (4 copies) and its 8 G x registers (G = 1: the last two
         # returned again, unused)
@@ -333,7 +314,7 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag3(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr, PF: gl.constexpr, G: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr, G: gl.constexpr):
         # gemv_frag2 with fewer instructions a chunk: loop-invariant per-lane pointers plus a uniform
         # chunk offset, and unrolled by 2 so the chunk loaded ahead alternates between two register
         # sets instead of being moved. A chunk loaded past the warp's range is never used; past the
@@ -357,9 +338,6 @@ if triton is not None:
         SB = SF + (tb * 32 + (lane // 4) * 4)[:, None] + j
         XA = XF + (lane * 4)[:, None] + j
         EA = XE + lane % (2 * G)  # the lane's x row: t % 2 (one group) or t
-        PQA, PQB = QF + ta * QS + lane * 4, QF + tb * QS + lane * 4  # [32 W] chunk-0 pointers for _pf_chunk
-        PSA, PSB = SF + ta * 32 + (lane // 4) * 4, SF + tb * 32 + (lane // 4) * 4
-        PHA, PHB = HF + ta * 32 + lane, HF + tb * 32 + lane
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
@@ -369,11 +347,6 @@ if triton is not None:
         _x_ready()
         x = _xat(XA, EA, c0, W, L4, G)
         for c in range(c0, c1, 2):
-            if PF > 0:  # chunks c + PF, c + PF + 1 of both tiles towards L2 (within the warp's range)
-                for d in gl.static_range(2):
-                    ok = (lane >= 0) & (c + PF + d < c1)
-                    _pf_chunk(PQA, PSA, PHA, c + PF + d, ok, QS, FMT)
-                    _pf_chunk(PQB, PSB, PHB, c + PF + d, ok, QS, FMT)
             a2 = _wat(QA, HA, SA, c + 1, QS, FMT, W, L4)
             b2 = _wat(QB, HB, SB, c + 1, QS, FMT, W, L4)
             x2 = _xat(XA, EA, c + 1, W, L4, G)
@@ -476,15 +449,14 @@ if triton is not None:
                                          NT, stride_ys, stride_ym, FMT, W, L4, RL, G)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: int = 0, groups: int = 0) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: int = 0) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
-    loaded one chunk ahead); split_k parts of K, summed after. l2_ahead: gemv_frag3 also asks for
-    chunk c + l2_ahead towards L2 while at chunk c (0: off). groups: mma groups a step (0: by
-    the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
+    loaded one chunk ahead; 3: gemv_frag3); split_k parts of K, summed after. groups: mma groups a
+    step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -510,7 +482,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, l2_ahead: 
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
     if tile.BLOCK_N == 32 and tile.num_stages == 3:
-        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, PF=l2_ahead, G=groups,
+        gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups,
                                                         num_warps=w_, launch_pdl=True)
     elif tile.BLOCK_N == 32:
         gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_,
