@@ -191,29 +191,6 @@ if triton is not None:
         gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _pf(ptr, ok):
-        # prefetch.global.L2 of each lane's address ([32 W] pointers) where ok: a load request
-        # that holds no register, so chunks further ahead can be in flight than the loop's own loads
-        gl.inline_asm_elementwise("{ .reg .pred p; setp.ne.s32 p, $2, 0; @p prefetch.global.L2 [$1]; mov.b32 $0, 0; }",
-                                  "=r,l,r", [ptr.to(gl.int64), ok.to(gl.int32)], dtype=gl.int32, is_pure=False,
-                                  pack=1)
-
-    @gluon.jit
-    def _pf_chunk(QF, HF, SF, tile, c, NC, lane, ok, FMT: gl.constexpr):
-        # the L2 prefetch of chunk c of a row tile ([32 W] tile indices): each lane's 16 weight
-        # bytes (32: q8_0), its row pair's scales, q5_0's fifth bits
-        rec = (tile * NC + c) * 32 + lane  # the lane's record in [NT, NC, 32]
-        if FMT == 0:
-            q = ((tile * NC + c) * 64 + lane) * 4
-            _pf(QF + q, ok)
-            _pf(QF + q + 128, ok)
-        else:
-            _pf(QF + rec * 4, ok)
-        if FMT == 1:
-            _pf(HF + rec, ok)
-        _pf(SF + ((tile * NC + c) * 8 + lane // 4) * 4, ok)
-
-    @gluon.jit
     def _xloads(XF, XE, c, lane, j, W: gl.constexpr, L4: gl.constexpr, G: gl.constexpr):
         # chunk c's x scale of the lane's row (4 copies) and its 8 G x registers (G = 1: the last two
         # returned again, unused)
@@ -271,10 +248,9 @@ if triton is not None:
 
     @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr, G: gl.constexpr, PF: gl.constexpr):
+                   FMT: gl.constexpr, W: gl.constexpr, G: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
-        # traffic per weight byte. Loads (x too) one chunk ahead; PF > 1: chunk c + PF asked for
-        # towards L2 at chunk c (no registers held for it).
+        # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         r = gl.arange(0, 32 * W, layout=RL)
@@ -292,15 +268,9 @@ if triton is not None:
         acc3 = gl.zeros([32 * W, 4], gl.float32, L4)
         a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
         b = _loads(QF, HF, SF, tb, c0, lane, j, NC, FMT, W, L4)
-        for d in gl.static_range(2, PF):  # the chunks between the first loads and the loop's prefetches
-            _pf_chunk(QF, HF, SF, ta, c0 + d, NC, lane, (lane >= 0) & (c0 + d < c1), FMT)
-            _pf_chunk(QF, HF, SF, tb, c0 + d, NC, lane, (lane >= 0) & (c0 + d < c1), FMT)
         _x_ready()
         x = _xloads(XF, XE, c0, lane, j, W, L4, G)
         for c in range(c0, c1):
-            if PF > 1:
-                _pf_chunk(QF, HF, SF, ta, c + PF, NC, lane, (lane >= 0) & (c + PF < c1), FMT)
-                _pf_chunk(QF, HF, SF, tb, c + PF, NC, lane, (lane >= 0) & (c + PF < c1), FMT)
             cn = gl.minimum(c + 1, last)
             an = _loads(QF, HF, SF, ta, cn, lane, j, NC, FMT, W, L4)
             bn = _loads(QF, HF, SF, tb, cn, lane, j, NC, FMT, W, L4)
@@ -479,15 +449,14 @@ if triton is not None:
                                          NT, stride_ys, stride_ym, FMT, W, L4, RL, G)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: int = 0, l2_ahead: int = 0) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: int = 0) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
     loaded one chunk ahead; 3: gemv_frag3); split_k parts of K, summed after. groups: mma groups a
-    step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure).
-    l2_ahead > 1: gemv_frag2 asks for chunk c + l2_ahead towards L2 at chunk c."""
+    step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -516,8 +485,8 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
         gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups,
                                                         num_warps=w_, launch_pdl=True)
     elif tile.BLOCK_N == 32:
-        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, PF=l2_ahead,
-                                                        num_warps=w_, launch_pdl=True)
+        gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_,
+                                                        launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
