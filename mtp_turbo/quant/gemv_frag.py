@@ -488,7 +488,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
                                                         num_warps=w_, launch_pdl=True, **opt)
     elif tile.BLOCK_N == 32:
         gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_,
-                                                        launch_pdl=True)
+                                                        launch_pdl=True, **opt)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
