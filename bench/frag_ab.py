@@ -30,7 +30,7 @@ from mtp_turbo.quant.gemv import parse_tile  # noqa: E402
 
 
 def _variant(spec: str) -> dict:
-    """'groups=2,maxnreg=40' -> {'groups': 2, 'maxnreg': 40}"""
+    """'groups=2' -> {'groups': 2}"""
     return {k: int(v) for k, v in (kv.split("=") for kv in spec.split(",") if kv)}
 
 

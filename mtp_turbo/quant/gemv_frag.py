@@ -449,15 +449,14 @@ if triton is not None:
                                          NT, stride_ys, stride_ym, FMT, W, L4, RL, G)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: int = 0, maxnreg: int = 0) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: int = 0) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
     loaded one chunk ahead; 3: gemv_frag3); split_k parts of K, summed after. groups: mma groups a
-    step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure).
-    maxnreg: a register cap for ptxas (0: its own choice)."""
+    step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
@@ -482,17 +481,16 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
     hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
-    opt = {"maxnreg": maxnreg} if maxnreg else {}
     if tile.BLOCK_N == 32 and tile.num_stages == 3:
         gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups,
-                                                        num_warps=w_, launch_pdl=True, **opt)
+                                                        num_warps=w_, launch_pdl=True)
     elif tile.BLOCK_N == 32:
         gemv_frag2[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_,
-                                                        launch_pdl=True, **opt)
+                                                        launch_pdl=True)
     else:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
         grid0 = max(1, min(triton.cdiv(nt, w_), sms * tile.n_tiles // splits))
-        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_, launch_pdl=True, **opt)
+        gemv_frag_p[(grid0, splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, num_warps=w_, launch_pdl=True)
     if splits > 1:
         torch.sum(y, dim=0, out=out)
 
