@@ -71,14 +71,11 @@ _BF16N = ((64, 128, 4, 3, 1, 1), (64, 128, 4, 3, 1, 4), (128, 128, 4, 2, 1, 1), 
           (64, 128, 4, 3, 8, 1), (64, 64, 4, 4, 4, 1))
 # frag (the fragment layout, gemv_frag.py; BLOCK_K = one 64-column chunk): BLOCK_N 32 = two 16-row
 # tiles a warp sharing x (gemv_frag2), 16 = the persistent kernel (n_tiles CTAs per SM); weights loaded
-# one chunk ahead (num_stages 2), gemv_frag3 (3), or through a ring of 4 / 6 shared-memory stages by
-# cp.async (gemv_frag2a); split_k parts of K
+# one chunk ahead (num_stages 2; two or three ahead measured slower); split_k parts of K
 _FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 64, 2, 2, 2, 1), (32, 64, 4, 2, 2, 1),
          (32, 64, 4, 2, 4, 1), (32, 64, 4, 2, 8, 1), (32, 64, 2, 2, 8, 1), (16, 64, 4, 2, 1, 8),
          (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8),
-         (32, 64, 2, 3, 1, 1), (32, 64, 4, 3, 1, 1), (32, 64, 4, 3, 8, 1), (32, 64, 2, 3, 8, 1),
-         (32, 64, 1, 4, 1, 1), (32, 64, 2, 4, 1, 1), (32, 64, 2, 6, 1, 1), (32, 64, 4, 4, 1, 1), (32, 64, 2, 4, 8, 1),
-         (32, 64, 4, 4, 8, 1))
+         (32, 64, 2, 3, 1, 1), (32, 64, 4, 3, 1, 1), (32, 64, 4, 3, 8, 1), (32, 64, 2, 3, 8, 1))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (

@@ -455,10 +455,9 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
     kernels; CPU tensors (Triton's interpreter): x_frag interpreted, then `emulate`.
     Tile fields: BLOCK_N 32 = gemv_frag2 (two row tiles a warp, x loaded a chunk ahead), 16 = the
     persistent gemv_frag_p with n_tiles CTAs per SM; BLOCK_K 64 (a chunk); num_stages 2 (weights
-    loaded one chunk ahead; 3: gemv_frag3; 4 or 6: gemv_frag2a, that many cp.async stages); split_k
-    parts of K, summed after. groups: mma groups a
+    loaded one chunk ahead; 3: gemv_frag3); split_k parts of K, summed after. groups: mma groups a
     step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
-    assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3, 4, 6), tile
+    assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
     n, k = fw.shape
     m = x.shape[0]
@@ -482,12 +481,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
     hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
     args = (xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0))
     w_ = tile.num_warps
-    if tile.BLOCK_N == 32 and tile.num_stages >= 4:
-        from .gemv_frag_async import gemv_frag2a
-
-        gemv_frag2a[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups, S=tile.num_stages,
-                                                         num_warps=w_, launch_pdl=True)
-    elif tile.BLOCK_N == 32 and tile.num_stages == 3:
+    if tile.BLOCK_N == 32 and tile.num_stages == 3:
         gemv_frag3[(triton.cdiv(nt, 2 * w_), splits)](*args, FMT=FMT_ID[fw.fmt], W=w_, G=groups,
                                                         num_warps=w_, launch_pdl=True)
     elif tile.BLOCK_N == 32:
