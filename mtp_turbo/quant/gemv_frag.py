@@ -1,42 +1,33 @@
 """GEMV on weights in the fragment layout (frag.py): a warp per 16-row tile, mma.sync in inline PTX.
 
-Owns: the x operand (`x_frag`, plain Triton), the GEMV kernels (Gluon: layouts are explicit, so
-lane L of a warp provably holds element L of every per-lane tensor, which the warp-wide `mma.sync`
-in the PTX relies on): `gemv_frag2` (two row tiles a warp sharing x), `gemv_frag3` (the same with
-loop-invariant pointers, unrolled by 2: fewer instructions, more registers) and `gemv_frag_p`
-(persistent, for split-K); the PTX text, the launch and the CPU emulation. Ignores: the layout's
-construction (frag.py), dispatch (gemv.py), the other kernels.
+Owns: the GEMV kernels (Gluon: layouts are explicit, so lane L of a warp provably holds element L
+of every per-lane tensor, which the warp-wide `mma.sync` in the PTX relies on): `gemv_frag2` (two
+row tiles a warp sharing x), `gemv_frag3` (the same with loop-invariant pointers, unrolled by 2:
+fewer instructions, more registers) and `gemv_frag_p` (persistent, for split-K); the launch and
+the CPU emulation. Ignores: the layout's construction (frag.py), the PTX text (frag_ptx.py), the x
+operand (frag_x.py), dispatch (gemv.py), the other kernels.
 
 Per warp and 64-column chunk, each lane loads its weight words (16 bytes; 32 for q8_0), 4 fp16
-block scales (shared by the 4 lanes of a row pair) and its x registers; the PTX turns each word
-into four f16x2 A registers (`lop3` of the nibbles under fp16's 0x6400 = 1024, or `prmt` of q8_0's
-bytes under 0x64, then one f16x2 FMA that takes off 1024 + the offset: exact small integers), runs
-two `mma.m16n8k16` per 16 columns (the x pieces of 1-4 rows are 16 columns of B) with fp32
-accumulation, and adds each block's partial times its scale to the lane's fp32 accumulators.
-Nothing passes through shared memory. The GEMV is launched as a programmatic dependent of x_frag:
-its first weight loads go out before it waits for x.
-
-x: per chunk c and row m, x is scaled by a power of two e[c, m] (its largest element to [2^14,
-2^15)) and split into three fp16 pieces hi + mid + lo == the scaled x (to fp16's subnormal step
-2^-24, i.e. 2^-38 of the chunk's largest element); B columns (group 0) 2m, 2m + 1 = pieces 0, 1
-of row m, (group 1) 2m = piece 2; so lane L = 4 g + t accumulates row m = t only and sums its own
-pieces at the end (no shuffles). The scale e multiplies the block scale (exact: a power of two).
-Up to 2 rows the three pieces of each fit one group (columns 2m, 2m + 1 = pieces 0, 1; 4 + 2m =
-piece 2): one mma a step instead of two, half the x registers and scale FMAs, and one lane shuffle
-at the store adds lane t + 2's piece 2 to lane t's sum (H200 head, 1 row: q4_0 32.0 vs 37.7 us).
+block scales (shared by the 4 lanes of a row pair) and its x registers, and runs one PTX block on
+them (frag_ptx.py). Nothing passes through shared memory. The GEMV is launched as a programmatic
+dependent of x_frag: its first weight loads go out before it waits for x. 1-2 rows of x take one
+mma group a step (except in gemv_frag3, measured slower with one), 3-4 rows two; with one group
+the store adds lane t + 2's piece 2 to lane t's sum by a shuffle (H200 head, 1 row: q4_0 32.0 vs
+37.7 us with two groups; bench/RESULTS.md, session 7).
 """
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
+from . import frag_x
 from .frag import FragWeight, for_weight
+from .frag_ptx import frag_asm, frag_constraints
+from .frag_x import x_values
 from .repack import PackedWeight
 
 try:
     import triton
-    import triton.language as tl
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 except ImportError:  # CPU machines without Triton (or a Triton without Gluon): not available
@@ -49,78 +40,6 @@ def available() -> bool:
     return triton is not None
 
 
-def _f16x2(v: float) -> str:
-    """An fp16 value twice in a b32 immediate."""
-    h = int(np.array(v, dtype=np.float16).view(np.uint16))
-    assert float(np.array(h, dtype=np.uint16).view(np.float16)) == v, v  # exact
-    return f"0x{h:04X}{h:04X}"
-
-
-def frag_asm(fmt: str, groups: int = 2) -> str:
-    """The PTX for one chunk of one lane (pack=4 operands: see _mma). Outputs $0..$3 = group 0
-    accumulators (rows g, g, g+8, g+8 x columns 2t, 2t+1), $4..$7 = group 1 (groups == 2: 3-4 rows
-    of x; 1-2 rows fit one group, module docstring)."""
-    assert groups in (1, 2), groups
-    n_o = 4 * groups  # output registers
-    n_w = {"q4_0": 1, "q5_0": 2, "q8_0": 2}[fmt]  # 4-register input tensors before the scales
-    i_s = n_o + 4 * n_w  # scales: 2 registers (f16x2 (block 0: g, g+8), (block 1: g, g+8))
-    i_e = i_s + 2  # x scale of the lane's row (4 copies)
-    i_x = i_e + 4  # x registers: 2 per step and group (b0, b1)
-    i_acc = i_x + 8 * groups
-    text = ["{", ".reg .b32 a0, a1, a2, a3, t, hs, hs2, one, mg, ka, kb, c16;",
-            ".reg .f32 d0, d1, d2, d3, d4, d5, d6, d7, z, sa, sb;", ".reg .f16 h0, h1;",
-            "mov.b32 one, 0x3C003C00; mov.b32 mg, 0x64006400; mov.f32 z, 0f00000000;"]
-    if fmt == "q8_0":
-        text.append(f"mov.b32 ka, {_f16x2(-1152.0)};")  # bytes are value + 128 under 1024
-    else:
-        off = 16 if fmt == "q5_0" else 8
-        # low-nibble registers: (1024 + q) - (1024 + off); high (1024 + 16 q) / 16 - (64 + off)
-        text.append(f"mov.b32 ka, {_f16x2(-1024.0 - off)}; mov.b32 kb, {_f16x2(-64.0 - off)}; "
-                    f"mov.b32 c16, {_f16x2(1 / 16)};")
-    for s in range(4):
-        if fmt == "q8_0":
-            base = n_o + 4 * (s // 2) + 2 * (s % 2)
-            wa, wb = f"${base}", f"${base + 1}"
-            text.append(f"prmt.b32 a0, {wa}, 0x64646464, 0x4140; prmt.b32 a1, {wa}, 0x64646464, 0x4342;")
-            text.append(f"prmt.b32 a2, {wb}, 0x64646464, 0x4140; prmt.b32 a3, {wb}, 0x64646464, 0x4342;")
-            text.append("".join(f"fma.rn.f16x2 a{i}, a{i}, one, ka; " for i in range(4)))
-        else:
-            w = f"${n_o + s}"
-            text.append(f"lop3.b32 a0, {w}, 0x000F000F, mg, 0xEA; lop3.b32 a1, {w}, 0x00F000F0, mg, 0xEA; "
-                        f"shr.b32 t, {w}, 8; lop3.b32 a2, t, 0x000F000F, mg, 0xEA; "
-                        f"lop3.b32 a3, t, 0x00F000F0, mg, 0xEA;")
-            if fmt == "q5_0":  # this step's 5th bits to 4 / 20 and 8 / 24 (frag.H_BASE / H_POS)
-                sh = 4 - (0, 2, 8, 10)[s]
-                text.append(f"{'shl' if sh > 0 else 'shr'}.b32 hs, ${n_o + 4}, {abs(sh)}; shr.b32 hs2, hs, 1;")
-                text.append("lop3.b32 a0, hs, 0x00100010, a0, 0xEA; lop3.b32 a1, hs, 0x01000100, a1, 0xEA; "
-                            "lop3.b32 a2, hs2, 0x00100010, a2, 0xEA; lop3.b32 a3, hs2, 0x01000100, a3, 0xEA;")
-            text.append("fma.rn.f16x2 a0, a0, one, ka; fma.rn.f16x2 a1, a1, c16, kb; "
-                        "fma.rn.f16x2 a2, a2, one, ka; fma.rn.f16x2 a3, a3, c16, kb;")
-        x = i_x + 2 * groups * s
-        for grp in range(groups):
-            d = ", ".join(f"d{4 * grp + i}" for i in range(4))
-            c = "z, z, z, z" if s % 2 == 0 else d
-            text.append(f"mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {{{d}}}, {{a0, a1, a2, a3}}, "
-                        f"{{${x + 2 * grp}, ${x + 2 * grp + 1}}}, {{{c}}};")
-        if s % 2 == 1:  # end of block s // 2: scale the block's partials into the accumulators
-            b = s // 2
-            text.append(f"mov.b32 {{h0, h1}}, ${i_s + b}; cvt.f32.f16 sa, h0; cvt.f32.f16 sb, h1; "
-                        f"mul.f32 sa, sa, ${i_e}; mul.f32 sb, sb, ${i_e};")
-            for o in range(n_o):
-                acc = f"${i_acc + o}" if b == 0 else f"${o}"
-                text.append(f"fma.rn.f32 ${o}, d{o}, {'sa' if o % 4 < 2 else 'sb'}, {acc};")
-    text.append("}")
-    return "\n".join(text)
-
-
-def frag_constraints(fmt: str, groups: int = 2) -> str:
-    """frag_asm's operand constraints: 4 accumulators a group out; in: the weight words (4, or 8
-    for q8_0 and q5_0's qh copies), the scales (2 registers), x scale (4 copies), x registers (8 a
-    group), accumulators (4 a group)."""
-    n_w = 4 if fmt == "q4_0" else 8
-    return "=f," * 4 * groups + "r," * (n_w + 2) + "f," * 4 + "r," * 8 * groups + ",".join("f" * 4 * groups)
-
-
 if triton is not None:
     _ASM_Q8, _ASM_Q8_1 = gl.constexpr(frag_asm("q8_0")), gl.constexpr(frag_asm("q8_0", 1))
     _ASM_Q5, _ASM_Q5_1 = gl.constexpr(frag_asm("q5_0")), gl.constexpr(frag_asm("q5_0", 1))
@@ -128,61 +47,6 @@ if triton is not None:
     _CON_Q8, _CON_Q8_1 = gl.constexpr(frag_constraints("q8_0")), gl.constexpr(frag_constraints("q8_0", 1))
     _CON_Q5, _CON_Q5_1 = _CON_Q8, _CON_Q8_1
     _CON_Q4, _CON_Q4_1 = gl.constexpr(frag_constraints("q4_0")), gl.constexpr(frag_constraints("q4_0", 1))
-
-    @triton.jit
-    def x_frag(X, XF, XE, K, stride_xm, M: tl.constexpr, PDL: tl.constexpr, G: tl.constexpr):
-        # Chunk c of x [M, K] -> XF int32 [NC, 4 steps, 32 lanes, 4] (G = 2 groups): lane L = 4 g + t,
-        # register (group q // 2, half q % 2) = f16x2 of x columns 64 c + 16 s + 2 t + 8 (q % 2) + (0, 1)
-        # of B column g (group 0: row g // 2, piece g % 2; group 1: row g // 2, piece 2 if g even,
-        # else zero). G = 1 (M <= 2): XF [NC, 2 step pairs, 32 lanes, 4], register 2 (s % 2) + half of
-        # step s, one group: column g < 4 = row g // 2, piece g % 2; 4, 6 = piece 2 of row 0, 1; 5, 7
-        # zero. XE fp32 [NC, 4]: 2^e of each row (module docstring).
-        if PDL:  # the GEMV may start now (its weight loads); it waits for this grid before reading XF
-            tl.extra.cuda.gdc_launch_dependents()
-        c = tl.program_id(0)
-        rm = tl.arange(0, 4)
-        kk = tl.arange(0, 64)
-        cols = c * 64 + kk
-        xc = tl.load(X + rm[:, None] * stride_xm + cols[None, :], mask=(rm[:, None] < M) & (cols[None, :] < K),
-                     other=0.0).to(tl.float32)
-        mx = tl.max(tl.abs(xc), axis=1)  # [4]
-        # exponent of mx (mx = f * 2^E, f in [1, 2)): E from the float bits; e = E - 14
-        ebits = ((mx.to(tl.int32, bitcast=True) >> 23) & 0xFF)
-        e = tl.where(mx > 0, tl.maximum(ebits - 127 - 14, -100), 0)  # (-100: x below ~2^-86)
-        xe = ((e + 127) << 23).to(tl.float32, bitcast=True)  # 2^e, exactly (e in [-100, 113])
-        inv = ((127 - e) << 23).to(tl.float32, bitcast=True)  # 2^-e
-        tl.store(XE + c * 4 + rm, xe)
-        # per output register: its two columns, row, piece
-        s = tl.arange(0, 4)[:, None, None]
-        lane = tl.arange(0, 32)[None, :, None]
-        q = tl.arange(0, 2 * G)[None, None, :]
-        g, t = lane // 4, lane % 4
-        if G == 1:
-            row = (g % 4) // 2
-            piece = tl.where(g < 4, g % 2, tl.where(g % 2 == 0, 2, 3))  # 3: a zero column
-            dst = ((c * 2 + s // 2) * 32 + lane) * 4 + 2 * (s % 2) + q
-        else:
-            row = g // 2
-            piece = tl.where(q // 2 == 0, g % 2, tl.where(g % 2 == 0, 2, 3))
-            dst = ((c * 4 + s) * 32 + lane) * 4 + q
-        col = c * 64 + s * 16 + 2 * t + 8 * (q % 2)  # [4, 32, 2 G]
-        ok = (row < M) & (piece < 3)
-        # 1 / 2^e of each register's row: [4, 32, 4] from the 4 rows' [4]
-        sc = tl.sum(tl.where(rm[None, None, None, :] == row[:, :, :, None], inv[None, None, None, :], 0.0), axis=3)
-        lo = _x_piece(X, stride_xm, row, col, K, ok, sc, piece)
-        hi = _x_piece(X, stride_xm, row, col + 1, K, ok, sc, piece)
-        word = (lo.to(tl.int16, bitcast=True).to(tl.int32) & 0xFFFF) | (hi.to(tl.int16, bitcast=True).to(tl.int32) << 16)
-        tl.store(XF + dst, word)
-
-    @triton.jit
-    def _x_piece(X, stride_xm, row, col, K, ok, sc, piece):
-        # fp16 piece `piece` (0..2) of x[row, col] * sc (sc a power of two); 0 where not ok
-        v = tl.load(X + row * stride_xm + col, mask=ok & (col < K), other=0.0).to(tl.float32) * sc
-        p0 = v.to(tl.float16)
-        r1 = v - p0.to(tl.float32)  # exact
-        p1 = r1.to(tl.float16)
-        p2 = (r1 - p1.to(tl.float32)).to(tl.float16)
-        return tl.where(piece == 0, p0, tl.where(piece == 1, p1, p2))
 
     @gluon.jit
     def _x_ready():
@@ -473,7 +337,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
     # two chunks more than written: gemv_frag3 loads up to two chunks ahead and drops them
     xf = torch.empty(nc + 2, 2 * groups, 32, 4, dtype=torch.int32, device=x.device)[:nc]
     xe = torch.empty(nc + 2, 4, dtype=torch.float32, device=x.device)[:nc]
-    x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, PDL=x.is_cuda, G=groups, num_warps=4)
+    frag_x.x_frag[(nc,)](x, xf, xe, k, x.stride(0), M=m, PDL=x.is_cuda, G=groups, num_warps=4)
     if not x.is_cuda:
         out.copy_(emulate(fw, xf, xe, m))
         return
@@ -497,27 +361,6 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
 
 def emulate(fw: FragWeight, xf: torch.Tensor, xe: torch.Tensor, m: int) -> torch.Tensor:
     """What the kernel computes, in torch (the CPU path): the stored weights decoded back to
-    values x scales (exact), x rebuilt from its fp16 pieces x 2^e (exact), one float64 matmul.
-    xf: x_frag's [NC, 2 groups, 32, 4] (its layout per group count in x_frag)."""
-    n, k = fw.shape
-    nc = fw.tiles[1]
-    groups = xf.shape[1] // 2
-    g, t = torch.arange(32) // 4, torch.arange(32) % 4
-    if groups == 1:  # [chunk, step pair, lane, (step % 2, half)] -> [chunk, step, lane, half]
-        regs = xf.cpu().reshape(nc, 2, 32, 2, 2).permute(0, 1, 3, 2, 4).reshape(nc, 4, 32, 2)
-    else:  # [chunk, step, lane, register q (group q // 2, half q % 2)]
-        regs = xf.cpu().reshape(nc, 4, 32, 4)
-    pieces = regs.reshape(nc, 4, 32, 2 * groups, 1).view(torch.int16).view(torch.float16).double()  # [.., 2]
-    x = torch.zeros(4, 64, nc, dtype=torch.float64)  # [row, column in chunk, chunk]
-    for s in range(4):
-        for q in range(2 * groups):  # register q: group q // 2, half q % 2; column g
-            if groups == 1:  # columns 0-3: pieces 0, 1 of rows 0, 1; 4, 6: piece 2 of rows 0, 1
-                row, keep = (g % 4) // 2, (g < 4) | (g % 2 == 0)
-            else:
-                row, keep = g // 2, (q < 2) | (g % 2 == 0)  # group 1, odd column: zero
-            for h in range(2):
-                col = 16 * s + 2 * t + 8 * (q % 2) + h
-                v = pieces[:, s, :, q, h] * xe.cpu().double()[:, row]  # [nc, 32]
-                x.index_put_((row[keep], col[keep]), v[:, keep].t(), accumulate=True)  # pieces add up
-    x = x.permute(0, 2, 1).reshape(4, nc * 64)[:m, :k]
+    values x scales (exact), x rebuilt from its fp16 pieces x 2^e (exact), one float64 matmul."""
+    x = x_values(xf, xe, m, fw.shape[1])
     return (x @ fw.dequantize().double().t()).float().to(xf.device)

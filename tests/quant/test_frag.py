@@ -1,11 +1,12 @@
-"""The fragment layout (quant/frag.py) and gemv_frag's x operand, checked on the CPU.
+"""The fragment layout (quant/frag.py) and the x operand (quant/frag_x.py), checked on the CPU.
 
 The GPU kernel runs `mma.sync` in PTX, which no CPU can run; what it computes is fixed by the PTX
 ISA's fragment tables. `emulate` below is written from those tables (not from frag.py's index
 maps): per lane it decodes the stored words with the same bit operations the PTX uses (lop3 under
 fp16 0x6400, prmt under 0x64, the f16x2 FMA), places the values where m16n8k16 takes them, and
 multiplies. That it reproduces dequantize-then-matmul shows the layout, the decoding constants and
-the x pieces agree; tests/quant/test_gemv_frag_cuda.py runs the real kernel where a GPU is.
+the x pieces agree; test_gemv.py's GPU test (and bench/check_i8_cuda.py) run the real kernel
+where a GPU is, tests/quant/test_frag_ptx.py the PTX text itself on the CPU.
 """
 
 import numpy as np
@@ -96,16 +97,16 @@ def emulate(fw: FragWeight, xf: np.ndarray, xe: np.ndarray, m: int) -> np.ndarra
 
 
 def x_operand(x: torch.Tensor, nc: int) -> tuple[np.ndarray, np.ndarray]:
-    """gemv_frag.x_frag run in Triton's interpreter (CPU), as numpy: registers [NC, step, lane,
+    """frag_x.x_frag run in Triton's interpreter (CPU), as numpy: registers [NC, step, lane,
     (group, half)] (one group up to 2 rows: stored [NC, step pair, lane, (step % 2, half)])."""
-    from mtp_turbo.quant import gemv_frag
+    from mtp_turbo.quant import frag_x
 
-    if not gemv_frag.available():
-        pytest.skip("Triton with Gluon is not installed")
+    if frag_x.triton is None:
+        pytest.skip("Triton is not installed")
     groups = 1 if x.shape[0] <= 2 else 2
     xf = torch.zeros(nc, 2 * groups, 32, 4, dtype=torch.int32)
     xe = torch.zeros(nc, 4, dtype=torch.float32)
-    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
+    frag_x.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
     regs = xf.numpy().astype(np.int64) & 0xFFFFFFFF
     if groups == 1:
         regs = regs.reshape(nc, 2, 32, 2, 2).transpose(0, 1, 3, 2, 4).reshape(nc, 4, 32, 2)

@@ -1,4 +1,4 @@
-"""gemv_frag's inline PTX itself, run on the CPU: a small warp interpreter of the instructions the
+"""The frag GEMV's inline PTX itself (quant/frag_ptx.py), run on the CPU: a small warp interpreter of the instructions the
 text uses (lop3, shr/shl, prmt, f16x2 FMA, cvt, f32 mul/FMA, mov and the warp-wide mma.sync
 m16n8k16, the latter from the PTX ISA's fragment tables) executes `frag_asm(fmt)` for the 32 lanes
 of a warp over every tile and chunk of a packed matrix, with the operands the kernel passes (pack=4),
@@ -17,7 +17,8 @@ from mtp_turbo.quant.frag import FragWeight
 from mtp_turbo.quant.repack import PackedWeight
 
 pytest.importorskip("triton")
-from mtp_turbo.quant import gemv_frag  # noqa: E402
+from mtp_turbo.quant import frag_x  # noqa: E402
+from mtp_turbo.quant.frag_ptx import frag_asm  # noqa: E402
 
 LANE = np.arange(32)
 G, T = LANE // 4, LANE % 4
@@ -114,7 +115,7 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
 def _x_operand(x: torch.Tensor, nc: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
     xf = torch.zeros(nc, 2 * groups, 32, 4, dtype=torch.int32)
     xe = torch.zeros(nc, 4, dtype=torch.float32)
-    gemv_frag.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
+    frag_x.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
     return xf.numpy().view(np.uint32).astype(np.uint64), xe.numpy().view(np.uint32).astype(np.uint64)
 
 
@@ -132,7 +133,7 @@ def test_frag_asm_matches_dequantized_matmul(fmt, m):
     qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
     sf = fw.sf.numpy().view(np.uint16).astype(np.uint64)  # [NT, NC, 8, 4]
     hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
-    asm = gemv_frag.frag_asm(fmt, groups)
+    asm = frag_asm(fmt, groups)
     n_o = 4 * groups  # accumulators
     y = np.zeros((m, nt * 16))
     for tile in range(nt):
@@ -144,7 +145,7 @@ def test_frag_asm_matches_dequantized_matmul(fmt, m):
                 words += [hf[tile, c]] * 4
             s = sf[tile, c, G]  # [32, 4] fp16 bits: the lane's row pair
             ops = words + [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
-            ops += [xe[c, T % (2 * groups)]] * 4  # the lane's x row (as gemv_frag's _xloads)
+            ops += [xe[c, T % (2 * groups)]] * 4  # the lane's x row (as gemv_frag._xloads passes it)
             ops += [xf[c, i, :, q] for i in range(2 * groups) for q in range(4)]  # the tensors the kernel passes
             ops += acc
             out = run_warp(asm, {n_o + i: v for i, v in enumerate(ops)})
