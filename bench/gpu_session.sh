@@ -24,6 +24,9 @@
 #   bench/gpu_session.sh bf16n             dot_bf16n (nibbles as bf16 A operand): CUDA check (+ q8_0 dot_i8n defaults), tile
 #                                          sweep at 1-4 rows on the head and 8192x8192 (q4_0, q5_0) beside the defaults
 #   bench/gpu_session.sh gputests          GPU tests of quant/
+#   bench/gpu_session.sh groups            frag with one vs two mma groups at 1-2 rows (A/B, same tiles, head and
+#                                          8192x8192), a frag sweep at 1-4 rows, the defaults on every shape
+#                                          (+ frag beside them), the CUDA check of every frag tile, GPU tests of quant/
 #   bench/gpu_session.sh defaults5         CUDA check of the default tiles (1-4 rows, every shape); the defaults on every shape
 #   bench/gpu_session.sh frag              fragment-layout GEMV: CUDA check of every frag tile, a frag tile sweep at 1 and
 #                                          4 rows on the head and 8192x8192 ($TILES to narrow it), the defaults on every shape
@@ -156,6 +159,18 @@ case $step in
     grep -A40 "^best tile per" "$OUT/frag_sweep.txt"
     timeout 200 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
     grep -A90 "^best variant" "$OUT/gemv_defaults.txt"; grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
+  groups)
+    # session 7's runs 3, 4, 5 and 16 (bench/RESULTS.md), in one step
+    timeout 300 python3 bench/frag_ab.py --rows 1,2 --variants "groups=2;groups=0" \
+      --tiles "frag,32,64,2,3;frag,32,64,4,3;frag,32,64,4,3,8;frag,32,64,2,2;frag,32,64,8,2;frag,16,64,4,2,8,8" \
+      --out "$OUT/groups_ab.json" > "$OUT/groups_ab.txt" 2>&1; tail -3 "$OUT/groups_ab.txt"
+    timeout 500 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels frag --sweep --sweep-rows 1,2,3,4 \
+      --tiles "frag,32,64,2,2;frag,32,64,4,2;frag,32,64,8,2;frag,32,64,2,3;frag,32,64,4,3;frag,32,64,4,3,8;frag,16,64,4,2,8,8;frag,16,64,4,2,4,8;frag,16,64,2,2,8,8;frag,32,64,4,2,8" \
+      --out "$OUT/frag_sweep.json" > "$OUT/frag_sweep.txt" 2>&1; grep -A30 "^best tile per" "$OUT/frag_sweep.txt"
+    timeout 330 python3 bench/gemv_bench.py --kernels default,frag --out "$OUT/gemv_defaults.json" \
+      > "$OUT/gemv_defaults.txt" 2>&1; grep -c "WRONG\|FAILED" "$OUT/gemv_defaults.txt"
+    timeout 150 python3 bench/check_i8_cuda.py --no-timing --kernels frag > "$OUT/check_frag.txt" 2>&1; tail -1 "$OUT/check_frag.txt"
+    timeout 230 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -2 | tee "$OUT/pytest_gpu_quant.txt" ;;
   gputests)
     timeout ${TEST_S:-500} python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/pytest_gpu_quant.txt" ;;
   nibcheck)
