@@ -111,18 +111,24 @@ if triton is not None:
         return acc0, acc1
 
     @gluon.jit
+    def _pair_range(CPS, NC, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr):
+        # what gemv_frag2 / gemv_frag3 share: register index j [1, 4], each row's lane [32 W], the
+        # first of its warp's two row tiles t0 = 2 (i W + w), and the chunk range [c0, c1) of split
+        # program_id(1)
+        r = gl.arange(0, 32 * W, layout=RL)
+        j = gl.arange(0, 4, layout=gl.SliceLayout(0, L4))[None, :]
+        t0 = (gl.program_id(0) * W + r // 32) * 2
+        c0 = gl.program_id(1) * CPS
+        return j, r % 32, t0, c0, gl.minimum(c0 + CPS, NC)
+
+    @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
                    FMT: gl.constexpr, W: gl.constexpr, G: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
         # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
-        r = gl.arange(0, 32 * W, layout=RL)
-        j = gl.arange(0, 4, layout=gl.SliceLayout(0, L4))[None, :]
-        lane = r % 32
-        t0 = (gl.program_id(0) * W + r // 32) * 2
-        c0 = gl.program_id(1) * CPS
-        c1 = gl.minimum(c0 + CPS, NC)
+        j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
         last = c1 - 1
         ta = gl.minimum(t0, NT - 1)
         tb = gl.minimum(t0 + 1, NT - 1)
@@ -186,12 +192,7 @@ if triton is not None:
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         QS: gl.constexpr = 256 if FMT == 0 else 128  # int32 words of a tile-chunk record
-        r = gl.arange(0, 32 * W, layout=RL)
-        j = gl.arange(0, 4, layout=gl.SliceLayout(0, L4))[None, :]
-        lane = r % 32
-        t0 = (gl.program_id(0) * W + r // 32) * 2
-        c0 = gl.program_id(1) * CPS
-        c1 = gl.minimum(c0 + CPS, NC)
+        j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
         ta = gl.minimum(t0, NT - 1) * NC
         tb = gl.minimum(t0 + 1, NT - 1) * NC
         QA = QF + (ta * QS + lane * 4)[:, None] + j

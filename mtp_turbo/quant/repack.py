@@ -58,22 +58,23 @@ def qh_bit(j):
     return 8 * (((j % 4) >> 1) | (((j % 4) & 1) << 1)) + j // 4
 
 
-def gguf_qh_to_stored(qh: np.ndarray) -> np.ndarray:
-    """ggml qh words (bit j = element j) -> the stored order (bit qh_bit(j)); uint32 in, uint32 out."""
+def _move_bits(qh: np.ndarray, src, dst) -> np.ndarray:
+    """uint32 words with bit src(j) moved to bit dst(j), for j < 32."""
     qh = qh.astype(np.uint32)
     out = np.zeros_like(qh)
     for j in range(QK):
-        out |= ((qh >> np.uint32(j)) & np.uint32(1)) << np.uint32(qh_bit(j))
+        out |= ((qh >> np.uint32(src(j))) & np.uint32(1)) << np.uint32(dst(j))
     return out
+
+
+def gguf_qh_to_stored(qh: np.ndarray) -> np.ndarray:
+    """ggml qh words (bit j = element j) -> the stored order (bit qh_bit(j)); uint32 in, uint32 out."""
+    return _move_bits(qh, lambda j: j, qh_bit)
 
 
 def stored_qh_to_gguf(qh: np.ndarray) -> np.ndarray:
     """Inverse of gguf_qh_to_stored."""
-    qh = qh.astype(np.uint32)
-    out = np.zeros_like(qh)
-    for j in range(QK):
-        out |= ((qh >> np.uint32(qh_bit(j))) & np.uint32(1)) << np.uint32(j)
-    return out
+    return _move_bits(qh, qh_bit, lambda j: j)
 
 
 def gguf_nibbles_to_pairs(qs: np.ndarray, nb: int) -> np.ndarray:
