@@ -52,7 +52,7 @@ def test_columns_past_k_and_rows_past_m_are_zero():
     assert not full[0, 100:].any() and not full[1:].any()
 
 
-def test_x_values_rejects_nothing_silently_on_a_zero_row():
+def test_an_all_zero_chunk_decodes_to_zeros():
     # an all-zero chunk (e = 0 by the kernel's rule) decodes to zeros, not to NaN or garbage
     x = torch.zeros(2, 64)
     x[1, :] = 3.0
