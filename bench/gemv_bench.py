@@ -38,6 +38,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its CPU int
 from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, parse_tile, variant_tile  # noqa: E402
 from mtp_turbo.quant.frag import for_weight  # noqa: E402
+from mtp_turbo.quant.frag8 import for_weight8  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 DRAFTER_SHAPES = [(1024, 640), (640, 1024), (2048, 640), (640, 2048), (256, 640)]
@@ -129,6 +130,10 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, s
                 default_tile(n, k, m, fmt).kernel == "frag" for m in range(1, 5))):
             for p in ws:  # its layout, built before any CUDA-graph capture (gemv would build it on first use)
                 for_weight(p)
+        if "frag8" in kernels or ("default" in kernels and any(
+                default_tile(n, k, m, fmt).kernel == "frag8" for m in range(1, 5))):
+            for p in ws:
+                for_weight8(p)
         ref_w = ws[0].dequantize().double()
         for kernel in kernels:
             # "default": what the dispatcher picks per row count and format (gemv.default_tile)

@@ -30,6 +30,8 @@
 #   bench/gpu_session.sh defaults5         CUDA check of the default tiles (1-4 rows, every shape); the defaults on every shape
 #   bench/gpu_session.sh frag              fragment-layout GEMV: CUDA check of every frag tile, a frag tile sweep at 1 and
 #                                          4 rows on the head and 8192x8192 ($TILES to narrow it), the defaults on every shape
+#   bench/gpu_session.sh frag8             int8 fragment GEMV (gemv_frag8): CUDA check of every frag8 tile, a sweep of
+#                                          $TILES at 1-4 rows on the head and 8192x8192 beside the defaults
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -133,6 +135,13 @@ case $step in
       d=$(dirname "$f"); b=$(basename "$f" .cubin); h=$(basename "$d" | cut -c1-8)
       cuobjdump --dump-sass "$f" > "$OUT/sass/${b}_$h.sass"; cp "$d/$b.json" "$OUT/sass/${b}_$h.json" 2>/dev/null
     done; ls "$OUT/sass" | wc -l ;;
+  frag8)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 170 python3 bench/check_i8_cuda.py --kernels frag8 --no-timing 2>&1 | tee "$OUT/check_frag8.txt" | tail -6
+    timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default,frag8 --sweep \
+      --sweep-rows 1,2,3,4 --tiles "${TILES:-}" --out "$OUT/frag8_sweep.json" > "$OUT/frag8_sweep.txt" 2>&1
+    grep -A60 "best tile" "$OUT/frag8_sweep.txt"; grep -B2 -A30 "^| shape | fmt | kernel | M" "$OUT/frag8_sweep.txt" | head -60
+    grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
   nib)
     # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it
     timeout 400 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_i8n \

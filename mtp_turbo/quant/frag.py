@@ -96,9 +96,7 @@ class FragWeight:
         codes = torch.zeros(nt, nc, ROWS, COLS, dtype=torch.int64, device=dev)
         codes[:, :, r[None].expand(4, 32, 8), (c[None] + 16 * s)] = v
         vals = (codes - CODE_OFFSET[self.fmt]).float()  # [NT, NC, 16, 64]
-        sf = self.sf.float()  # [NT, NC, 8, 4]
-        sc = torch.stack([torch.cat([sf[..., 0], sf[..., 1]], -1), torch.cat([sf[..., 2], sf[..., 3]], -1)], -1)
-        vals = vals.reshape(nt, nc, ROWS, 2, QK) * sc[..., None]  # [NT, NC, 16 rows, 2 blocks, 32]
+        vals = vals.reshape(nt, nc, ROWS, 2, QK) * scales_from_records(self.sf)[..., None]  # [NT, NC, 16 rows, 2 blocks, 32]
         return vals.reshape(nt, nc, ROWS, COLS).permute(0, 2, 1, 3).reshape(nt * ROWS, nc * COLS)[:n, :k]
 
     @staticmethod
@@ -106,12 +104,9 @@ class FragWeight:
         """The same matrix re-laid (exact: the same codes and scales, padding has scale 0)."""
         assert w.fmt in BLOCK_FORMATS, w.fmt
         n, k = w.shape
-        nt, nc = -(-n // ROWS), -(-k // COLS)
+        codes, sc = padded_codes(w)
+        nt, nc = codes.shape[0] // ROWS, codes.shape[1] // COLS
         dev = w.device
-        codes = torch.full((nt * ROWS, nc * COLS), CODE_OFFSET[w.fmt], dtype=torch.int32, device=dev)
-        codes[:n, :k] = w.codes()
-        sc = torch.zeros((nt * ROWS, nc * 2), dtype=torch.float16, device=dev)
-        sc[:n, : k // QK] = w.scales
         r, c = lane_rows_cols(dev)  # [32, 8]
         s = torch.arange(4, device=dev)[:, None, None]
         # v[T, C, s, L, e]: code of entry e of lane L's registers in step s of tile T, chunk C
@@ -130,10 +125,35 @@ class FragWeight:
             if w.fmt == "q5_0":
                 bit = torch.tensor(H_BASE, device=dev)[:, None, None] + torch.tensor(H_POS, device=dev)[pos]
                 hf = ((v >> 4) << bit[None, None].expand(1, 1, 4, 32, 8)).sum((-1, -3))  # [NT, NC, 32]
-                hf = _to_i32(hf)
-        sf = sc.reshape(nt, ROWS, nc, 2).permute(0, 2, 1, 3)  # [NT, NC, 16, 2]
-        sf = torch.stack([sf[:, :, :8, 0], sf[:, :, 8:, 0], sf[:, :, :8, 1], sf[:, :, 8:, 1]], dim=-1)  # [NT, NC, 8, 4]
-        return FragWeight(w.fmt, (n, k), _tail(_to_i32(qf)), _tail(sf.contiguous()), None if hf is None else _tail(hf))
+                hf = to_i32(hf)
+        return FragWeight(w.fmt, (n, k), with_tail(to_i32(qf)), with_tail(scale_records(sc, nt, nc)),
+                          None if hf is None else with_tail(hf))
+
+
+def padded_codes(w: PackedWeight) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes int32 [NT*16, NC*64], scales float16 [NT*16, NC*2]) of w, padded to whole tiles and
+    chunks: padding codes are the format's zero (CODE_OFFSET), padding scales 0."""
+    assert w.fmt in BLOCK_FORMATS, w.fmt
+    n, k = w.shape
+    nt, nc = -(-n // ROWS), -(-k // COLS)
+    codes = torch.full((nt * ROWS, nc * COLS), CODE_OFFSET[w.fmt], dtype=torch.int32, device=w.device)
+    codes[:n, :k] = w.codes()
+    sc = torch.zeros((nt * ROWS, nc * 2), dtype=torch.float16, device=w.device)
+    sc[:n, : k // QK] = w.scales
+    return codes, sc
+
+
+def scale_records(sc: torch.Tensor, nt: int, nc: int) -> torch.Tensor:
+    """float16 [NT, NC, 8, 4] from the padded block scales sc [NT*16, NC*2]: entry g of a tile-chunk
+    = (scale[g, 2C], scale[g+8, 2C], scale[g, 2C+1], scale[g+8, 2C+1]) (module docstring)."""
+    sf = sc.reshape(nt, ROWS, nc, 2).permute(0, 2, 1, 3)  # [NT, NC, 16, 2]
+    return torch.stack([sf[:, :, :8, 0], sf[:, :, 8:, 0], sf[:, :, :8, 1], sf[:, :, 8:, 1]], dim=-1).contiguous()
+
+
+def scales_from_records(sf: torch.Tensor) -> torch.Tensor:
+    """float32 [NT, NC, 16 rows, 2 blocks]: scale_records inverted."""
+    sf = sf.float()
+    return torch.stack([torch.cat([sf[..., 0], sf[..., 1]], -1), torch.cat([sf[..., 2], sf[..., 3]], -1)], -1)
 
 
 def for_weight(w: PackedWeight) -> FragWeight:
@@ -144,7 +164,7 @@ def for_weight(w: PackedWeight) -> FragWeight:
     return w.derived["frag"]
 
 
-def _tail(t: torch.Tensor) -> torch.Tensor:
+def with_tail(t: torch.Tensor) -> torch.Tensor:
     """t in a buffer with two more tile-chunk records after it (zeros): a kernel that loads the chunk
     after next ahead of use reads them past the last tile, and never uses what it read."""
     rec = t[0, 0].numel() if t.dim() > 2 else t.shape[-1]
@@ -153,7 +173,7 @@ def _tail(t: torch.Tensor) -> torch.Tensor:
     return buf[: t.numel()].view(t.shape)
 
 
-def _to_i32(x: torch.Tensor) -> torch.Tensor:
+def to_i32(x: torch.Tensor) -> torch.Tensor:
     """int64 holding an unsigned 32-bit pattern -> int32 with the same bits."""
     x = x.to(torch.int64) & 0xFFFFFFFF
     return torch.where(x >= 2**31, x - 2**32, x).to(torch.int32).contiguous()

@@ -18,8 +18,8 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n", "frag")  # gemv_triton.py,
-# gemv_i8.py, gemv_bf16n.py, gemv_frag.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n", "frag", "frag8")
+# gemv_triton.py, gemv_i8.py, gemv_bf16n.py, gemv_frag.py, gemv_frag8.py
 
 
 @dataclass(frozen=True)
@@ -76,12 +76,14 @@ _FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 
          (32, 64, 4, 2, 4, 1), (32, 64, 4, 2, 8, 1), (32, 64, 2, 2, 8, 1), (16, 64, 4, 2, 1, 8),
          (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8),
          (32, 64, 2, 3, 1, 1), (32, 64, 4, 3, 1, 1), (32, 64, 4, 3, 8, 1), (32, 64, 2, 3, 8, 1))
+# frag8 (int8 fragment layout, gemv_frag8.py): two 16-row tiles a warp, loads a chunk ahead; split_k parts
+_FRAG8 = tuple((32, 64, w, 2, sk, 1) for w in (2, 4, 8) for sk in (1, 2, 4, 8))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
     + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT_N)
-    + _tiles("dot_bf16n", *_BF16N) + _tiles("frag", *_FRAG))
+    + _tiles("dot_bf16n", *_BF16N) + _tiles("frag", *_FRAG) + _tiles("frag8", *_FRAG8))
 
 # Defaults per matrix class (MEASURED_TILES below overrides them per format and row count where a
 # GPU run found better). Programs =
@@ -161,6 +163,8 @@ _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1
                    "wide": (64, 128, 4, 3, 1, 1)}
 _FRAG_DEFAULTS = {"head": (32, 64, 2, 2, 1, 1), "large": (16, 64, 4, 2, 8, 8), "tall": (16, 64, 4, 2, 8, 8),
                   "wide": (16, 64, 4, 2, 8, 8)}
+_FRAG8_DEFAULTS = {"head": (32, 64, 2, 2, 1, 1), "large": (32, 64, 4, 2, 8, 1), "tall": (32, 64, 4, 2, 8, 1),
+                   "wide": (32, 64, 4, 2, 8, 1)}
 _I8W_DEFAULTS = {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)}
 
 
@@ -176,6 +180,8 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig(kernel, *_BF16N_DEFAULTS[cls])
     if kernel == "frag":
         return TileConfig(kernel, *_FRAG_DEFAULTS[cls])
+    if kernel == "frag8":
+        return TileConfig(kernel, *_FRAG8_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
         d = _H8 if kernel == "dot_i8" else TileConfig(kernel, 128, 64, 4, 3)
@@ -283,6 +289,10 @@ class PackedLinear:
             from .frag import for_weight
 
             for_weight(w)  # now, not inside a CUDA-graph capture of the first call
+        if kernel and w.device.type == "cuda" and any(t.kernel == "frag8" for t in tiles):
+            from .frag8 import for_weight8
+
+            for_weight8(w)
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -18,7 +18,9 @@ from mtp_turbo.quant.repack import PackedWeight
 
 pytest.importorskip("triton")
 from mtp_turbo.quant import frag_x  # noqa: E402
-from mtp_turbo.quant.frag_ptx import frag_asm  # noqa: E402
+from mtp_turbo.quant import frag8_x  # noqa: E402
+from mtp_turbo.quant.frag8 import SHIFT, Frag8Weight  # noqa: E402
+from mtp_turbo.quant.frag_ptx import frag8_asm, frag_asm  # noqa: E402
 
 LANE = np.arange(32)
 G, T = LANE // 4, LANE % 4
@@ -38,6 +40,16 @@ def _f32(bits: np.ndarray) -> np.ndarray:
 
 def _b32(v: np.ndarray) -> np.ndarray:
     return np.asarray(v, dtype=np.float32).view(np.uint32).astype(np.uint64)
+
+
+def _s8(bits: np.ndarray) -> np.ndarray:
+    b = (bits & 0xFF).astype(np.int64)
+    return b - 256 * (b >= 128)
+
+
+def _s32(bits: np.ndarray) -> np.ndarray:
+    b = (bits & 0xFFFFFFFF).astype(np.int64)
+    return b - 2**32 * (b >= 2**31)
 
 
 def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
@@ -76,15 +88,40 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
             for i, r in enumerate(d):
                 reg[r] = _b32(dm[G + 8 * (i // 2), 2 * T + i % 2])
             continue
+        if op.startswith("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"):
+            d, a, b, c = ([t.strip() for t in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", rest))
+            am = np.zeros((16, 32), dtype=np.int64)
+            for i, r in enumerate(a):  # a0: row g, k 4t..4t+3; a1: row g+8; a2, a3: k + 16 (PTX ISA, .s8)
+                for h in range(4):
+                    am[G + 8 * (i % 2), 4 * T + 16 * (i // 2) + h] = _s8(val(r) >> np.uint64(8 * h))
+            bm = np.zeros((32, 8), dtype=np.int64)  # b0: k 4t..4t+3, b1: k + 16; column g
+            for i, r in enumerate(b):
+                for h in range(4):
+                    bm[4 * T + 16 * i + h, G] = _s8(val(r) >> np.uint64(8 * h))
+            cm = np.zeros((16, 8), dtype=np.int64)
+            for i, r in enumerate(c):
+                cm[G + 8 * (i // 2), 2 * T + i % 2] = _s32(val(r))
+            dm = am @ bm + cm
+            assert np.all(np.abs(dm) < 2**31)
+            for i, r in enumerate(d):
+                reg[r] = dm[G + 8 * (i // 2), 2 * T + i % 2].astype(np.uint64) & 0xFFFFFFFF
+            continue
         ops = [t.strip() for t in rest.split(",")]
         if op == "mov.b32" and rest.startswith("{"):
             m = re.match(r"\{(\w+), (\w+)\}, (\$\d+)", rest)
             reg[m.group(1)], reg[m.group(2)] = val(m.group(3)) & 0xFFFF, val(m.group(3)) >> 16
-        elif op in ("mov.b32", "mov.f32"):
+        elif op in ("mov.b32", "mov.f32", "mov.s32"):
             reg[ops[0]] = val(ops[1])
         elif op == "lop3.b32":
-            assert ops[4] == "0xEA"  # (a & b) | c
-            reg[ops[0]] = (val(ops[1]) & val(ops[2])) | val(ops[3])
+            a, b, c = (val(t) for t in ops[1:4])
+            assert ops[4] in ("0xEA", "0x6A"), ops[4]  # (a & b) | c, (a & b) ^ c
+            reg[ops[0]] = ((a & b) | c) if ops[4] == "0xEA" else ((a & b) ^ c)
+        elif op == "and.b32":
+            reg[ops[0]] = val(ops[1]) & val(ops[2])
+        elif op == "mad.lo.s32":
+            reg[ops[0]] = (_s32(val(ops[1])) * _s32(val(ops[2])) + _s32(val(ops[3]))).astype(np.uint64) & 0xFFFFFFFF
+        elif op == "cvt.rn.f32.s32":
+            reg[ops[0]] = _b32(_s32(val(ops[1])).astype(np.float64))
         elif op == "shr.b32":
             reg[ops[0]] = val(ops[1]) >> int(ops[2])
         elif op == "shl.b32":
@@ -159,6 +196,54 @@ def test_frag_asm_matches_dequantized_matmul(fmt, m):
             else:  # lane (g, t): row m = t; pieces 0 + 1 (group 0) + piece 2 (group 1)
                 keep = T < m
                 y[T[keep], tile * 16 + G[keep] + row_off] = (a[i0] + a[i1] + a[i0 + 4])[keep]
+    y = y[:, :n]
+    ref = x.double().numpy() @ w.dequantize().double().numpy().T
+    bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21
+    assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
+def test_frag8_asm_matches_dequantized_matmul(fmt, m):
+    """frag8_asm (integer mma) over every tile and chunk, operands as gemv_frag8 passes them, the
+    store's join of lanes t and t ^ 1; x spans 16 binades inside each chunk."""
+    n, k = 24, 160
+    mm = 1 if m <= 2 else 2  # as launch picks
+    gen = torch.Generator().manual_seed(7)
+    w = PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt)
+    x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
+    fw = Frag8Weight.from_packed(w)
+    nt, nc = fw.tiles
+    xf = torch.zeros(nc, mm, 32, 4, dtype=torch.int32)
+    xe = torch.zeros(nc, 4, 4, dtype=torch.float32)
+    frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fmt], PDL=False)
+    xf = xf.numpy().view(np.uint32).astype(np.uint64)
+    xe = xe.numpy().view(np.uint32).astype(np.uint64)
+    qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
+    sf = fw.sf.numpy().view(np.uint16).astype(np.uint64)
+    hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
+    asm = frag8_asm(fmt, mm)
+    y = np.zeros((m, nt * 16))
+    for tile in range(nt):
+        acc = [np.zeros(32, dtype=np.uint64) for _ in range(4)]
+        for c in range(nc):
+            words = [qf[tile, c, b, :, r] for b in range(2) for r in range(4)] if fmt == "q8_0" else \
+                [qf[tile, c, :, i] for i in range(4)]
+            if fmt == "q5_0":
+                words += [hf[tile, c]] * 4
+            s = sf[tile, c, G]
+            ops = words + [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
+            ops += [xe[c, T, j] for j in range(4)]
+            ops += [xf[c, j, :, r] for j in range(mm) for r in range(4)]
+            out = run_warp(asm, {4 + i: v for i, v in enumerate(ops + acc)})
+            acc = [out[i] for i in range(4)]
+        a = [_f32(v) for v in acc]
+        for j in range(mm):
+            for row_off, i in ((0, 2 * j), (8, 2 * j + 1)):
+                v = a[i] + a[i][LANE ^ 1]  # the store's shuffle: lane t's pieces + lane t ^ 1's
+                row = 2 * j + T // 2
+                keep = (T % 2 == 0) & (row < m)
+                y[row[keep], tile * 16 + G[keep] + row_off] = v[keep]
     y = y[:, :n]
     ref = x.double().numpy() @ w.dequantize().double().numpy().T
     bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21

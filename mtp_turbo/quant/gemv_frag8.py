@@ -1,0 +1,169 @@
+"""GEMV on weights in the int8 fragment layout (frag8.py): integer tensor cores, a warp per 16-row tile.
+
+Owns: the kernel `gemv_frag8` (Gluon, as gemv_frag.py: lane L provably holds element L of every
+per-lane tensor; two row tiles a warp sharing each chunk's x, loads one chunk ahead), its launch
+and the CPU emulation. Ignores: the layout (frag8.py), the PTX text (frag_ptx.frag8_asm), the x
+operand (frag8_x.py), dispatch (gemv.py). Shares gemv_frag's weight loads (the same record shapes).
+
+Against gemv_frag (fp16 mma.m16n8k16, x as three fp16 pieces): one mma.m16n8k32 per 32-block and
+group instead of two, and the weights become operands by 0 (q8_0), 1.5 (q4_0) or ~4 (q5_0) bit
+operations per register instead of 2-4 plus an f16x2 FMA. x is four int8 pieces (frag8_x.py), one
+group of 8 B columns per 2 rows.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import frag8_x
+from .frag8 import SHIFT, Frag8Weight, for_weight8
+from .frag8_x import x8_values
+from .frag_ptx import frag8_asm, frag8_constraints
+from .gemv_frag import FMT_ID, available  # noqa: F401  (available: the same Triton + Gluon need)
+from .repack import PackedWeight
+
+try:
+    import triton
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+
+    from .gemv_frag import _loads, _pair_range, _x_ready
+except ImportError:  # CPU machines without Triton (or a Triton without Gluon): not available
+    triton = None
+
+
+if triton is not None:
+    _A8_1 = {f: gl.constexpr(frag8_asm(f, 1)) for f in FMT_ID}
+    _A8_2 = {f: gl.constexpr(frag8_asm(f, 2)) for f in FMT_ID}
+    _Q8_1, _Q8_2, _Q5_1, _Q5_2 = _A8_1["q8_0"], _A8_2["q8_0"], _A8_1["q5_0"], _A8_2["q5_0"]
+    _Q4_1, _Q4_2 = _A8_1["q4_0"], _A8_2["q4_0"]
+    _C8_1, _C8_2 = gl.constexpr(frag8_constraints("q8_0", 1)), gl.constexpr(frag8_constraints("q8_0", 2))
+    _C4_1, _C4_2 = gl.constexpr(frag8_constraints("q4_0", 1)), gl.constexpr(frag8_constraints("q4_0", 2))
+
+    @gluon.jit
+    def _xloads8(XF, XE, c, lane, j, MM: gl.constexpr):
+        # chunk c's lane scales (group 0, group 1, -, -) and x registers per group (MM = 1: group 0 again)
+        xe = gl.load(XE + (c * 4 + lane % 4)[:, None] * 4 + j)
+        x0 = gl.load(XF + ((c * MM) * 32 + lane)[:, None] * 4 + j)
+        x1 = x0
+        if MM == 2:
+            x1 = gl.load(XF + ((c * 2 + 1) * 32 + lane)[:, None] * 4 + j)
+        return xe, x0, x1
+
+    @gluon.jit
+    def _mma8(acc, w0, w1, s, x, FMT: gl.constexpr, MM: gl.constexpr):
+        # one chunk's PTX (frag8_asm) on a lane's weight words, scales, x scales and registers
+        if MM == 1:
+            if FMT == 0:
+                acc = gl.inline_asm_elementwise(_Q8_1, _C8_1, [w0, w1, s, x[0], x[1], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+            elif FMT == 1:
+                acc = gl.inline_asm_elementwise(_Q5_1, _C8_1, [w0, w1, s, x[0], x[1], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+            else:
+                acc = gl.inline_asm_elementwise(_Q4_1, _C4_1, [w0, s, x[0], x[1], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+        elif FMT == 0:
+            acc = gl.inline_asm_elementwise(_Q8_2, _C8_2, [w0, w1, s, x[0], x[1], x[2], acc], dtype=gl.float32,
+                                            is_pure=True, pack=4)
+        elif FMT == 1:
+            acc = gl.inline_asm_elementwise(_Q5_2, _C8_2, [w0, w1, s, x[0], x[1], x[2], acc], dtype=gl.float32,
+                                            is_pure=True, pack=4)
+        else:
+            acc = gl.inline_asm_elementwise(_Q4_2, _C4_2, [w0, s, x[0], x[1], x[2], acc], dtype=gl.float32,
+                                            is_pure=True, pack=4)
+        return acc
+
+    @gluon.jit
+    def _bfly1(v):
+        # v of lane L ^ 1 (lanes t and t ^ 1 of a row group g: the two piece pairs of one x row)
+        return gl.inline_asm_elementwise("shfl.sync.bfly.b32 $0, $1, 1, 0x1f, 0xffffffff;", "=f,f", [v],
+                                         dtype=gl.float32, is_pure=True, pack=1)
+
+    @gluon.jit
+    def _store8(acc, Y, tile, lane, M, N, NT, split, stride_ys, stride_ym, W: gl.constexpr, RL: gl.constexpr):
+        # lane (g, t) even t: y[row 2 j + t // 2, output rows g, g + 8] = its pair + lane t + 1's
+        v = acc + _bfly1(acc)
+        ev, od = gl.split(gl.reshape(v, [32 * W, 2, 2]))  # ev[:, j] = (group j, row g); od: row g + 8
+        y0, y1 = gl.split(ev)
+        y08, y18 = gl.split(od)
+        t = lane % 4
+        row = tile * 16 + lane // 4
+        ok = (t % 2 == 0) & (tile < NT)
+        base = Y + split * stride_ys + row
+        _put(base, y0, y08, t // 2, stride_ym, ok, M, row, N, RL)
+        _put(base, y1, y18, 2 + t // 2, stride_ym, ok, M, row, N, RL)
+
+    @gluon.jit
+    def _put(base, yg, yg8, m, stride_ym, ok, M, row, N, RL: gl.constexpr):
+        # x row m's outputs at rows g and g + 8 of the tile
+        ptr = base + m * stride_ym
+        gl.store(ptr, gl.convert_layout(yg, RL), mask=ok & (m < M) & (row < N))
+        gl.store(ptr + 8, gl.convert_layout(yg8, RL), mask=ok & (m < M) & (row + 8 < N))
+
+    @gluon.jit
+    def gemv_frag8(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
+                   FMT: gl.constexpr, W: gl.constexpr, MM: gl.constexpr):
+        # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers; loads (x too)
+        # one chunk ahead; split program_id(1) walks chunks [c0, c1)
+        L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
+        RL: gl.constexpr = gl.SliceLayout(1, L4)
+        j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
+        last = c1 - 1
+        ta = gl.minimum(t0, NT - 1)
+        tb = gl.minimum(t0 + 1, NT - 1)
+        acc_a = gl.zeros([32 * W, 4], gl.float32, L4)
+        acc_b = gl.zeros([32 * W, 4], gl.float32, L4)
+        a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
+        b = _loads(QF, HF, SF, tb, c0, lane, j, NC, FMT, W, L4)
+        _x_ready()
+        x = _xloads8(XF, XE, c0, lane, j, MM)
+        for c in range(c0, c1):
+            cn = gl.minimum(c + 1, last)
+            an = _loads(QF, HF, SF, ta, cn, lane, j, NC, FMT, W, L4)
+            bn = _loads(QF, HF, SF, tb, cn, lane, j, NC, FMT, W, L4)
+            xn = _xloads8(XF, XE, cn, lane, j, MM)
+            acc_a = _mma8(acc_a, a[0], a[1], a[2], x, FMT, MM)
+            acc_b = _mma8(acc_b, b[0], b[1], b[2], x, FMT, MM)
+            a = an
+            b = bn
+            x = xn
+        _store8(acc_a, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+        _store8(acc_b, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+
+
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
+    """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag8", on the
+    weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA: the
+    Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
+    Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages 2, split_k parts of K (summed after)."""
+    assert tile.kernel == "frag8" and tile.BLOCK_N == 32 and tile.BLOCK_K == 64 and tile.num_stages == 2, tile
+    fw = for_weight8(w)
+    n, k = fw.shape
+    m = x.shape[0]
+    assert x.dim() == 2 and 1 <= m <= 4 and x.shape[1] == k and x.stride(1) == 1, x.shape
+    nt, nc = fw.tiles
+    cps = -(-nc // tile.split_k)
+    splits = -(-nc // cps)
+    mm = 1 if m <= 2 else 2  # mma groups: 2 rows x 4 pieces fill the 8 B columns of one
+    xf = torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device)
+    xe = torch.empty(nc, 4, 4, dtype=torch.float32, device=x.device)
+    frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fw.fmt], PDL=x.is_cuda, num_warps=4)
+    if not x.is_cuda:
+        out.copy_(emulate(fw, xf, xe, m))
+        return
+    y = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
+    hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
+    w_ = tile.num_warps
+    gemv_frag8[(triton.cdiv(nt, 2 * w_), splits)](
+        xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0),
+        FMT=FMT_ID[fw.fmt], W=w_, MM=mm, num_warps=w_, launch_pdl=True)
+    if splits > 1:
+        torch.sum(y, dim=0, out=out)
+
+
+def emulate(fw: Frag8Weight, xf: torch.Tensor, xe: torch.Tensor, m: int) -> torch.Tensor:
+    """What the kernel computes, in torch (the CPU path): the stored weights decoded (exact), x rebuilt
+    from its int8 pieces (exact), one float64 matmul."""
+    x = x8_values(xf, xe, m, fw.shape[1], SHIFT[fw.fmt])
+    return (x @ fw.dequantize().double().t()).float().to(xf.device)
