@@ -48,6 +48,7 @@ def x8_values(xf: torch.Tensor, xe: torch.Tensor, m: int, k: int, shift: int) ->
 
 
 if triton is not None:
+    _E_MIN = tl.constexpr(E_MIN)
 
     @triton.jit
     def x_frag8(X, XF, XE, K, stride_xm, M: tl.constexpr, MM: tl.constexpr, SHIFT: tl.constexpr, PDL: tl.constexpr):
@@ -64,7 +65,7 @@ if triton is not None:
         mx = tl.max(tl.abs(xc), axis=1)  # [4]
         # mx = f 2^(ebits - 127), f in [1, 2): mx < 2^E with E = ebits - 126
         ebits = (mx.to(tl.int32, bitcast=True) >> 23) & 0xFF
-        e = tl.where(mx > 0, tl.maximum(ebits - 126, E_MIN), 0)  # [4]
+        e = tl.where(mx > 0, tl.maximum(ebits - 126, _E_MIN), 0)  # [4]
         inv = ((127 + 7 - e) << 23).to(tl.float32, bitcast=True)  # 2^(7 - E), exactly
         # lane scales: [t, j] = 2^(E[2 j + t // 2] - 14 - 14 (t % 2) - SHIFT)
         tt = tl.arange(0, 4)[:, None]
