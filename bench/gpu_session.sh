@@ -32,6 +32,8 @@
 #                                          4 rows on the head and 8192x8192 ($TILES to narrow it), the defaults on every shape
 #   bench/gpu_session.sh frag8             int8 fragment GEMV (gemv_frag8): CUDA check of every frag8 tile, a sweep of
 #                                          $TILES at 1-4 rows on the head and 8192x8192 beside the defaults
+#   bench/gpu_session.sh frag8b            frag8's fused split-K sum: CUDA check, A/B against torch.sum with a bitwise
+#                                          repeat check, frag8 beside the defaults on 8192x8192 and the drafter shapes
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -142,6 +144,18 @@ case $step in
       --sweep-rows 1,2,3,4 --tiles "${TILES:-}" --out "$OUT/frag8_sweep.json" > "$OUT/frag8_sweep.txt" 2>&1
     grep -A60 "best tile" "$OUT/frag8_sweep.txt"; grep -B2 -A30 "^| shape | fmt | kernel | M" "$OUT/frag8_sweep.txt" | head -60
     grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
+  frag8b)
+    # frag8's fused split-K sum: CUDA check of every frag8 tile; A/B fused vs torch.sum (+ bitwise repeat check)
+    # on 8192x8192 and the drafter shapes; frag8 sweep beside the defaults and cuBLAS there; GPU tests of quant/
+    timeout 150 python3 bench/check_i8_cuda.py --kernels frag8 --no-timing 2>&1 | tee "$OUT/check_frag8.txt" | tail -4
+    timeout 150 python3 bench/frag_ab.py --shapes 8192x8192,640x2048,2048x640 --rows 1,4 \
+      --tiles "frag8,32,64,2,2,8;frag8,32,64,4,2,8;frag8,32,64,4,2,4" --variants "fuse=0;fuse=1" \
+      --out "$OUT/fuse_ab.json" 2>&1 | tee "$OUT/fuse_ab.txt" | grep -v "^  "
+    timeout 200 python3 bench/gemv_bench.py --shapes 8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
+      --kernels default,frag8 --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8_small.json" \
+      > "$OUT/frag8_small.txt" 2>&1; grep -A40 "best tile" "$OUT/frag8_small.txt"
+    timeout 150 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
+    grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
   nib)
     # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it
     timeout 400 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_i8n \

@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 _POINTERS = {"XB": "*bf16", "XW": "*i8", "XS": "*fp32", "XC": "*i32", "QS": "*u8", "QH": "*i32", "SC": "*fp16",
              "Y": "*fp32", "X": "*fp32", "XQ": "*i8", "XF": "*i32", "XE": "*fp32", "QF": "*i32", "HF": "*i32",
-             "SF": "*fp16"}
+             "SF": "*fp16", "OUT": "*fp32", "CNT": "*i32"}
 _DEFAULTS = {"M": 1, "MP": 1, "F32_OPERANDS": 0, "ASM": 1}
 
 

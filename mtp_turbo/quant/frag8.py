@@ -111,7 +111,17 @@ class Frag8Weight(FragWeight):
 
 
 def for_weight8(w: PackedWeight) -> Frag8Weight:
-    """w's int8 fragment layout, built on first use and kept with w (`PackedWeight.derived`)."""
+    """w's int8 fragment layout, built on first use and kept with w (`PackedWeight.derived`), with its
+    split counters (`counters`)."""
     if "frag8" not in w.derived:
         w.derived["frag8"] = Frag8Weight.from_packed(w)
+        w.derived["frag8_counters"] = torch.zeros(w.derived["frag8"].tiles[0], dtype=torch.int32, device=w.device)
     return w.derived["frag8"]
+
+
+def counters(w: PackedWeight) -> torch.Tensor:
+    """int32 [NT], zeros between calls: the GEMV's split-K arrival counters (one per program of row
+    tiles; each call's last arriving split resets its own), made with the layout so that no call
+    allocates one (CUDA-graph capture)."""
+    for_weight8(w)
+    return w.derived["frag8_counters"]

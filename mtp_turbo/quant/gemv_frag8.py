@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from . import frag8_x
-from .frag8 import SHIFT, Frag8Weight, for_weight8
+from .frag8 import SHIFT, Frag8Weight, counters, for_weight8
 from .frag8_x import x8_values
 from .frag_ptx import frag8_asm, frag8_constraints
 from .gemv_frag import FMT_ID, available  # noqa: F401  (available: the same Triton + Gluon need)
@@ -102,10 +102,36 @@ if triton is not None:
         gl.store(ptr + 8, gl.convert_layout(yg8, RL), mask=ok & (m < M) & (row + 8 < N))
 
     @gluon.jit
-    def gemv_frag8(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
-                   FMT: gl.constexpr, W: gl.constexpr, MM: gl.constexpr):
+    def _fence():
+        gl.inline_asm_elementwise("fence.acq_rel.gpu; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _sum_splits(P, OUT, CNT, M, N, S, stride_ys, stride_ym, W: gl.constexpr):
+        # After this program's partials are in P[split]: the last of the S programs of this row range
+        # to arrive (counter CNT[program_id(0)]) adds P[0], .., P[S - 1] in that order (whichever
+        # program is last: the same sums) into OUT and resets the counter for the next call.
+        _fence()  # this thread's partial stores before the count
+        gl.thread_barrier()  # every thread's, before the one atomic
+        cnt = gl.atomic_add(CNT + gl.program_id(0), 1, sem="acq_rel", scope="gpu")
+        if cnt == S - 1:
+            _fence()
+            LR: gl.constexpr = gl.BlockedLayout([1, 1], [1, 32], [1, W], [1, 0])
+            m = gl.arange(0, 4, layout=gl.SliceLayout(1, LR))[:, None]
+            rows = (gl.program_id(0) * 32 * W + gl.arange(0, 32 * W, layout=gl.SliceLayout(0, LR)))[None, :]
+            ok = (m < M) & (rows < N)
+            off = m * stride_ym + rows
+            acc = gl.zeros([4, 32 * W], gl.float32, LR)
+            for s in range(S):  # .cg: from L2, where the other programs' stores are (not a stale L1 line)
+                acc += gl.load(P + s * stride_ys + off, mask=ok, other=0.0, cache_modifier=".cg")
+            gl.store(OUT + off, acc, mask=ok)
+            gl.atomic_xchg(CNT + gl.program_id(0), 0)
+
+    @gluon.jit
+    def gemv_frag8(XF, XE, QF, HF, SF, Y, OUT, CNT, M, N, NT, NC, CPS, stride_ys, stride_ym,
+                   FMT: gl.constexpr, W: gl.constexpr, MM: gl.constexpr, FUSE: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers; loads (x too)
-        # one chunk ahead; split program_id(1) walks chunks [c0, c1)
+        # one chunk ahead; split program_id(1) walks chunks [c0, c1) and stores its partials to
+        # Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does)
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
@@ -130,13 +156,18 @@ if triton is not None:
             x = xn
         _store8(acc_a, Y, t0, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
         _store8(acc_b, Y, t0 + 1, lane, M, N, NT, gl.program_id(1), stride_ys, stride_ym, W, RL)
+        if FUSE:
+            _sum_splits(Y, OUT, CNT, M, N, gl.num_programs(1), stride_ys, stride_ym, W)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag8", on the
     weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA: the
     Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
-    Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages 2, split_k parts of K (summed after)."""
+    Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages 2, split_k parts of K: their
+    partials summed by the kernel's last program of each row range (fuse; else by torch.sum after:
+    one launch more, kept to measure). The split counters live with the layout (`frag8.counters`):
+    one GEMV on a weight at a time."""
     assert tile.kernel == "frag8" and tile.BLOCK_N == 32 and tile.BLOCK_K == 64 and tile.num_stages == 2, tile
     fw = for_weight8(w)
     n, k = fw.shape
@@ -155,10 +186,14 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
     y = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
     hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
     w_ = tile.num_warps
-    gemv_frag8[(triton.cdiv(nt, 2 * w_), splits)](
-        xf, xe, fw.qf, hf, fw.sf, y, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0),
-        FMT=FMT_ID[fw.fmt], W=w_, MM=mm, num_warps=w_, launch_pdl=True)
-    if splits > 1:
+    grid0 = triton.cdiv(nt, 2 * w_)
+    cnt = counters(w)
+    assert cnt.numel() >= grid0, (cnt.numel(), grid0)
+    fused = fuse and splits > 1
+    gemv_frag8[(grid0, splits)](
+        xf, xe, fw.qf, hf, fw.sf, y, out, cnt, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0),
+        FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=fused, num_warps=w_, launch_pdl=True)
+    if splits > 1 and not fused:
         torch.sum(y, dim=0, out=out)
 
 
