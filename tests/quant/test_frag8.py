@@ -1,0 +1,83 @@
+"""The int8 fragment layout (quant/frag8.py): exact round trip, and the stored words turned into mma
+A registers by the very bit operations the PTX runs (written here from the module docstring, in
+numpy) give MULT x (the block's integer) at the PTX ISA's m16n8k32 .s8 positions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from mtp_turbo.quant.frag8 import MULT, Frag8Weight, counters, for_weight8
+from mtp_turbo.quant.repack import CODE_OFFSET, PackedWeight
+
+FORMATS = ("q4_0", "q5_0", "q8_0")
+
+
+def _weight(n: int, k: int, fmt: str, seed: int = 0) -> PackedWeight:
+    return PackedWeight.from_dense(torch.randn(n, k, generator=torch.Generator().manual_seed(seed)), fmt)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("shape", [(16, 64), (37, 96), (5, 160), (40, 640)])
+def test_round_trip_is_exact(fmt, shape):
+    """Tiles and chunks padded (N not a multiple of 16, K of 64): the decoded matrix is the packed one."""
+    w = _weight(*shape, fmt, seed=shape[0])
+    fw = Frag8Weight.from_packed(w)
+    assert fw.tiles == (-(-shape[0] // 16), -(-shape[1] // 64))
+    assert torch.equal(fw.dequantize(), w.dequantize())
+
+
+def _u32(t: torch.Tensor) -> np.ndarray:
+    return t.numpy().view(np.uint32).astype(np.uint64)
+
+
+def _s8(words: np.ndarray) -> np.ndarray:
+    """[..., 4 bytes] int8 values of uint32 words [...]"""
+    b = (words[..., None] >> (8 * np.arange(4, dtype=np.uint64))) & 0xFF
+    return b.astype(np.int64) - 256 * (b >= 128)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_bit_operations_give_the_a_registers(fmt):
+    """For every tile, chunk, block b, lane (g, t), register r, byte i: the PTX's bit operations on the
+    stored words == MULT * (code - offset) of W[16 T + g + 8 (r % 2), 64 C + 32 b + 16 (r // 2) + 4 t + i]."""
+    n, k = 40, 192
+    w = _weight(n, k, fmt, seed=3)
+    fw = Frag8Weight.from_packed(w)
+    nt, nc = fw.tiles
+    codes = np.full((nt * 16, nc * 64), CODE_OFFSET[fmt], dtype=np.int64)
+    codes[:n, :k] = w.codes().numpy()
+    qf = _u32(fw.qf)
+    m32 = np.uint64(0xFFFFFFFF)
+    lane = np.arange(32)
+    g, t = lane // 4, lane % 4
+    for b in range(2):
+        if fmt == "q8_0":
+            regs = [qf[:, :, b, :, r] for r in range(4)]
+        else:
+            regs = []
+            for r in range(4):
+                wd = qf[:, :, :, 2 * b + r % 2]  # [NT, NC, 32]
+                if fmt == "q4_0":  # low: ((w << 4) & 0xF0F0F0F0) ^ 0x80808080, high: (w & 0xF0F0F0F0) ^ ...
+                    src = ((wd << np.uint64(4)) & m32) if r < 2 else wd
+                    regs.append((src & np.uint64(0xF0F0F0F0)) ^ np.uint64(0x80808080))
+                else:  # nibble at bits 3..6 | (hf << (4 b + r)) & 0x80808080
+                    src = ((wd << np.uint64(3)) & m32) if r < 2 else (wd >> np.uint64(1))
+                    hs = (_u32(fw.hf) << np.uint64(4 * b + r)) & m32
+                    regs.append((src & np.uint64(0x78787878)) | (hs & np.uint64(0x80808080)))
+        for r, reg in enumerate(regs):
+            got = _s8(reg)  # [NT, NC, 32, 4]
+            for i in range(4):
+                rows = np.arange(nt)[:, None, None] * 16 + (g + 8 * (r % 2))[None, None, :]
+                cols = np.arange(nc)[None, :, None] * 64 + 32 * b + 16 * (r // 2) + 4 * t[None, None, :] + i
+                want = MULT[fmt] * (codes[rows, cols] - CODE_OFFSET[fmt])
+                assert np.array_equal(got[..., i], want), (b, r, i)
+
+
+def test_counters_start_at_zero_and_cover_every_program():
+    w = _weight(50, 64, "q4_0")
+    fw = for_weight8(w)
+    c = counters(w)
+    assert c.dtype == torch.int32 and c.numel() == fw.tiles[0] and not c.any()
+    assert for_weight8(w) is fw and counters(w) is c  # built once, kept with the weight
