@@ -34,6 +34,7 @@
 #                                          $TILES at 1-4 rows on the head and 8192x8192 beside the defaults
 #   bench/gpu_session.sh frag8b            frag8's fused split-K sum: CUDA check, A/B against torch.sum with a bitwise
 #                                          repeat check, frag8 beside the defaults on 8192x8192 and the drafter shapes
+#   bench/gpu_session.sh frag8c            frag8 split up to 32 on 8192x8192 and the drafter shapes; GPU tests of quant/
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -155,6 +156,13 @@ case $step in
       --kernels default,frag8 --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8_small.json" \
       > "$OUT/frag8_small.txt" 2>&1; grep -A40 "best tile" "$OUT/frag8_small.txt"
     timeout 150 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
+    grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
+  frag8c)
+    # frag8 split into up to 32 parts on 8192x8192 and the drafter shapes (1 and 4 rows) beside the defaults; GPU tests of quant/
+    timeout 230 python3 bench/gemv_bench.py --shapes 8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
+      --kernels default,frag8 --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8_split.json" \
+      > "$OUT/frag8_split.txt" 2>&1; grep -A80 "best tile" "$OUT/frag8_split.txt" | grep "| 1 |\|| 4 |"
+    timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
   nib)
     # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it
