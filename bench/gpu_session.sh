@@ -35,6 +35,7 @@
 #   bench/gpu_session.sh frag8b            frag8's fused split-K sum: CUDA check, A/B against torch.sum with a bitwise
 #                                          repeat check, frag8 beside the defaults on 8192x8192 and the drafter shapes
 #   bench/gpu_session.sh frag8c            frag8 split up to 32 on 8192x8192 and the drafter shapes; GPU tests of quant/
+#   bench/gpu_session.sh frag8d            frag8 two chunks ahead and an L2 prefetch: A/B on 8192x8192, 640x2048, the head
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -163,6 +164,15 @@ case $step in
       --kernels default,frag8 --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8_split.json" \
       > "$OUT/frag8_split.txt" 2>&1; grep -A80 "best tile" "$OUT/frag8_split.txt" | grep "| 1 |\|| 4 |"
     timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
+    grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
+  frag8d)
+    # frag8: weights two chunks ahead (num_stages 3) and an L2 prefetch of each warp's range (A/B, bitwise repeat check)
+    timeout 200 python3 bench/frag_ab.py --shapes 8192x8192,640x2048 --rows 1,4 \
+      --tiles "frag8,32,64,4,2,16;frag8,32,64,4,3,16;frag8,32,64,4,2,8;frag8,32,64,4,3,8" --variants "prefetch=0;prefetch=1" \
+      --out "$OUT/ahead_pf_ab.json" 2>&1 | tee "$OUT/ahead_pf_ab.txt" | grep -v "^  "
+    timeout 150 python3 bench/frag_ab.py --shapes 262144x640 --rows 1,4 \
+      --tiles "frag8,32,64,2,2;frag8,32,64,2,3;frag8,32,64,4,2;frag8,32,64,4,3" --variants "prefetch=0" \
+      --out "$OUT/ahead_head.json" 2>&1 | tee "$OUT/ahead_head.txt" | grep -v "^  "
     grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
   nib)
     # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it

@@ -77,8 +77,9 @@ _FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 
          (16, 64, 4, 2, 1, 4), (16, 64, 4, 2, 2, 8), (16, 64, 4, 2, 4, 8), (16, 64, 4, 2, 8, 8), (16, 64, 2, 2, 8, 8),
          (32, 64, 2, 3, 1, 1), (32, 64, 4, 3, 1, 1), (32, 64, 4, 3, 8, 1), (32, 64, 2, 3, 8, 1))
 # frag8 (int8 fragment layout, gemv_frag8.py): two 16-row tiles a warp, loads a chunk ahead; split_k parts
-# (up to 32: more warps for matrices with few row tiles; the kernel sums the parts)
-_FRAG8 = tuple((32, 64, w, 2, sk, 1) for w in (2, 4, 8) for sk in (1, 2, 4, 8, 16, 32))
+# (up to 32: more warps for matrices with few row tiles; the kernel sums the parts); num_stages 3: loads
+# two chunks ahead
+_FRAG8 = tuple((32, 64, w, st, sk, 1) for w in (2, 4, 8) for st in (2, 3) for sk in (1, 2, 4, 8, 16, 32))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
