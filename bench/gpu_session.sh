@@ -36,6 +36,7 @@
 #                                          repeat check, frag8 beside the defaults on 8192x8192 and the drafter shapes
 #   bench/gpu_session.sh frag8c            frag8 split up to 32 on 8192x8192 and the drafter shapes; GPU tests of quant/
 #   bench/gpu_session.sh frag8d            frag8 two chunks ahead and an L2 prefetch: A/B on 8192x8192, 640x2048, the head
+#   bench/gpu_session.sh final8            session 8's frag8 defaults: CUDA check, the defaults on every shape, GPU tests of quant/
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -173,6 +174,15 @@ case $step in
     timeout 150 python3 bench/frag_ab.py --shapes 262144x640 --rows 1,4 \
       --tiles "frag8,32,64,2,2;frag8,32,64,2,3;frag8,32,64,4,2;frag8,32,64,4,3" --variants "prefetch=0" \
       --out "$OUT/ahead_head.json" 2>&1 | tee "$OUT/ahead_head.txt" | grep -v "^  "
+    grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
+  final8)
+    # session 8's defaults (frag8): CUDA check of every frag8 tile and the defaults, the table of record on the head,
+    # 8192x8192 and the drafter shapes (cuBLAS beside), GPU tests of quant/
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 150 python3 bench/check_i8_cuda.py --kernels frag8 --no-timing 2>&1 | tee "$OUT/check_frag8.txt" | tail -3
+    timeout 170 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
+      --kernels default --out "$OUT/defaults.json" > "$OUT/defaults.txt" 2>&1; grep -A90 "^| shape | fmt | kernel | M" "$OUT/defaults.txt" | head -90
+    timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
   nib)
     # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it

@@ -127,33 +127,12 @@ if triton is not None:
             gl.atomic_xchg(CNT + gl.program_id(0), 0)
 
     @gluon.jit
-    def _l2_lines(P, start, count, lane, PER: gl.constexpr):
-        # prefetch `count` lines of 128 bytes (PER elements of P each) from P + start into L2: lane l
-        # takes lines l, l + 32, ..; lines past the end are clamped onto the last (a repeat, harmless)
-        for i in range(0, gl.cdiv(count, 32)):
-            line = gl.minimum(lane + 32 * i, count - 1)
-            gl.inline_asm_elementwise("prefetch.global.L2 [$1];", "=r,l", [P + start + line * PER],
-                                      dtype=gl.int32, is_pure=False, pack=1)
-
-    @gluon.jit
-    def _l2_tile(QF, HF, SF, tile, c0, c1, NC, lane, FMT: gl.constexpr):
-        # a tile's records of chunks [c0, c1) (contiguous in each array) into L2
-        rec = tile * NC + c0
-        n = c1 - c0
-        QW: gl.constexpr = 256 if FMT == 0 else 128  # int32 words of a tile-chunk record
-        _l2_lines(QF, rec * QW, n * (QW // 32), lane, 32)
-        _l2_lines(SF, rec * 32, gl.cdiv(n, 2), lane, 64)
-        if FMT == 1:
-            _l2_lines(HF, rec * 32, n, lane, 32)
-
-    @gluon.jit
     def gemv_frag8(XF, XE, QF, HF, SF, Y, OUT, CNT, M, N, NT, NC, CPS, stride_ys, stride_ym,
                    FMT: gl.constexpr, W: gl.constexpr, MM: gl.constexpr, FUSE: gl.constexpr,
-                   AHEAD: gl.constexpr, PF: gl.constexpr):
+                   AHEAD: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers; loads (x too)
         # AHEAD (1 or 2) chunks ahead; split program_id(1) walks chunks [c0, c1) and stores its partials
-        # to Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does).
-        # PF: the warp's whole range is prefetched into L2 while x is prepared (before the wait)
+        # to Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does)
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
@@ -167,9 +146,6 @@ if triton is not None:
         c_1 = gl.minimum(c0 + 1, last)
         a1 = _loads(QF, HF, SF, ta, c_1, lane, j, NC, FMT, W, L4)
         b1 = _loads(QF, HF, SF, tb, c_1, lane, j, NC, FMT, W, L4)
-        if PF:
-            _l2_tile(QF, HF, SF, ta, c0, c1, NC, lane, FMT)
-            _l2_tile(QF, HF, SF, tb, c0, c1, NC, lane, FMT)
         _x_ready()
         x = _xloads8(XF, XE, c0, lane, j, MM)
         x1 = _xloads8(XF, XE, c_1, lane, j, MM)
@@ -197,8 +173,7 @@ if triton is not None:
             _sum_splits(Y, OUT, CNT, M, N, gl.num_programs(1), stride_ys, stride_ym, W)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True,
-           prefetch: bool = False) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag8", on the
     weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA: the
     Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
@@ -206,7 +181,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     or two chunks ahead), split_k parts of K: their
     partials summed by the kernel's last program of each row range (fuse; else by torch.sum after:
     one launch more, kept to measure). The split counters live with the layout (`frag8.counters`):
-    one GEMV on a weight at a time. prefetch: each warp's range into L2 before x is ready (to measure)."""
+    one GEMV on a weight at a time."""
     assert tile.kernel == "frag8" and tile.BLOCK_N == 32 and tile.BLOCK_K == 64 and tile.num_stages in (2, 3), tile
     fw = for_weight8(w)
     n, k = fw.shape
@@ -231,7 +206,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     fused = fuse and splits > 1
     gemv_frag8[(grid0, splits)](
         xf, xe, fw.qf, hf, fw.sf, y, out, cnt, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0),
-        FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=fused, AHEAD=tile.num_stages - 1, PF=prefetch, num_warps=w_,
+        FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=fused, AHEAD=tile.num_stages - 1, num_warps=w_,
         launch_pdl=True)
     if splits > 1 and not fused:
         torch.sum(y, dim=0, out=out)
