@@ -96,7 +96,8 @@ class FragWeight:
         codes = torch.zeros(nt, nc, ROWS, COLS, dtype=torch.int64, device=dev)
         codes[:, :, r[None].expand(4, 32, 8), (c[None] + 16 * s)] = v
         vals = (codes - CODE_OFFSET[self.fmt]).float()  # [NT, NC, 16, 64]
-        vals = vals.reshape(nt, nc, ROWS, 2, QK) * scales_from_records(self.sf)[..., None]  # [NT, NC, 16 rows, 2 blocks, 32]
+        # [NT, NC, 16 rows, 2 blocks, 32]
+        vals = vals.reshape(nt, nc, ROWS, 2, QK) * scales_from_records(self.sf)[..., None]
         return vals.reshape(nt, nc, ROWS, COLS).permute(0, 2, 1, 3).reshape(nt * ROWS, nc * COLS)[:n, :k]
 
     @staticmethod

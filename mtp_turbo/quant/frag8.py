@@ -68,8 +68,7 @@ class Frag8Weight(FragWeight):
         q = torch.stack([lo[..., 0, :], lo[..., 1, :], hi[..., 0, :], hi[..., 1, :]], dim=-2)  # [.., r, i]
         if self.fmt == "q5_0":
             hf = self.hf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 32]
-            r = 4 * torch.arange(2, device=dev)[:, None, None, None] + torch.arange(4, device=dev)[None, None, :, None]
-            bit = 8 * torch.arange(4, device=dev)[None, None, None, :] + 7 - r  # [block, 1, r, i]
+            bit = _h_bits(dev)  # [block, 1, r, i]
             q = q | ((1 - ((hf[:, :, None, :, None, None] >> bit) & 1)) << 4)
         return MULT[self.fmt] * (q - CODE_OFFSET[self.fmt])
 
@@ -103,11 +102,15 @@ class Frag8Weight(FragWeight):
             words = ((nib[..., 0:2, :] | (nib[..., 2:4, :] << 4)) << sh8).sum(-1)  # [NT, NC, 2, 32, h]
             qf = words.permute(0, 1, 3, 2, 4).reshape(nt, nc, 32, 4)  # word 2 b + h
             if w.fmt == "q5_0":
-                rr = 4 * torch.arange(2, device=dev)[:, None, None, None] + torch.arange(4, device=dev)[None, None, :, None]
-                bit = 8 * torch.arange(4, device=dev)[None, None, None, :] + 7 - rr  # [2, 1, 4, 4]
-                hf = to_i32(((1 - (v >> 4)) << bit).sum((2, -2, -1)))  # [NT, NC, 32]
+                hf = to_i32(((1 - (v >> 4)) << _h_bits(dev)).sum((2, -2, -1)))  # [NT, NC, 32]
         return Frag8Weight(w.fmt, w.shape, with_tail(to_i32(qf)), with_tail(scale_records(sc, nt, nc)),
                            None if hf is None else with_tail(hf))
+
+
+def _h_bits(device) -> torch.Tensor:
+    """int64 [2 blocks, 1, 4 r, 4 i]: the hf bit of q5_0's register r = 4 b + j, byte i: 8 i + 7 - r."""
+    r = 4 * torch.arange(2, device=device)[:, None, None, None] + torch.arange(4, device=device)[None, None, :, None]
+    return 8 * torch.arange(4, device=device)[None, None, None, :] + 7 - r
 
 
 def for_weight8(w: PackedWeight) -> Frag8Weight:

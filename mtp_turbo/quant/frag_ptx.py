@@ -120,7 +120,8 @@ def frag8_asm(fmt: str, mmas: int = 1) -> str:
                 w = f"${i_w + 2 * b + r % 2}"
                 text.append(f"shl.b32 t, {w}, 3;" if r < 2 else f"shr.b32 t, {w}, 1;")
                 rr = 4 * b + r
-                text.append(f"shl.b32 u, ${i_w + 4}, {rr}; and.b32 u, u, sgn;" if rr else f"and.b32 u, ${i_w + 4}, sgn;")
+                hf = f"${i_w + 4}"
+                text.append(f"shl.b32 u, {hf}, {rr}; and.b32 u, u, sgn;" if rr else f"and.b32 u, {hf}, sgn;")
                 text.append(f"lop3.b32 a{r}, t, 0x78787878, u, 0xEA;")
         text.append(f"mov.b32 {{h0, h1}}, ${i_s + b}; cvt.f32.f16 da, h0; cvt.f32.f16 db, h1;")
         for j in range(mmas):

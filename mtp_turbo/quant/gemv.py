@@ -147,21 +147,21 @@ _FR3, _FR38 = TileConfig("frag", 32, 64, 2, 3), TileConfig("frag", 32, 64, 4, 3,
 # q4_0 32.0 / 31.6 us at 1 / 2 rows (vs frag3's 37.7 / 37.1), q5_0 37.4 / 39.4 (vs 43.5 / 44.0 with two
 # groups), q8_0 50.0 / 51.3 (frag3 50.1 / 50.9); 8192 x 8192 persistent frag,16,64,4,2,8,8 q4_0 19.0 / 18.9
 # (frag3 19.5 / 19.5), q5_0 21.9 / 21.4 (24.1), q8_0 25.3 / 25.5 (frag3 26.3 / 26.7).
-# Session 8 (integer tensor cores, gemv_frag8; bench/RESULTS.md, runs 2-5 of 2026-11-30h): head
-# frag8,32,64,4,2 q4_0 30.3-31.9 us at 1-4 rows (frag 31.6-37.7), q5_0 34.7-37.3 (frag 40.0-45.4), q8_0
-# 47.6-50.8 (frag 50.8-52.0); 8192 x 8192 split into 16 (q4_0 / q5_0: 16.8-17.7 / 19.3-20.6 us at 1 row
+# Session 8 (integer tensor cores, gemv_frag8; bench/RESULTS.md, runs 2-6 of 2026-11-30h): head
+# frag8,32,64,4,2 q4_0 30.3-32.7 us at 1-4 rows (frag, run 2: 31.6-37.7), q5_0 34.7-37.3 (40.0-45.4), q8_0
+# 47.3-51.6 (50.8-52.0); 8192 x 8192 split into 16 (q4_0 / q5_0: 16.8-17.7 / 19.3-20.6 us at 1 row
 # vs frag's 19.0 / 22.2, 19.5-19.6 / 22.5-22.6 at 4 vs 19.6 / 23.8) or 8 (q8_0: 24.5-25.0 at 1 row vs 26.1,
 # 25.9-26.5 at 4 vs 26.5); drafter shapes at 1 row split into 16 (every shape and format 0.1-0.7 us faster
-# than the defaults before; at 2-4 rows frag8 was not faster there: those stay).
-_F8H, _F8L, _F8Q8, _F8S = (TileConfig("frag8", 32, 64, 4, 2), TileConfig("frag8", 32, 64, 4, 2, 16),
-                           TileConfig("frag8", 32, 64, 4, 2, 8), TileConfig("frag8", 32, 64, 4, 2, 16))
+# than the defaults before; at 2-4 rows not consistently faster: those stay).
+_F8H, _F8S, _F8Q8 = TileConfig("frag8", 32, 64, 4, 2), TileConfig("frag8", 32, 64, 4, 2, 16), \
+    TileConfig("frag8", 32, 64, 4, 2, 8)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_F8H,) * 4,
     ("head", "q4_0"): (_F8H,) * 4,
     ("head", "q5_0"): (_F8H,) * 4,
     ("large", "q8_0"): (_F8Q8,) * 4,
-    ("large", "q4_0"): (_F8L,) * 4,
-    ("large", "q5_0"): (_F8L,) * 4,
+    ("large", "q4_0"): (_F8S,) * 4,
+    ("large", "q5_0"): (_F8S,) * 4,
     ("tall", "q8_0"): (_F8S,) + (_FRP,) * 3,
     ("tall", "q4_0"): (_F8S,) + (_BFS,) * 3,
     ("tall", "q5_0"): (_F8S,) + (_BFS,) * 3,
