@@ -36,7 +36,7 @@ from .frag import COLS, ROWS, FragWeight, padded_codes, scale_records, scales_fr
 from .repack import BLOCK_FORMATS, CODE_OFFSET, QK, PackedWeight
 
 MULT = {"q8_0": 1, "q5_0": 8, "q4_0": 16}  # the int8 a register holds = MULT x the block's integer
-SHIFT = {"q8_0": 0, "q5_0": 3, "q4_0": 4}  # log2(MULT): the GEMV folds 2^-SHIFT into x's scale
+SHIFT = {f: m.bit_length() - 1 for f, m in MULT.items()}  # log2(MULT): the GEMV folds 2^-SHIFT into x's scale
 
 
 def lane_rows_cols(device=None) -> tuple[torch.Tensor, torch.Tensor]:
