@@ -122,16 +122,20 @@ if triton is not None:
         return j, r % 32, t0, c0, gl.minimum(c0 + CPS, NC)
 
     @gluon.jit
+    def _pair_tiles(CPS, NC, NT, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr):
+        # _pair_range plus the range's last chunk and the warp's two tiles clamped to existing ones
+        # (a clamped tile is loaded, never stored): the preamble of gemv_frag2 and gemv_frag8
+        j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
+        return j, lane, t0, c0, c1, c1 - 1, gl.minimum(t0, NT - 1), gl.minimum(t0 + 1, NT - 1)
+
+    @gluon.jit
     def gemv_frag2(XF, XE, QF, HF, SF, Y, M, N, NT, NC, CPS, stride_ys, stride_ym,
                    FMT: gl.constexpr, W: gl.constexpr, G: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers: half the x
         # traffic per weight byte. Loads (x too) one chunk ahead.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
-        j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
-        last = c1 - 1
-        ta = gl.minimum(t0, NT - 1)
-        tb = gl.minimum(t0 + 1, NT - 1)
+        j, lane, t0, c0, c1, last, ta, tb = _pair_tiles(CPS, NC, NT, W, L4, RL)
         acc0 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc1 = gl.zeros([32 * W, 4], gl.float32, L4)
         acc2 = gl.zeros([32 * W, 4], gl.float32, L4)
@@ -314,6 +318,17 @@ if triton is not None:
                                          NT, stride_ys, stride_ym, FMT, W, L4, RL, G)
 
 
+def geometry(fw: FragWeight, x: torch.Tensor, split_k: int) -> tuple[int, ...]:
+    """(N, K, M, NT, NC, chunks a split, splits) of x [M, K] against a fragment layout (either one:
+    frag.py's or frag8.py's), x checked: 1-4 rows of K, unit column stride."""
+    n, k = fw.shape
+    m = x.shape[0]
+    assert x.dim() == 2 and 1 <= m <= 4 and x.shape[1] == k and x.stride(1) == 1, x.shape
+    nt, nc = fw.tiles
+    cps = -(-nc // split_k)
+    return n, k, m, nt, nc, cps, -(-nc // cps)
+
+
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: int = 0) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag", on the
     weight's fragment layout (built on first use, kept on w: `frag.for_weight`). CUDA: the Gluon
@@ -324,12 +339,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, groups: in
     step (0: by the rows and kernel, one up to 2 rows except in gemv_frag3; else only to measure)."""
     assert tile.kernel == "frag" and tile.BLOCK_K == 64 and tile.BLOCK_N in (16, 32) and tile.num_stages in (2, 3), tile
     fw = for_weight(w)
-    n, k = fw.shape
-    m = x.shape[0]
-    assert x.dim() == 2 and 1 <= m <= 4 and x.shape[1] == k and x.stride(1) == 1, x.shape
-    nt, nc = fw.tiles
-    cps = -(-nc // tile.split_k)
-    splits = -(-nc // cps)
+    n, k, m, nt, nc, cps, splits = geometry(fw, x, tile.split_k)
     # x's pieces: 3 B columns a row (one mma a step up to 2 rows, two for 3-4). gemv_frag3 keeps two:
     # with one it measured slower (H200 head q4_0, 1 row: 42.3 vs 37.7 us; gemv_frag2 with one 32.0)
     frag3 = tile.BLOCK_N == 32 and tile.num_stages == 3

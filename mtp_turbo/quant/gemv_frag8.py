@@ -19,7 +19,7 @@ from . import frag8_x
 from .frag8 import SHIFT, Frag8Weight, counters, for_weight8
 from .frag8_x import x8_values
 from .frag_ptx import frag8_asm, frag8_constraints
-from .gemv_frag import FMT_ID, available  # noqa: F401  (available: the same Triton + Gluon need)
+from .gemv_frag import FMT_ID, available, geometry  # noqa: F401  (available: the same Triton + Gluon need)
 from .repack import PackedWeight
 
 try:
@@ -27,7 +27,7 @@ try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
 
-    from .gemv_frag import _loads, _pair_range, _x_ready
+    from .gemv_frag import _loads, _pair_tiles, _x_ready
 except ImportError:  # CPU machines without Triton (or a Triton without Gluon): not available
     triton = None
 
@@ -135,10 +135,7 @@ if triton is not None:
         # to Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does)
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
-        j, lane, t0, c0, c1 = _pair_range(CPS, NC, W, L4, RL)
-        last = c1 - 1
-        ta = gl.minimum(t0, NT - 1)
-        tb = gl.minimum(t0 + 1, NT - 1)
+        j, lane, t0, c0, c1, last, ta, tb = _pair_tiles(CPS, NC, NT, W, L4, RL)
         acc_a = gl.zeros([32 * W, 4], gl.float32, L4)
         acc_b = gl.zeros([32 * W, 4], gl.float32, L4)
         a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
@@ -178,18 +175,12 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA: the
     Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
     Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages 2 or 3 (weights and x loaded one
-    or two chunks ahead), split_k parts of K: their
-    partials summed by the kernel's last program of each row range (fuse; else by torch.sum after:
-    one launch more, kept to measure). The split counters live with the layout (`frag8.counters`):
+    or two chunks ahead), split_k parts of K: their partials summed by the kernel's last program of
+    each row range (fuse; else by torch.sum after: one launch more, kept to measure). The split counters live with the layout (`frag8.counters`):
     one GEMV on a weight at a time."""
     assert tile.kernel == "frag8" and tile.BLOCK_N == 32 and tile.BLOCK_K == 64 and tile.num_stages in (2, 3), tile
     fw = for_weight8(w)
-    n, k = fw.shape
-    m = x.shape[0]
-    assert x.dim() == 2 and 1 <= m <= 4 and x.shape[1] == k and x.stride(1) == 1, x.shape
-    nt, nc = fw.tiles
-    cps = -(-nc // tile.split_k)
-    splits = -(-nc // cps)
+    n, k, m, nt, nc, cps, splits = geometry(fw, x, tile.split_k)
     mm = 1 if m <= 2 else 2  # mma groups: 2 rows x 4 pieces fill the 8 B columns of one
     xf = torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device)
     xe = torch.empty(nc, 4, 4, dtype=torch.float32, device=x.device)
