@@ -31,7 +31,7 @@ from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant.frag import for_weight  # noqa: E402
 from mtp_turbo.quant.frag8 import for_weight8  # noqa: E402
 
-LAUNCH = {"frag": gemv_frag.launch, "frag8": gemv_frag8.launch}
+LAUNCH = {"frag": gemv_frag.launch, "frag8": gemv_frag8.launch, "frag8x": gemv_frag8.launch}
 from mtp_turbo.quant.gemv import parse_tile  # noqa: E402
 
 

@@ -12,7 +12,9 @@ L2 and Python launch overhead is not counted), the effective bandwidth ((weight 
 time) as a fraction of the copy bandwidth, and torch bf16 matmul on the same shape beside it.
 A variant that fails to compile or run is reported (error column) and the run goes on.
 --sweep also times every supported tile (or only those of --tiles) at M = 1 and M = 4 (--sweep-rows)
-and prints the best per shape/format.
+and prints the best per shape/format. --read-floor adds, per shape and format, the fastest of a few
+plain read kernels over the same number of bytes (kernel "read", same replay): what one launch that
+only streams these bytes takes here, launch and ramp included.
 Without CUDA: runs each variant once in Triton's interpreter on a small shape (correctness only)
 and says that the timings were skipped.
 """
@@ -78,6 +80,28 @@ def time_graph(fn_list, reps: int = 7) -> float:
     return statistics.median(times)
 
 
+def read_floor(nbytes: int) -> tuple[float, str]:
+    """(seconds, 'read,BLOCK,WARPS') of the fastest plain read of nbytes (int32 words, one partial a
+    program) over rotating copies, replayed as gemv calls are."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _read(P, OUT, NW, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(OUT + tl.program_id(0), tl.sum(tl.load(P + offs, mask=offs < NW, other=0), axis=0))
+
+    nw = nbytes // 4
+    bufs = [torch.zeros(nw, dtype=torch.int32, device="cuda") for _ in range(_copies(nbytes))]
+    best = (float("inf"), "")
+    for block, warps in ((2048, 4), (4096, 8), (8192, 8), (16384, 16)):
+        out = torch.empty(triton.cdiv(nw, block), dtype=torch.int32, device="cuda")
+        t = time_graph([(lambda b=b: _read[(triton.cdiv(nw, block),)](b, out, nw, BLOCK=block, num_warps=warps))
+                        for b in bufs])
+        best = min(best, (t, f"read,{block},{warps}"))
+    return best
+
+
 def packed_copies(w: torch.Tensor, fmt: str) -> list[PackedWeight]:
     """Device copies of w quantized to fmt (one quantization, copied arrays), enough to rotate."""
     try:  # quantize on the GPU (the CPU path takes minutes for the big shapes)
@@ -108,7 +132,7 @@ def _fail(e: Exception) -> str:
 
 
 def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, sweep_rows=(1, 4),
-                only=()) -> list[dict]:
+                only=(), floor: bool = False) -> list[dict]:
     gen = torch.Generator().manual_seed(n * 31 + k)
     w = torch.randn(n, k, generator=gen) * 0.02
     rows = []
@@ -126,12 +150,17 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, s
     del dense, wb
     for fmt in formats:
         ws = packed_copies(w, fmt)
+        if floor:
+            t, tile = read_floor(ws[0].nbytes)
+            rows.append(dict(shape=f"{n}x{k}", fmt=fmt, kernel="read", M=0, tile=tile, us=t * 1e6,
+                             bytes=ws[0].nbytes, gbs=ws[0].nbytes / t / 1e9, frac=ws[0].nbytes / t / 1e9 / copy_bw,
+                             err=0.0, default=True))
         if "frag" in kernels or ("default" in kernels and any(
                 default_tile(n, k, m, fmt).kernel == "frag" for m in range(1, 5))):
             for p in ws:  # its layout, built before any CUDA-graph capture (gemv would build it on first use)
                 for_weight(p)
-        if "frag8" in kernels or ("default" in kernels and any(
-                default_tile(n, k, m, fmt).kernel == "frag8" for m in range(1, 5))):
+        if {"frag8", "frag8x"} & set(kernels) or ("default" in kernels and any(
+                default_tile(n, k, m, fmt).kernel in ("frag8", "frag8x") for m in range(1, 5))):
             for p in ws:
                 for_weight8(p)
         ref_w = ws[0].dequantize().double()
@@ -203,7 +232,7 @@ def print_table(rows: list[dict], sweep: bool) -> None:
             extra = f" FAILED: {r['error']}" if r.get("error") else ""
             print(f"| {r['shape']} | {r['fmt']} | {r['kernel']} | {r['M']} | {r['tile']} | {r['us']:.2f} "
                   f"| {r['gbs']:.0f} | {100 * r['frac']:.0f}% | {r['err']:.1e}{extra} |")
-    ok = [r for r in rows if not r.get("error") and r["kernel"] != "torch" and r.get("default", True)]
+    ok = [r for r in rows if not r.get("error") and r["kernel"] not in ("torch", "read") and r.get("default", True)]
     if ok and not math.isnan(ok[0]["us"]):
         print("\nbest variant per shape / format / M (default tiles), time vs M=1 of the same variant:")
         print("| shape | fmt | M | best kernel | us | of copy bw | us / us(M=1) |")
@@ -217,7 +246,7 @@ def print_table(rows: list[dict], sweep: bool) -> None:
         print("\nbest tile per shape / format / kernel / M (sweep):")
         print("| shape | fmt | kernel | M | default tile | us | best tile | us |")
         print("|---|---|---|---|---|---|---|---|")
-        good = [r for r in rows if not r.get("error") and r["kernel"] != "torch"]
+        good = [r for r in rows if not r.get("error") and r["kernel"] not in ("torch", "read")]
         for key in sorted({(r["shape"], r["fmt"], r["kernel"], r["M"]) for r in good}):
             cand = [r for r in good if (r["shape"], r["fmt"], r["kernel"], r["M"]) == key]
             d = next((r for r in cand if r.get("default")), None)
@@ -236,6 +265,7 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", default=",".join(KERNELS),
                     help="kernel variants to measure ('default' = the dispatcher's choice per row count and format)")
     ap.add_argument("--formats", default=",".join(FORMATS), help="block formats to measure")
+    ap.add_argument("--read-floor", action="store_true", help="also time plain reads of each weight's bytes")
     args = ap.parse_args(argv)
     kernels = [k for k in args.kernels.split(",") if k]
     formats = [f for f in args.formats.split(",") if f]
@@ -259,7 +289,7 @@ def main(argv=None) -> int:
         for n, k in shapes:
             rows += bench_shape(n, k, copy_bw, args.sweep, kernels, formats,
                                 tuple(int(v) for v in args.sweep_rows.split(",")),
-                                tuple(parse_tile(t) for t in args.tiles.split(";") if t))
+                                tuple(parse_tile(t) for t in args.tiles.split(";") if t), args.read_floor)
     print_table(rows, args.sweep)
     bad = [r for r in rows if not (r["err"] <= 1e-5)]  # NaN (failed) counts as bad
     for r in bad:

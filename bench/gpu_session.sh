@@ -37,6 +37,10 @@
 #   bench/gpu_session.sh frag8c            frag8 split up to 32 on 8192x8192 and the drafter shapes; GPU tests of quant/
 #   bench/gpu_session.sh frag8d            frag8 two chunks ahead and an L2 prefetch: A/B on 8192x8192, 640x2048, the head
 #   bench/gpu_session.sh final8            session 8's frag8 defaults: CUDA check, the defaults on every shape, GPU tests of quant/
+#   bench/gpu_session.sh frag8x            x made inside the GEMV: GPU tests of quant/ (frag8x vs frag8 bit for bit), A/B of
+#                                          frag8 vs frag8x at the same tiles on every shape at 1-4 rows, the defaults and
+#                                          a plain read of the same bytes beside them
+#   bench/gpu_session.sh frag8xb           frag8x: a tile sweep ($TILES) at 1 and 4 rows on every shape, CUDA check of every tile
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -184,6 +188,19 @@ case $step in
       --kernels default --out "$OUT/defaults.json" > "$OUT/defaults.txt" 2>&1; grep -A90 "^| shape | fmt | kernel | M" "$OUT/defaults.txt" | head -90
     timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
+  frag8x)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 200 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/pytest_gpu_quant.txt"
+    timeout 340 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
+      --kernels default,frag8,frag8x --read-floor --out "$OUT/frag8x_ab.json" > "$OUT/frag8x_ab.txt" 2>&1
+    grep -A260 "^| shape | fmt | kernel | M" "$OUT/frag8x_ab.txt" | grep -v "| torch |" | head -200
+    grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
+  frag8xb)
+    timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
+      --kernels frag8x --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8x_sweep.json" > "$OUT/frag8x_sweep.txt" 2>&1
+    grep -A60 "best tile" "$OUT/frag8x_sweep.txt"
+    timeout 220 python3 bench/check_i8_cuda.py --kernels frag8x --no-timing 2>&1 | tee "$OUT/check_frag8x.txt" | tail -3
+    grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
   nib)
     # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it
     timeout 400 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_i8n \

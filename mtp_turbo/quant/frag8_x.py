@@ -4,14 +4,17 @@ Owns: `x_frag8` (the Triton kernel, one program per 64-column chunk; it also run
 interpreter) and `x8_values` (the pieces decoded back to x, float64: the CPU path and the tests).
 Ignores: the weights (frag8.py), the GEMV (gemv_frag8.py), the PTX (frag_ptx.frag8_asm).
 
-Per chunk c and row m let 2^E be the power of two just above the row's largest |x| in the chunk.
-Then x 2^(7-E) = p0 + p1 2^-7 + p2 2^-14 + p3 2^-21 + r with each piece p = the truncation of
-what is left (an integer in [-127, 127]: one int8) and |r| < 2^-21: x is kept to 2^(E-28), i.e.
+Per chunk c and row m let 2^E be the power of two just above the row's largest |x| in the chunk,
+and V = x 2^(28-E) truncated to an integer (|V| < 2^28; the scaling is exact). Its pieces are V's
+7-bit digits: p0 = V >> 21 (floor, in [-128, 127]) and p1, p2, p3 = bits 14-20, 7-13, 0-6 (in
+[0, 127]), so x = (p0 2^21 + p1 2^14 + p2 2^7 + p3) 2^(E-28) + r with |r| < 2^(E-28): x is kept
 below 2^-27 of the chunk's largest element (a sixteenth of fp32's half-ulp there; elements within
-4 binades of it exactly). mma group j (of 1 or 2) takes rows 2j, 2j + 1 as B columns
-n = 4 (m % 2) + piece, so lane (g, t)'s int32 sums are pieces 2 (t % 2), 2 (t % 2) + 1 of row
-2j + t // 2: the GEMV joins them as c_even 2^7 + c_odd (exact) and scales by the lane's power of
-two 2^(E - 14 - 14 (t % 2) - SHIFT) (SHIFT undoes the weights' int8 multiple, frag8.MULT).
+5 binades of it exactly). One multiply, one conversion and a shift and mask an element: the GEMV
+can make them itself (gemv_frag8's frag8x, the same bits). mma group j (of 1 or 2) takes rows
+2j, 2j + 1 as B columns n = 4 (m % 2) + piece, so lane (g, t)'s int32 sums are pieces 2 (t % 2),
+2 (t % 2) + 1 of row 2j + t // 2: the GEMV joins them as c_even 2^7 + c_odd (exact) and scales by
+the lane's power of two 2^(E - 14 - 14 (t % 2) - SHIFT) (SHIFT undoes the weights' int8 multiple,
+frag8.MULT).
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ if triton is not None:
         # mx = f 2^(ebits - 127), f in [1, 2): mx < 2^E with E = ebits - 126
         ebits = (mx.to(tl.int32, bitcast=True) >> 23) & 0xFF
         e = tl.where(mx > 0, tl.maximum(ebits - 126, _E_MIN), 0)  # [4]
-        inv = ((127 + 7 - e) << 23).to(tl.float32, bitcast=True)  # 2^(7 - E), exactly
+        inv = ((127 + 28 - e) << 23).to(tl.float32, bitcast=True)  # 2^(28 - E), exactly
         # lane scales: [t, j] = 2^(E[2 j + t // 2] - 14 - 14 (t % 2) - SHIFT)
         tt = tl.arange(0, 4)[:, None]
         jj = tl.arange(0, 4)[None, :]
@@ -83,20 +86,9 @@ if triton is not None:
         col0 = c * 64 + 32 * (r // 2) + 16 * (r % 2) + 4 * t
         rinv = tl.sum(tl.where(rm[None, None, None, :] == row[:, :, :, None], inv[None, None, None, :], 0.0), axis=3)
         ok = row < M
+        keep = tl.where(piece == 0, 0xFF, 0x7F)  # p0 is V's signed top byte, the others 7-bit digits
         word = tl.zeros([MM, 32, 4], dtype=tl.int32)
         for i in tl.static_range(4):
             v = tl.load(X + row * stride_xm + col0 + i, mask=ok & (col0 + i < K), other=0.0).to(tl.float32) * rinv
-            word = word | ((_piece(v, piece) & 0xFF) << (8 * i))
+            word = word | (((v.to(tl.int32) >> (21 - 7 * piece)) & keep) << (8 * i))  # V truncated toward 0
         tl.store(XF + ((c * MM + j) * 32 + lane) * 4 + r, word)
-
-    @triton.jit
-    def _piece(v, piece):
-        # int8 piece `piece` (0..3) of v (|v| < 128): truncations of what is left, 7 bits at a time;
-        # every step is exact in fp32
-        p0 = v.to(tl.int32)
-        r1 = (v - p0.to(tl.float32)) * 128.0
-        p1 = r1.to(tl.int32)
-        r2 = (r1 - p1.to(tl.float32)) * 128.0
-        p2 = r2.to(tl.int32)
-        p3 = ((r2 - p2.to(tl.float32)) * 128.0).to(tl.int32)
-        return tl.where(piece == 0, p0, tl.where(piece == 1, p1, tl.where(piece == 2, p2, p3)))

@@ -18,8 +18,9 @@ from ..errors import ConfigError
 from .repack import BLOCK_FORMATS, PackedWeight
 
 MAX_ROWS = 4  # 1 draft row .. k+1 verify rows
-KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n", "frag", "frag8")
-# gemv_triton.py, gemv_i8.py, gemv_bf16n.py, gemv_frag.py, gemv_frag8.py
+KERNELS = ("dot_bf16x3", "dot_tf32x3", "reduce", "dot_i8", "dot_i8w", "dot_i8n", "dot_bf16n", "frag", "frag8",
+           "frag8x")
+# gemv_triton.py, gemv_i8.py, gemv_bf16n.py, gemv_frag.py, gemv_frag8.py (frag8x too)
 
 
 @dataclass(frozen=True)
@@ -78,14 +79,14 @@ _FRAG = ((32, 64, 2, 2, 1, 1), (32, 64, 4, 2, 1, 1), (32, 64, 8, 2, 1, 1), (32, 
          (32, 64, 2, 3, 1, 1), (32, 64, 4, 3, 1, 1), (32, 64, 4, 3, 8, 1), (32, 64, 2, 3, 8, 1))
 # frag8 (int8 fragment layout, gemv_frag8.py): two 16-row tiles a warp, loads a chunk ahead; split_k parts
 # (up to 32: more warps for matrices with few row tiles; the kernel sums the parts); num_stages 3: loads
-# two chunks ahead
+# two chunks ahead. frag8x: the same tiles, x's pieces made inside the GEMV
 _FRAG8 = tuple((32, 64, w, st, sk, 1) for w in (2, 4, 8) for st in (2, 3) for sk in (1, 2, 4, 8, 16, 32))
 _REDUCE = ((4, 256, 2, 2), (4, 512, 4, 2), (8, 128, 2, 2), (8, 256, 4, 2), (16, 128, 4, 2),
            (16, 256, 4, 2), (32, 64, 4, 2), (32, 128, 4, 2), (64, 64, 8, 2))
 SUPPORTED_TILES: tuple[TileConfig, ...] = (
     _tiles("dot_bf16x3", *_DOT) + _tiles("dot_tf32x3", *_DOT) + _tiles("reduce", *_REDUCE)
     + _tiles("dot_i8", *_I8) + _tiles("dot_i8w", *_I8W + _SPLIT) + _tiles("dot_i8n", *_I8N + _SPLIT_N)
-    + _tiles("dot_bf16n", *_BF16N) + _tiles("frag", *_FRAG) + _tiles("frag8", *_FRAG8))
+    + _tiles("dot_bf16n", *_BF16N) + _tiles("frag", *_FRAG) + _tiles("frag8", *_FRAG8) + _tiles("frag8x", *_FRAG8))
 
 # Defaults per matrix class (MEASURED_TILES below overrides them per format and row count where a
 # GPU run found better). Programs =
@@ -190,7 +191,7 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
         return TileConfig(kernel, *_BF16N_DEFAULTS[cls])
     if kernel == "frag":
         return TileConfig(kernel, *_FRAG_DEFAULTS[cls])
-    if kernel == "frag8":
+    if kernel in ("frag8", "frag8x"):
         return TileConfig(kernel, *_FRAG8_DEFAULTS[cls])
     d = DEFAULT_TILES[cls]
     if d.kernel == "dot_i8w":  # dot_i8: its multi-row head tile; bf16x3/tf32x3: the bf16x3 head best
@@ -299,7 +300,7 @@ class PackedLinear:
             from .frag import for_weight
 
             for_weight(w)  # now, not inside a CUDA-graph capture of the first call
-        if kernel and w.device.type == "cuda" and any(t.kernel == "frag8" for t in tiles):
+        if kernel and w.device.type == "cuda" and any(t.kernel in ("frag8", "frag8x") for t in tiles):
             from .frag8 import for_weight8
 
             for_weight8(w)

@@ -39,6 +39,7 @@ if triton is not None:
     _Q4_1, _Q4_2 = _A8_1["q4_0"], _A8_2["q4_0"]
     _C8_1, _C8_2 = gl.constexpr(frag8_constraints("q8_0", 1)), gl.constexpr(frag8_constraints("q8_0", 2))
     _C4_1, _C4_2 = gl.constexpr(frag8_constraints("q4_0", 1)), gl.constexpr(frag8_constraints("q4_0", 2))
+    _E_MIN = gl.constexpr(frag8_x.E_MIN)
 
     @gluon.jit
     def _xloads8(XF, XE, c, lane, j, MM: gl.constexpr):
@@ -127,12 +128,65 @@ if triton is not None:
             gl.atomic_xchg(CNT + gl.program_id(0), 0)
 
     @gluon.jit
-    def gemv_frag8(XF, XE, QF, HF, SF, Y, OUT, CNT, M, N, NT, NC, CPS, stride_ys, stride_ym,
+    def _max_t(v):
+        # the max of v over the 4 lanes t of a row group g (lane bits 0 and 1)
+        v = gl.maximum(v, gl.inline_asm_elementwise("shfl.sync.bfly.b32 $0, $1, 1, 0x1f, 0xffffffff;", "=f,f", [v],
+                                                     dtype=gl.float32, is_pure=True, pack=1))
+        return gl.maximum(v, gl.inline_asm_elementwise("shfl.sync.bfly.b32 $0, $1, 2, 0x1f, 0xffffffff;", "=f,f",
+                                                        [v], dtype=gl.float32, is_pure=True, pack=1))
+
+    @gluon.jit
+    def _from_lane(v, src):
+        # v of lane src (per lane)
+        return gl.inline_asm_elementwise("shfl.sync.idx.b32 $0, $1, $2, 0x1f, 0xffffffff;", "=r,r,r", [v, src],
+                                         dtype=gl.int32, is_pure=True, pack=1)
+
+    @gluon.jit
+    def _x_make(X, XF, XE, c0, c1, K, M, stride_xm, MM: gl.constexpr, SHIFT: gl.constexpr, W: gl.constexpr):
+        # frag8x: x_frag8's XF / XE words for chunks [c0, c1), made by this program's warps (warp w: chunks
+        # c0 + w, c0 + w + W, ..), lane (g, t) its own B registers: the same rule (frag8_x.py), the same bits.
+        # The programs of one split write the same words (the same bits: harmless); the caller's barrier
+        # makes them visible to all its warps.
+        L3: gl.constexpr = gl.BlockedLayout([1, 4, 4], [32, 1, 1], [W, 1, 1], [2, 1, 0])  # [32 W, 4 r, 4 i]
+        LW: gl.constexpr = gl.SliceLayout(2, L3)
+        LR: gl.constexpr = gl.SliceLayout(1, LW)
+        rows = gl.arange(0, 32 * W, layout=LR)
+        lane = rows % 32
+        g = lane // 4
+        t = lane % 4
+        r = gl.arange(0, 4, layout=gl.SliceLayout(0, LW))[None, :]
+        i = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, L3)))[None, None, :]
+        sh = (21 - 7 * (g % 4))[:, None, None]  # this lane's piece: V >> 21 (signed byte), then 7-bit digits
+        keep = gl.where(g % 4 == 0, 0xFF, 0x7F)[:, None, None]
+        for cw in range(c0, c1, W):
+            c = cw + rows // 32
+            ok = c < c1
+            col = (c * 64 + 4 * t)[:, None] + 16 * r  # register r = 2 b + h: columns 32 b + 16 h + 4 t + i
+            for jj in gl.static_range(MM):
+                m = 2 * jj + g // 4
+                cols = col[:, :, None] + i
+                v = gl.load(X + (m * stride_xm)[:, None, None] + cols,
+                            mask=(ok & (m < M))[:, None, None] & (cols < K), other=0.0).to(gl.float32)
+                mx = _max_t(gl.max(gl.max(gl.abs(v), axis=2), axis=1))  # the row's max |x| in the chunk
+                e = gl.where(mx > 0, gl.maximum(((mx.to(gl.int32, bitcast=True) >> 23) & 0xFF) - 126, _E_MIN), 0)
+                s = ((127 + 28 - e) << 23).to(gl.float32, bitcast=True)  # 2^(28 - E)
+                byte = ((v * s[:, None, None]).to(gl.int32) >> sh) & keep
+                word = gl.sum(byte << (8 * i), axis=2)  # disjoint bytes: the sum is their OR
+                gl.store(XF + (((c * MM + jj) * 32 + lane) * 4)[:, None] + r, word, mask=ok[:, None])
+                # lane t's scale: E of row 2 jj + t // 2, made by lanes g = 4 (t // 2) .. (lane 16 (t // 2) + t)
+                et = _from_lane(e, 16 * (t // 2) + t)
+                sc = ((127 + et - 14 - 14 * (t % 2) - SHIFT) << 23).to(gl.float32, bitcast=True)
+                gl.store(XE + (c * 4 + t) * 4 + jj, sc, mask=ok & (g == 0))
+
+    @gluon.jit
+    def gemv_frag8(XF, XE, QF, HF, SF, Y, OUT, CNT, X, M, N, NT, NC, CPS, K, stride_xm, stride_ys, stride_ym,
                    FMT: gl.constexpr, W: gl.constexpr, MM: gl.constexpr, FUSE: gl.constexpr,
-                   AHEAD: gl.constexpr):
+                   AHEAD: gl.constexpr, XIN: gl.constexpr, SHIFT: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers; loads (x too)
         # AHEAD (1 or 2) chunks ahead; split program_id(1) walks chunks [c0, c1) and stores its partials
-        # to Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does)
+        # to Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does).
+        # XIN (frag8x): the program makes its chunks' x words from X itself (into XF / XE) after the
+        # first weight loads are out, instead of a separate x_frag8 launch before it.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
         RL: gl.constexpr = gl.SliceLayout(1, L4)
         j, lane, t0, c0, c1, last, ta, tb = _pair_tiles(CPS, NC, NT, W, L4, RL)
@@ -144,6 +198,9 @@ if triton is not None:
         a1 = _loads(QF, HF, SF, ta, c_1, lane, j, NC, FMT, W, L4)
         b1 = _loads(QF, HF, SF, tb, c_1, lane, j, NC, FMT, W, L4)
         _x_ready()
+        if XIN:
+            _x_make(X, XF, XE, c0, c1, K, M, stride_xm, MM, SHIFT, W)
+            gl.thread_barrier()
         x = _xloads8(XF, XE, c0, lane, j, MM)
         x1 = _xloads8(XF, XE, c_1, lane, j, MM)
         for c in range(c0, c1):
@@ -170,21 +227,29 @@ if triton is not None:
             _sum_splits(Y, OUT, CNT, M, N, gl.num_programs(1), stride_ys, stride_ym, W)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True) -> None:
-    """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel == "frag8", on the
-    weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA: the
-    Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
-    Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages 2 or 3 (weights and x loaded one
-    or two chunks ahead), split_k parts of K: their partials summed by the kernel's last program of
-    each row range (fuse; else by torch.sum after: one launch more, kept to measure). The split counters live with the layout (`frag8.counters`):
-    one GEMV on a weight at a time."""
-    assert tile.kernel == "frag8" and tile.BLOCK_N == 32 and tile.BLOCK_K == 64 and tile.num_stages in (2, 3), tile
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True,
+           scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+    """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel "frag8" or "frag8x",
+    on the weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA:
+    the Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
+    frag8: x's int8 words made by x_frag8, launched before; frag8x: by the GEMV's own programs (one
+    launch, not two; the same bits). Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages
+    2 or 3 (weights and x loaded one or two chunks ahead), split_k parts of K: their partials summed
+    by the kernel's last program of each row range (fuse; else by torch.sum after: one launch more,
+    kept to measure). The split counters live with the layout (`frag8.counters`): one GEMV on a
+    weight at a time. scratch: the (XF, XE) buffers to use (tests read the x words back)."""
+    assert tile.kernel in ("frag8", "frag8x") and tile.BLOCK_N == 32 and tile.BLOCK_K == 64, tile
+    assert tile.num_stages in (2, 3), tile
     fw = for_weight8(w)
     n, k, m, nt, nc, cps, splits = geometry(fw, x, tile.split_k)
     mm = 1 if m <= 2 else 2  # mma groups: 2 rows x 4 pieces fill the 8 B columns of one
-    xf = torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device)
-    xe = torch.empty(nc, 4, 4, dtype=torch.float32, device=x.device)
-    frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fw.fmt], PDL=x.is_cuda, num_warps=4)
+    xf, xe = scratch or (torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device),
+                         torch.empty(nc, 4, 4, dtype=torch.float32, device=x.device))
+    assert xf.shape == (nc, mm, 32, 4) and xe.shape == (nc, 4, 4), (xf.shape, xe.shape)
+    x_inside = tile.kernel == "frag8x" and x.is_cuda
+    if not x_inside:
+        frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fw.fmt], PDL=x.is_cuda,
+                               num_warps=4)
     if not x.is_cuda:
         out.copy_(emulate(fw, xf, xe, m))
         return
@@ -196,9 +261,9 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     assert cnt.numel() >= grid0, (cnt.numel(), grid0)
     fused = fuse and splits > 1
     gemv_frag8[(grid0, splits)](
-        xf, xe, fw.qf, hf, fw.sf, y, out, cnt, m, n, nt, nc, cps, 0 if splits == 1 else y.stride(0), out.stride(0),
-        FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=fused, AHEAD=tile.num_stages - 1, num_warps=w_,
-        launch_pdl=True)
+        xf, xe, fw.qf, hf, fw.sf, y, out, cnt, x, m, n, nt, nc, cps, k, x.stride(0),
+        0 if splits == 1 else y.stride(0), out.stride(0), FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=fused,
+        AHEAD=tile.num_stages - 1, XIN=x_inside, SHIFT=SHIFT[fw.fmt], num_warps=w_, launch_pdl=True)
     if splits > 1 and not fused:
         torch.sum(y, dim=0, out=out)
 

@@ -21,7 +21,8 @@ picked by `TileConfig.kernel` (gemv.py), so the GPU benchmark can decide between
   on q8_0 it runs dot_i8n (the int8 kernels take its bytes as they are).
 - "frag": the weight re-laid in mma operand order (frag.py), one warp per 16-row tile, in
   gemv_frag.py (Gluon + PTX `mma.sync`; on CPU tensors an exact torch emulation).
-- "frag8": the same with integer tensor cores (frag8.py layout, x as int8 pieces), gemv_frag8.py.
+- "frag8": the same with integer tensor cores (frag8.py layout, x as int8 pieces), gemv_frag8.py;
+  "frag8x": the same kernel making x's int8 pieces itself (one launch instead of two).
 
 Ignores: dispatch and tile defaults (gemv.py), the layout (repack.py).
 
@@ -250,11 +251,11 @@ def gemv_packed(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> No
         if not gemv_frag.available():
             raise RuntimeError("the frag kernel needs Triton with Gluon (triton.experimental.gluon)")
         gemv_frag.launch(x, w, tile, out)
-    elif tile.kernel == "frag8":
+    elif tile.kernel in ("frag8", "frag8x"):
         from . import gemv_frag8
 
         if not gemv_frag8.available():
-            raise RuntimeError("the frag8 kernel needs Triton with Gluon (triton.experimental.gluon)")
+            raise RuntimeError(f"the {tile.kernel} kernel needs Triton with Gluon (triton.experimental.gluon)")
         gemv_frag8.launch(x, w, tile, out)
     elif tile.kernel == "reduce":
         gemv_reduce[grid](*args, **meta)

@@ -1,6 +1,7 @@
-"""The int8 x operand (quant/frag8_x.py): four truncated int8 pieces per element rebuild x to below
-2^(E-28) (2^E: the power of two above the row's largest |x| in the chunk), exactly within 5 binades
-of 2^E; the lane scales are the documented powers of two; padding stays empty."""
+"""The int8 x operand (quant/frag8_x.py): the words are the documented digits of V = trunc(x 2^(28-E))
+(2^E: the power of two above the row's largest |x| in the chunk), computed here independently; the
+pieces rebuild x to below 2^(E-28), exactly within 5 binades of 2^E; the lane scales are the
+documented powers of two; padding stays empty."""
 
 from __future__ import annotations
 
@@ -31,6 +32,41 @@ def _chunk_e(x: torch.Tensor) -> torch.Tensor:
     mx = xp.abs().reshape(m, nc, 64).amax(-1)
     e = torch.floor(torch.log2(mx)) + 1
     return e.repeat_interleave(64, dim=1)[:, :k]
+
+
+def expected_words(x: torch.Tensor) -> torch.Tensor:
+    """XF [NC, MM, 32, 4] by the module's rule, in float64 / int64 torch: lane (g, t), register
+    r = 2 b + h, byte i = digit g % 4 of V at row 2 j + g // 4, column 64 c + 32 b + 16 h + 4 t + i."""
+    m, k = x.shape
+    nc, mm = -(-k // 64), 1 if m <= 2 else 2
+    xp = torch.zeros(4, nc * 64, dtype=torch.float64)
+    xp[:m, :k] = x.double()
+    mx = xp.abs().reshape(4, nc, 64).amax(-1)
+    e = torch.where(mx > 0, torch.frexp(mx).exponent.clamp(min=frag8_x.E_MIN), 0)  # mx < 2^e <= 2 mx
+    v = torch.trunc(xp * torch.exp2(28.0 - e.double()).repeat_interleave(64, dim=1)).long()
+    assert v.abs().max() < 2 ** 28
+    words = torch.zeros(nc, mm, 32, 4, dtype=torch.int64)
+    for c in range(nc):
+        for j in range(mm):
+            for lane in range(32):
+                g, t = lane // 4, lane % 4
+                row, piece = 2 * j + g // 4, g % 4
+                for r in range(4):
+                    for i in range(4):
+                        vv = int(v[row, 64 * c + 32 * (r // 2) + 16 * (r % 2) + 4 * t + i])
+                        byte = (vv >> (21 - 7 * piece)) & (0xFF if piece == 0 else 0x7F)
+                        words[c, j, lane, r] |= byte << (8 * i)
+    return (words - (words >= 2 ** 31).long() * 2 ** 32).to(torch.int32)
+
+
+@pytest.mark.parametrize("m", [1, 3])
+def test_words_follow_the_rule(m):
+    """Bit for bit the digits of V (signed top byte, then 7-bit digits), negative values and a K
+    tail included; so every piece but the first is in [0, 127]."""
+    g = torch.Generator().manual_seed(10 + m)
+    x = torch.randn(m, 150, generator=g) * torch.exp2(torch.randint(-20, 20, (m, 150), generator=g).float())
+    xf, _ = _run(x)
+    assert torch.equal(xf, expected_words(x))
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])

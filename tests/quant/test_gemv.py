@@ -201,8 +201,8 @@ def test_kernel_matches_float64(kernel, fmt):
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
         wide = kernel in ("dot_i8w", "dot_i8n")  # 128 B a step; dot_bf16n: 1-2 block pairs a step
-        bk = 128 if wide else (max(bk, 64) if kernel == "dot_bf16n" else (64 if kernel in ("frag", "frag8") else bk))
-        bn = 32 if kernel == "frag8" else bn  # two row tiles a warp
+        bk = 128 if wide else (max(bk, 64) if kernel == "dot_bf16n" else (64 if kernel in ("frag", "frag8", "frag8x") else bk))
+        bn = 32 if kernel in ("frag8", "frag8x") else bn  # two row tiles a warp
         tile = TileConfig(kernel, bn, bk, 4, 2, 1, 2 if kernel in ("dot_i8n", "dot_bf16n") else 1)
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
@@ -290,7 +290,7 @@ def test_triton_kernels_on_cuda():
             # split-K tiles run the same compiled kernels with other grids: one of each kernel here
             whole = [t for t in SUPPORTED_TILES if t.split_k == 1]
             split = [next(t for t in SUPPORTED_TILES if t.kernel == kn and t.split_k > 1)
-                     for kn in ("dot_i8w", "dot_i8n", "frag8")]
+                     for kn in ("dot_i8w", "dot_i8n", "frag8", "frag8x")]
             tiles = whole + split if k == 640 else [variant_tile(kn, 1024, 640) for kn in KERNELS]
             for tile in tiles:
                 # 4 rows (the largest operands) on every tile in q8_0; 1 row everywhere: M is a

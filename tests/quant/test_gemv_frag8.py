@@ -1,6 +1,7 @@
 """The int8 frag GEMV (quant/gemv_frag8.py): through its launch, every row count, whole and split over
 K (on CUDA the split partials are summed inside the kernel by the last split to arrive: the result
-must be the same bits on every call, the counters back at zero after each)."""
+must be the same bits on every call, the counters back at zero after each). frag8x, which makes x's
+words inside the GEMV, must make x_frag8's words bit for bit, and so the same outputs."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def _case(fmt: str, n: int, k: int, m: int, device: str):
 
 
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
-def test_launch_cpu_emulation(fmt):
+@pytest.mark.parametrize("kernel", ["frag8", "frag8x"])
+def test_launch_cpu_emulation(fmt, kernel):
     """CPU tensors: x_frag8 interpreted, then the exact emulation; split tiles give the same values."""
     for m in (1, 3):
         w, x, ref, bound = _case(fmt, 37, 224, m, "cpu")
         for split in (1, 4):
             out = torch.full((m, 37), float("nan"))
-            gemv_frag8.launch(x, w, TileConfig("frag8", 32, 64, 4, 2, split), out)
+            gemv_frag8.launch(x, w, TileConfig(kernel, 32, 64, 4, 2, split), out)
             assert torch.all((out.double() - ref).abs() <= bound)
 
 
@@ -55,3 +57,31 @@ def test_fused_split_sum_is_exact_and_repeatable(fmt):
                     gemv_frag8.launch(x, w, tile, out)
                 assert torch.equal(out, first), (n, k, m, split)
                 assert not counters(w).any()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
+def test_x_inside_makes_the_same_words_and_outputs(fmt):
+    """frag8x (x's words made by the GEMV's programs, 4 and 8 warps, whole and split, one and two chunks
+    ahead) against frag8 (x_frag8 first): XF and the used XE words equal, the outputs the same bits;
+    bf16 x too; chunks with a K tail and rows of very different sizes."""
+    for n, k in ((300, 2080), (1040, 650)):
+        for m in (1, 2, 3, 4):
+            w, x, ref, bound = _case(fmt, n, k, m, "cuda")
+            x = x * torch.exp2(torch.randint(-30, 30, (m, 1), device="cuda").float())
+            nc, mm = -(-k // 64), 1 if m <= 2 else 2
+            for xx in (x, x.bfloat16()):
+                for warps, stages, split in ((4, 2, 1), (4, 3, 8), (8, 2, 32), (2, 2, 2)):
+                    outs, words = [], []
+                    for kernel in ("frag8", "frag8x"):
+                        xf = torch.full((nc, mm, 32, 4), -1, dtype=torch.int32, device="cuda")
+                        xe = torch.full((nc, 4, 4), float("nan"), device="cuda")
+                        out = torch.full((m, n), float("nan"), device="cuda")
+                        gemv_frag8.launch(xx, w, TileConfig(kernel, 32, 64, warps, stages, split), out, scratch=(xf, xe))
+                        outs.append(out)
+                        words.append((xf, xe[..., :mm]))
+                    assert torch.equal(words[0][0], words[1][0]), (n, k, m, split)
+                    assert torch.equal(words[0][1], words[1][1]), (n, k, m, split)
+                    assert torch.equal(outs[0], outs[1]), (n, k, m, split)
+                    assert not counters(w).any()
