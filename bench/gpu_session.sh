@@ -40,6 +40,8 @@
 #   bench/gpu_session.sh frag8x            x made inside the GEMV: GPU tests of quant/ (frag8x vs frag8 bit for bit), A/B of
 #                                          frag8 vs frag8x at the same tiles on every shape at 1-4 rows, the defaults and
 #                                          a plain read of the same bytes beside them
+#   bench/gpu_session.sh final9            session 9's defaults (frag8x on the drafter shapes) on every shape, cuBLAS and a plain
+#                                          read of the same bytes beside them
 #   bench/gpu_session.sh frag8xb           frag8x: a tile sweep ($TILES) at 1 and 4 rows on every shape, CUDA check of every tile
 set -uo pipefail
 step=$1; shift || true
@@ -195,6 +197,11 @@ case $step in
       --kernels default,frag8,frag8x --read-floor --out "$OUT/frag8x_ab.json" > "$OUT/frag8x_ab.txt" 2>&1
     grep -A260 "^| shape | fmt | kernel | M" "$OUT/frag8x_ab.txt" | grep -v "| torch |" | head -200
     grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
+  final9)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
+      --kernels default --read-floor --out "$OUT/defaults.json" > "$OUT/defaults.txt" 2>&1
+    grep -A130 "^| shape | fmt | kernel | M" "$OUT/defaults.txt" | head -130; grep -c "WRONG\|FAILED" "$OUT"/defaults.txt ;;
   frag8xb)
     timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
       --kernels frag8x --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8x_sweep.json" > "$OUT/frag8x_sweep.txt" 2>&1

@@ -129,17 +129,14 @@ _REDUCE_DEFAULTS = {"head": (32, 128, 4, 2), "large": (16, 256, 4, 2), "tall": (
 #   2-4 rows; the three together take 33.6-42.4 vs 44.9-45.0 us, K and V counted twice).
 # Wide q4_0, 1 row (1024 x 640 / 2048 x 640): dot_bf16n 6.6 / 6.9 vs 8.0 / 8.0 (other rows not swept).
 _H8 = TileConfig("dot_i8", 64, 128, 4, 3)
-_BFS = TileConfig("dot_bf16n", 64, 128, 4, 3, 8)
 # Session 6 (fragment layout, bench/RESULTS.md): frag,32,64,2,2 on the head (q4_0 37.7-38.3 us at 1-4 rows
 # vs 40.3 / 50.5 / 59.5 / 58.9; q5_0 43.5-45.1 vs 74-76; q8_0 2-4 rows 53.8-54.4 vs 54.9 / 66.7 / 67.1,
 # 1 row 52.4 vs dot_i8w 51.3: kept); 8192 x 8192 split into 8: q4_0 / q5_0 persistent frag,16,64,4,2,8,8
 # (20.7-21.7 / 24.1-24.6 vs 28.3-37.9 / 46.8-50.9), q8_0 frag,32,64,4,2,8 (26.7-27.7 vs 27.0-36.9).
-_FR2, _FRP = TileConfig("frag", 32, 64, 2, 2), TileConfig("frag", 16, 64, 4, 2, 8, 8)
 # gemv_frag3 (num_stages 3: 18% fewer loop instructions, 128 registers), same run, 1 and 4 rows: head
 # q4_0 36.1 / 37.9 vs 42.7 / 38.7, q8_0 49.5 / 51.8 vs 56.9 / 55.2 (and dot_i8w's 51.2-53.1 at 1 row),
 # q5_0 worse (48.6 / 51.2 vs 47.0 / 48.3); 8192 x 8192 split into 8: q4_0 19.3 / 20.0 vs 20.4 / 21.1,
 # q8_0 25.9 / 26.7 vs 27.0 / 27.4.
-_FR3, _FR38 = TileConfig("frag", 32, 64, 2, 3), TileConfig("frag", 32, 64, 4, 3, 8)
 # Drafter shapes (session 6, split into 8, 1 and 4 rows swept; frag's work is the same for 1-4 rows):
 # frag,16,64,4,2,8,8 for q8_0 (tall 640x2048 / 640x1024 / 256x640: 7.8-7.9 / 6.8-6.9 / 6.6-6.7 vs
 # dot_i8n 7.9-11.7 / 7.3-10.6 / 6.8-10.3) and wide q5_0 / q8_0 (6.8-7.2 vs dot_bf16x3 7.3-9.4) and
@@ -154,8 +151,13 @@ _FR3, _FR38 = TileConfig("frag", 32, 64, 2, 3), TileConfig("frag", 32, 64, 4, 3,
 # vs frag's 19.0 / 22.2, 19.5-19.6 / 22.5-22.6 at 4 vs 19.6 / 23.8) or 8 (q8_0: 24.5-25.0 at 1 row vs 26.1,
 # 25.9-26.5 at 4 vs 26.5); drafter shapes at 1 row split into 16 (every shape and format 0.1-0.7 us faster
 # than the defaults before; at 2-4 rows not consistently faster: those stay).
-_F8H, _F8S, _F8Q8 = TileConfig("frag8", 32, 64, 4, 2), TileConfig("frag8", 32, 64, 4, 2, 16), \
-    TileConfig("frag8", 32, 64, 4, 2, 8)
+# Session 9 (frag8x: the GEMV makes x's pieces itself, one launch instead of two; runs 1-2 of 2026-11-30i):
+# drafter shapes at 1-4 rows frag8x,32,64,4,2,16 (1 row 4.3-5.8 us vs frag8's 6.3-7.6; 4 rows 5.3-6.6 vs
+# the defaults' 6.9-7.9); on the head and 8192 x 8192 every program makes the x words again: slower (head
+# q4_0 1 row 57.3 vs 30.0, 8192 x 8192 18.8 vs 17.0): frag8 stays there.
+_F8H, _F8Q8, _F8X = TileConfig("frag8", 32, 64, 4, 2), TileConfig("frag8", 32, 64, 4, 2, 8), \
+    TileConfig("frag8x", 32, 64, 4, 2, 16)
+_F8S = TileConfig("frag8", 32, 64, 4, 2, 16)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
     ("head", "q8_0"): (_F8H,) * 4,
     ("head", "q4_0"): (_F8H,) * 4,
@@ -163,12 +165,12 @@ MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None
     ("large", "q8_0"): (_F8Q8,) * 4,
     ("large", "q4_0"): (_F8S,) * 4,
     ("large", "q5_0"): (_F8S,) * 4,
-    ("tall", "q8_0"): (_F8S,) + (_FRP,) * 3,
-    ("tall", "q4_0"): (_F8S,) + (_BFS,) * 3,
-    ("tall", "q5_0"): (_F8S,) + (_BFS,) * 3,
-    ("wide", "q8_0"): (_F8S,) + (_FRP,) * 3,
-    ("wide", "q5_0"): (_F8S,) + (_FRP,) * 3,
-    ("wide", "q4_0"): (_F8S, _FRP, _FRP, _FRP),
+    ("tall", "q8_0"): (_F8X,) * 4,
+    ("tall", "q4_0"): (_F8X,) * 4,
+    ("tall", "q5_0"): (_F8X,) * 4,
+    ("wide", "q8_0"): (_F8X,) * 4,
+    ("wide", "q5_0"): (_F8X,) * 4,
+    ("wide", "q4_0"): (_F8X,) * 4,
 }
 _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
                    "wide": (64, 128, 4, 3, 1, 1)}

@@ -137,13 +137,13 @@ def test_default_tiles_are_supported_and_classes():
     assert tile_class(8192, 8192) == "large"
     assert tile_class(640, 2048) == "tall" and tile_class(256, 640) == "tall"
     assert tile_class(2048, 640) == "wide" and tile_class(1024, 640) == "wide"
-    # the head and 8192 x 8192: frag8 at every row count; drafter shapes: frag8 split 16 at 1 row, before at 2-4
+    # the head and 8192 x 8192: frag8 (x_frag8 first) at every row count; drafter shapes: frag8x split 16
     for fmt in ("q4_0", "q5_0", "q8_0"):
-        assert all(default_tile(262144, 640, m, fmt).kernel == "frag8" for m in range(1, 5))
-        assert all(default_tile(8192, 8192, m, fmt).split_k > 1 for m in range(1, 5))
-        assert default_tile(640, 2048, 1, fmt).kernel == "frag8" and default_tile(1024, 640, 1, fmt).split_k == 16
-    assert default_tile(640, 2048, 2, "q4_0").kernel == "dot_bf16n" and default_tile(640, 2048, 4, "q5_0").kernel == "dot_bf16n"
-    assert default_tile(1024, 640, 4, "q4_0").kernel == "frag" and default_tile(1024, 640, 2, "q8_0").kernel == "frag"
+        for m in range(1, 5):
+            assert default_tile(262144, 640, m, fmt).kernel == "frag8"
+            assert default_tile(8192, 8192, m, fmt).kernel == "frag8" and default_tile(8192, 8192, m, fmt).split_k > 1
+            for n, k in ((640, 2048), (1024, 640), (256, 640), (2048, 640)):
+                assert default_tile(n, k, m, fmt) == TileConfig("frag8x", 32, 64, 4, 2, 16)
     from mtp_turbo.quant.gemv import MEASURED_TILES
 
     assert all(len(ts) == 4 for ts in MEASURED_TILES.values())

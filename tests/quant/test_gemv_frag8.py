@@ -63,25 +63,27 @@ def test_fused_split_sum_is_exact_and_repeatable(fmt):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
 def test_x_inside_makes_the_same_words_and_outputs(fmt):
-    """frag8x (x's words made by the GEMV's programs, 4 and 8 warps, whole and split, one and two chunks
+    """frag8x (x's words made by the GEMV's programs; 4 and 8 warps, whole and split, one and two chunks
     ahead) against frag8 (x_frag8 first): XF and the used XE words equal, the outputs the same bits;
-    bf16 x too; chunks with a K tail and rows of very different sizes."""
-    for n, k in ((300, 2080), (1040, 650)):
+    bf16 x too; a K tail and rows of very different sizes."""
+    # (warps, stages, split, x dtype); the second shape (K not a multiple of 16: no aligned loads) one tile:
+    # each combination of constexprs is a compile
+    for n, k, tiles in ((300, 2080, ((4, 2, 1, torch.float32), (4, 3, 8, torch.float32), (8, 2, 32, torch.bfloat16))),
+                        (1040, 650, ((4, 2, 16, torch.float32),))):
         for m in (1, 2, 3, 4):
             w, x, ref, bound = _case(fmt, n, k, m, "cuda")
             x = x * torch.exp2(torch.randint(-30, 30, (m, 1), device="cuda").float())
             nc, mm = -(-k // 64), 1 if m <= 2 else 2
-            for xx in (x, x.bfloat16()):
-                for warps, stages, split in ((4, 2, 1), (4, 3, 8), (8, 2, 32), (2, 2, 2)):
-                    outs, words = [], []
-                    for kernel in ("frag8", "frag8x"):
-                        xf = torch.full((nc, mm, 32, 4), -1, dtype=torch.int32, device="cuda")
-                        xe = torch.full((nc, 4, 4), float("nan"), device="cuda")
-                        out = torch.full((m, n), float("nan"), device="cuda")
-                        gemv_frag8.launch(xx, w, TileConfig(kernel, 32, 64, warps, stages, split), out, scratch=(xf, xe))
-                        outs.append(out)
-                        words.append((xf, xe[..., :mm]))
-                    assert torch.equal(words[0][0], words[1][0]), (n, k, m, split)
-                    assert torch.equal(words[0][1], words[1][1]), (n, k, m, split)
-                    assert torch.equal(outs[0], outs[1]), (n, k, m, split)
-                    assert not counters(w).any()
+            for warps, stages, split, dt in tiles:
+                outs, words = [], []
+                for kernel in ("frag8", "frag8x"):
+                    xf = torch.full((nc, mm, 32, 4), -1, dtype=torch.int32, device="cuda")
+                    xe = torch.full((nc, 4, 4), float("nan"), device="cuda")
+                    out = torch.full((m, n), float("nan"), device="cuda")
+                    gemv_frag8.launch(x.to(dt), w, TileConfig(kernel, 32, 64, warps, stages, split), out, scratch=(xf, xe))
+                    outs.append(out)
+                    words.append((xf, xe[..., :mm]))
+                assert torch.equal(words[0][0], words[1][0]), (n, k, m, split)
+                assert torch.equal(words[0][1], words[1][1]), (n, k, m, split)
+                assert torch.equal(outs[0], outs[1]), (n, k, m, split)
+                assert not counters(w).any()
