@@ -249,6 +249,8 @@ def main() -> int:
     ap.add_argument("--sweep-tiles", action="store_true", help="time fused-step tile variants, use the fastest")
     ap.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one eager 1-row step")
     ap.add_argument("--mtp-ks", default="", help="draft counts for MTP-drafter rows (e.g. 3; empty = none)")
+    ap.add_argument("--draft-quants", default="", help="MTP rows once per --draft-quant (e.g. bf16,q8_0; empty: "
+                    "the default only)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -315,16 +317,18 @@ def main() -> int:
                                 "acceptance": sp["spec"]["acceptance_per_position"],
                                 "same_text": sp["ids"] == base["ids"]}
             R["spec"][f"{name}/{sname}"] = row
-            for k in [int(x) for x in a.mtp_ks.split(",") if x]:
+            for k, q in [(int(x), q) for x in a.mtp_ks.split(",") if x for q in a.draft_quants.split(",")]:
+                key = f"mtp{k}" + (f"/{q}" if q else "")
+                spec = SpecConfig(draft="mtp", draft_tokens=k, **({"draft_quant": q} if q else {}))
                 try:
-                    sp = time_generate(eng, prompt, sampler, n, spec=SpecConfig(draft="mtp", draft_tokens=k), reps=a.reps)
-                    row[f"mtp{k}"] = {"tok_s": sp["tok_s"], "tokens_per_round": sp["spec"]["tokens_per_round"],
+                    sp = time_generate(eng, prompt, sampler, n, spec=spec, reps=a.reps)
+                    row[key] = {"tok_s": sp["tok_s"], "tokens_per_round": sp["spec"]["tokens_per_round"],
                                       "acceptance": sp["spec"]["acceptance_per_position"],
                                       "same_text": sp["ids"] == base["ids"],
                                       "draft_ms_per_round": 1e3 * sp["spec"]["draft_s"] / max(1, sp["spec"]["rounds"]),
                                       "verify_ms_per_round": 1e3 * sp["spec"]["verify_s"] / max(1, sp["spec"]["rounds"])}
                 except Exception as e:  # report, keep the session going
-                    row[f"mtp{k}"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                    row[key] = {"error": f"{type(e).__name__}: {e}"[:300]}
 
     if a.compare_torch and eng.runner.kernels != "torch":
         del eng

@@ -42,6 +42,8 @@
 #                                          a plain read of the same bytes beside them
 #   bench/gpu_session.sh final9            session 9's defaults (frag8x on the drafter shapes) on every shape, cuBLAS and a plain
 #                                          read of the same bytes beside them
+#   bench/gpu_session.sh dqdecode          end to end: decode bench with MTP k = 3 rows per --draft-quant ($QUANTS), plain and
+#                                          n-gram beside them (the model joined first)
 #   bench/gpu_session.sh frag8xb           frag8x: a tile sweep ($TILES) at 1 and 4 rows on every shape, CUDA check of every tile
 set -uo pipefail
 step=$1; shift || true
@@ -202,6 +204,10 @@ case $step in
     timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
       --kernels default --read-floor --out "$OUT/defaults.json" > "$OUT/defaults.txt" 2>&1
     grep -A130 "^| shape | fmt | kernel | M" "$OUT/defaults.txt" | head -130; grep -c "WRONG\|FAILED" "$OUT"/defaults.txt ;;
+  dqdecode)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 420 python3 bench/decode_bench.py --model /tmp/gguf/model.gguf --skip-hf --ks 3 --mtp-ks 3 \
+      --draft-quants "${QUANTS:-bf16,q8_0}" --reps 3 --out "$OUT/decode_dq.json" 2>&1 | grep -v Warning | tee "$OUT/decode_dq.txt" | tail -24 ;;
   frag8xb)
     timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
       --kernels frag8x --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8x_sweep.json" > "$OUT/frag8x_sweep.txt" 2>&1
