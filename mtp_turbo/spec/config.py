@@ -20,7 +20,7 @@ class SpecConfig:
     draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
-    draft_quant: str = "bf16"  # MTP drafter weight format: bf16 | q8_0 | q5_0 | q4_0 (bf16: fastest, RESULTS.md)
+    draft_quant: str = "q8_0"  # MTP drafter weight format: q8_0 | q5_0 | q4_0 | bf16 (q8_0: fastest, RESULTS.md)
     draft_penalties: bool = True  # MTP drafter drafts the argmax after the sampler's penalties
     # MTP drafter at temp > 0: draft the verifier's own draw from the head's distribution. Off by
     # default: +0.03 tokens/round on CPU (within noise, RESULTS.md), its GPU cost not yet measured
