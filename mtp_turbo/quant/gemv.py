@@ -210,11 +210,38 @@ def tile_class(n_out: int, k: int) -> str:
     return "tall" if k >= n_out else "wide"
 
 
-def default_tile(n_out: int, k: int, m: int = 1, fmt: str = "q8_0") -> TileConfig:
-    """The default tile for an [n_out, k] matrix in block format fmt times m input rows."""
+# Kernels that need a Hopper GPU (compute capability 9.0+): Gluon + PTX with programmatic dependent
+# launch (griddepcontrol). On older GPUs the defaults fall back to the class's plain Triton tile.
+HOPPER_KERNELS = ("frag", "frag8", "frag8x")
+
+
+def runs_on(tile: TileConfig, capability: tuple[int, int] | None) -> bool:
+    """Whether tile's kernel runs on a CUDA device of this compute capability (None: not CUDA)."""
+    return capability is None or tile.kernel not in HOPPER_KERNELS or tuple(capability) >= (9, 0)
+
+
+def default_tile(n_out: int, k: int, m: int = 1, fmt: str = "q8_0",
+                 capability: tuple[int, int] | None = None) -> TileConfig:
+    """The default tile for an [n_out, k] matrix in block format fmt times m input rows, on a CUDA
+    device of this compute capability (None: as measured, on the H200)."""
     assert 1 <= m <= MAX_ROWS, m
     cls = tile_class(n_out, k)
-    return (MEASURED_TILES.get((cls, fmt)) or (None,) * MAX_ROWS)[m - 1] or DEFAULT_TILES[cls]
+    tile = (MEASURED_TILES.get((cls, fmt)) or (None,) * MAX_ROWS)[m - 1] or DEFAULT_TILES[cls]
+    return tile if runs_on(tile, capability) else DEFAULT_TILES[cls]
+
+
+def device_capability(device: torch.device) -> tuple[int, int] | None:
+    """(major, minor) of a CUDA device, None for others."""
+    return tuple(torch.cuda.get_device_capability(device)) if device.type == "cuda" else None
+
+
+def check_tile(tile: TileConfig, capability: tuple[int, int] | None) -> TileConfig:
+    """tile, or ConfigError when its kernel cannot run on this device."""
+    if not runs_on(tile, capability):
+        raise ConfigError(f"GEMV tile {tile}: the {tile.kernel} kernel needs a Hopper GPU (compute capability "
+                          f"9.0 or newer); this one is {capability[0]}.{capability[1]}: pick another --draft-tile "
+                          f"(e.g. {DEFAULT_TILES['wide']}) or leave it empty for the defaults")
+    return tile
 
 
 def parse_tile(text: str) -> TileConfig:
@@ -264,7 +291,9 @@ def gemv(
         from . import gemv_triton
 
         if backend == "triton" or (x.is_cuda and gemv_triton.available()):
-            gemv_triton.gemv_packed(x, w, tile or default_tile(n, k, m, w.fmt), out)
+            cap = device_capability(x.device)
+            tile = check_tile(tile, cap) if tile is not None else default_tile(n, k, m, w.fmt, cap)
+            gemv_triton.gemv_packed(x, w, tile, out)
             return out
     if w.fmt not in BLOCK_FORMATS and x.is_cuda and x.dtype == w.qs.dtype:
         # Dense comparison format on the GPU: cuBLAS (fp32 accumulation inside).
@@ -297,7 +326,9 @@ class PackedLinear:
         self.use_kernel = kernel
         self.dense = None if kernel else w.dequantize()  # float32 [N, K]
         n, k = w.shape
-        tiles = [tile] if tile is not None else [default_tile(n, k, m, w.fmt) for m in range(1, MAX_ROWS + 1)]
+        cap = device_capability(w.device)
+        tiles = [check_tile(tile, cap) if kernel else tile] if tile is not None else \
+            [default_tile(n, k, m, w.fmt, cap) for m in range(1, MAX_ROWS + 1)]
         if kernel and w.device.type == "cuda" and any(t.kernel == "frag" for t in tiles):
             from .frag import for_weight
 

@@ -156,6 +156,24 @@ def test_default_tiles_are_supported_and_classes():
             assert t.kernel == kernel and t in SUPPORTED_TILES
 
 
+def test_hopper_only_kernels_fall_back_or_are_refused():
+    """Before compute capability 9.0 the defaults never pick a Gluon / griddepcontrol kernel (the
+    class's plain Triton tile instead); a forced one is refused with a message naming the need."""
+    from mtp_turbo.quant.gemv import HOPPER_KERNELS, check_tile
+
+    for n, k in ((262144, 640), (8192, 8192), (640, 2048), (2048, 640)):
+        for fmt in ("q4_0", "q5_0", "q8_0"):
+            for m in range(1, 5):
+                old = default_tile(n, k, m, fmt, capability=(8, 6))
+                assert old.kernel not in HOPPER_KERNELS and old == DEFAULT_TILES[tile_class(n, k)]
+                assert default_tile(n, k, m, fmt, capability=(9, 0)) == default_tile(n, k, m, fmt)
+    frag8x = TileConfig("frag8x", 32, 64, 4, 2, 16)
+    assert check_tile(frag8x, (9, 0)) == frag8x and check_tile(frag8x, None) == frag8x
+    with pytest.raises(ConfigError, match="Hopper.*8.9"):
+        check_tile(frag8x, (8, 9))
+    assert check_tile(DEFAULT_TILES["wide"], (8, 9)) == DEFAULT_TILES["wide"]
+
+
 def test_gemv_rejects_bad_inputs():
     pw, _, _ = _weights(8, 64, "q8_0", seed=0)
     with pytest.raises(AssertionError):
