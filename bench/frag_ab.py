@@ -3,7 +3,8 @@
 Run from the repo root on a CUDA machine:
     python bench/frag_ab.py [--shapes 262144x640,8192x8192] [--formats q4_0,q5_0,q8_0] [--rows 1,4]
         [--tiles "frag,32,64,2,3;frag,16,64,4,2,8,8"] [--variants "groups=2;groups=0"] [--out F]
-    (frag8 tiles: e.g. --tiles "frag8,32,64,4,2,8" --variants "fuse=0;fuse=1")
+    (frag8 tiles: e.g. --tiles "frag8,32,64,4,2,8" --variants "fuse=0;fuse=1"; "make_x=1;make_x=0" times
+    the GEMV without making x's words: what x_frag8 (or frag8x's own) costs)
 
 For each shape, format, tile, row count and variant: the result against dequantize-then-matmul
 (float64; a variant off by more than 1e-5 relative is reported WRONG) and the median time per call
@@ -77,6 +78,11 @@ def main(argv=None) -> int:
                         row = dict(shape=shape, fmt=fmt, M=m, tile=str(tile), variant=v)
                         try:
                             launch = LAUNCH[tile.kernel]
+                            if "make_x" in kw:  # frag8 / frag8x: x's words made once here, then (make_x=0) not again
+                                nc, mm = -(-k // 64), 1 if m <= 2 else 2
+                                kw["scratch"] = (torch.empty(nc, mm, 32, 4, dtype=torch.int32, device="cuda"),
+                                                 torch.empty(nc, 4, 4, device="cuda"))
+                                launch(x, ws[0], tile, out, scratch=kw["scratch"])
                             out.fill_(float("nan"))
                             launch(x, ws[0], tile, out, **kw)
                             torch.cuda.synchronize()

@@ -228,7 +228,7 @@ if triton is not None:
 
 
 def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True,
-           scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
+           scratch: tuple[torch.Tensor, torch.Tensor] | None = None, make_x: bool = True) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel "frag8" or "frag8x",
     on the weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA:
     the Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
@@ -237,7 +237,8 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     2 or 3 (weights and x loaded one or two chunks ahead), split_k parts of K: their partials summed
     by the kernel's last program of each row range (fuse; else by torch.sum after: one launch more,
     kept to measure). The split counters live with the layout (`frag8.counters`): one GEMV on a
-    weight at a time. scratch: the (XF, XE) buffers to use (tests read the x words back)."""
+    weight at a time. scratch: the (XF, XE) buffers to use (tests read the x words back); make_x
+    False: they already hold x's words (from an earlier call on this x): the GEMV alone, to measure."""
     assert tile.kernel in ("frag8", "frag8x") and tile.BLOCK_N == 32 and tile.BLOCK_K == 64, tile
     assert tile.num_stages in (2, 3), tile
     fw = for_weight8(w)
@@ -246,8 +247,9 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     xf, xe = scratch or (torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device),
                          torch.empty(nc, 4, 4, dtype=torch.float32, device=x.device))
     assert xf.shape == (nc, mm, 32, 4) and xe.shape == (nc, 4, 4), (xf.shape, xe.shape)
-    x_inside = tile.kernel == "frag8x" and x.is_cuda
-    if not x_inside:
+    assert make_x or scratch is not None, "make_x=False reads the words already in scratch"
+    x_inside = tile.kernel == "frag8x" and x.is_cuda and make_x
+    if make_x and not x_inside:
         frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fw.fmt], PDL=x.is_cuda,
                                num_warps=4)
     if not x.is_cuda:

@@ -38,6 +38,20 @@ def test_launch_cpu_emulation(fmt, kernel):
             assert torch.all((out.double() - ref).abs() <= bound)
 
 
+def test_make_x_false_reuses_the_words():
+    """make_x=False (the bench's GEMV-alone timing) reads the words already in scratch: a second
+    call with another x gives the first call's output; without scratch it is refused."""
+    w, x, _, _ = _case("q4_0", 37, 224, 2, "cpu")
+    tile = TileConfig("frag8", 32, 64, 4, 2, 2)
+    scratch = (torch.empty(4, 1, 32, 4, dtype=torch.int32), torch.empty(4, 4, 4))
+    first, again = torch.empty(2, 37), torch.empty(2, 37)
+    gemv_frag8.launch(x, w, tile, first, scratch=scratch)
+    gemv_frag8.launch(torch.zeros_like(x), w, tile, again, scratch=scratch, make_x=False)
+    assert first.abs().sum() > 0 and torch.equal(first, again)
+    with pytest.raises(AssertionError):
+        gemv_frag8.launch(x, w, tile, again, make_x=False)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
