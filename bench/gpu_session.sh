@@ -44,6 +44,8 @@
 #                                          read of the same bytes beside them
 #   bench/gpu_session.sh dqdecode          end to end: decode bench with MTP k = 3 rows per --draft-quant ($QUANTS), plain and
 #                                          n-gram beside them (the model joined first)
+#   bench/gpu_session.sh final10           GPU tests of quant/ on the final code; frag8 / frag8x with and without making x's
+#                                          words (frag_ab make_x) on the head, 8192x8192 and 640x2048
 #   bench/gpu_session.sh frag8xb           frag8x: a tile sweep ($TILES) at 1 and 4 rows on every shape, CUDA check of every tile
 set -uo pipefail
 step=$1; shift || true
@@ -208,6 +210,12 @@ case $step in
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
     timeout 420 python3 bench/decode_bench.py --model /tmp/gguf/model.gguf --skip-hf --ks 3 --mtp-ks 3 \
       --draft-quants "${QUANTS:-bf16,q8_0}" --reps 3 --out "$OUT/decode_dq.json" 2>&1 | grep -v Warning | tee "$OUT/decode_dq.txt" | tail -24 ;;
+  final10)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
+    timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/pytest_gpu_quant.txt"
+    timeout 150 python3 bench/frag_ab.py --shapes 262144x640,8192x8192,640x2048 --formats q4_0,q8_0 --rows 1,4 \
+      --tiles "frag8,32,64,4,2;frag8,32,64,4,2,16;frag8x,32,64,4,2,16" --variants "make_x=1;make_x=0" \
+      --out "$OUT/make_x_ab.json" 2>&1 | grep -v Warning | tee "$OUT/make_x_ab.txt" | tail -40 ;;
   frag8xb)
     timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
       --kernels frag8x --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8x_sweep.json" > "$OUT/frag8x_sweep.txt" 2>&1
