@@ -1,9 +1,11 @@
 """GEMV on weights in the int8 fragment layout (frag8.py): integer tensor cores, a warp per 16-row tile.
 
 Owns: the kernel `gemv_frag8` (Gluon, as gemv_frag.py: lane L provably holds element L of every
-per-lane tensor; two row tiles a warp sharing each chunk's x, loads one chunk ahead), its launch
-and the CPU emulation. Ignores: the layout (frag8.py), the PTX text (frag_ptx.frag8_asm), the x
-operand (frag8_x.py), dispatch (gemv.py). Shares gemv_frag's weight loads (the same record shapes).
+per-lane tensor; two row tiles a warp sharing each chunk's x, loads one chunk ahead), frag8x's
+in-kernel copy of the x operand's rule (`_x_make`: the same words as x_frag8), its launch and the
+CPU emulation. Ignores: the layout (frag8.py), the PTX text (frag_ptx.frag8_asm), the x operand's
+separate kernel and decoding (frag8_x.py), dispatch (gemv.py). Shares gemv_frag's weight loads (the
+same record shapes).
 
 Against gemv_frag (fp16 mma.m16n8k16, x as three fp16 pieces): one mma.m16n8k32 per 32-block and
 group instead of two, and the weights become operands by 0 (q8_0), 1.5 (q4_0) or ~4 (q5_0) bit
