@@ -159,18 +159,11 @@ _F8H, _F8Q8, _F8X = TileConfig("frag8", 32, 64, 4, 2), TileConfig("frag8", 32, 6
     TileConfig("frag8x", 32, 64, 4, 2, 16)
 _F8S = TileConfig("frag8", 32, 64, 4, 2, 16)
 MEASURED_TILES: dict[tuple[str, str], tuple[TileConfig | None, ...]] = {  # None: DEFAULT_TILES
-    ("head", "q8_0"): (_F8H,) * 4,
-    ("head", "q4_0"): (_F8H,) * 4,
-    ("head", "q5_0"): (_F8H,) * 4,
+    **{("head", f): (_F8H,) * 4 for f in BLOCK_FORMATS},
     ("large", "q8_0"): (_F8Q8,) * 4,
     ("large", "q4_0"): (_F8S,) * 4,
     ("large", "q5_0"): (_F8S,) * 4,
-    ("tall", "q8_0"): (_F8X,) * 4,
-    ("tall", "q4_0"): (_F8X,) * 4,
-    ("tall", "q5_0"): (_F8X,) * 4,
-    ("wide", "q8_0"): (_F8X,) * 4,
-    ("wide", "q5_0"): (_F8X,) * 4,
-    ("wide", "q4_0"): (_F8X,) * 4,
+    **{(c, f): (_F8X,) * 4 for c in ("tall", "wide") for f in BLOCK_FORMATS},
 }
 _BF16N_DEFAULTS = {"head": (128, 128, 4, 3, 1, 2), "large": (64, 128, 4, 3, 4, 1), "tall": (64, 128, 4, 3, 1, 1),
                    "wide": (64, 128, 4, 3, 1, 1)}
@@ -316,7 +309,6 @@ class PackedLinear:
                  kernel_rows: int = 16):
         assert backend in BACKENDS, backend
         self.w = w
-        self.tile = tile  # None: the default per call (it depends on the row count and format)
         self.kernel_rows = kernel_rows
         kernel = False
         if w.fmt in BLOCK_FORMATS and backend != "torch":
@@ -327,8 +319,10 @@ class PackedLinear:
         self.dense = None if kernel else w.dequantize()  # float32 [N, K]
         n, k = w.shape
         cap = device_capability(w.device)
-        tiles = [check_tile(tile, cap) if kernel else tile] if tile is not None else \
+        # the tile per row count 1..MAX_ROWS, chosen (and checked against the device) once, not per call
+        self.tiles = [check_tile(tile, cap) if kernel else tile] * MAX_ROWS if tile is not None else \
             [default_tile(n, k, m, w.fmt, cap) for m in range(1, MAX_ROWS + 1)]
+        tiles = self.tiles
         if kernel and w.device.type == "cuda" and any(t.kernel == "frag" for t in tiles):
             from .frag import for_weight
 
@@ -354,7 +348,10 @@ class PackedLinear:
         elif t > self.kernel_rows:
             y = F.linear(x2.float(), self.w.dequantize())
         else:
+            from . import gemv_triton
+
             y = torch.empty((t, n), dtype=torch.float32, device=x.device)
             for i in range(0, t, MAX_ROWS):
-                gemv(x2[i: i + MAX_ROWS], self.w, self.tile, y[i: i + MAX_ROWS], backend="triton")
+                rows = min(MAX_ROWS, t - i)
+                gemv_triton.gemv_packed(x2[i: i + rows], self.w, self.tiles[rows - 1], y[i: i + rows])
         return y.to(out_dtype).reshape(*lead, n)
