@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 from gemv_bench import _err, packed_copies, time_graph  # noqa: E402
 from mtp_turbo.quant import gemv_frag, gemv_frag8  # noqa: E402
-from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
+from mtp_turbo.check.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant.frag import for_weight  # noqa: E402
 from mtp_turbo.quant.frag8 import for_weight8  # noqa: E402
 

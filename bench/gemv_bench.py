@@ -37,7 +37,7 @@ import torch  # noqa: E402
 if not torch.cuda.is_available():  # before anything imports triton: its CPU interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from mtp_turbo.quant.bytefloor import measure_copy_bandwidth  # noqa: E402
+from mtp_turbo.check.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, parse_tile, variant_tile  # noqa: E402
 from mtp_turbo.quant.frag import for_weight  # noqa: E402
 from mtp_turbo.quant.frag8 import for_weight8  # noqa: E402

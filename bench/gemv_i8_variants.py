@@ -124,7 +124,7 @@ def main(argv=None) -> int:
     if cuda:
         from bench_gemv import packed_copies, time_graph  # noqa: F401 (bench/ on sys.path below)
         ws = packed_copies(w, "q8_0")
-        copy_bw = __import__("mtp_turbo.quant.bytefloor", fromlist=["x"]).measure_copy_bandwidth()
+        copy_bw = __import__("mtp_turbo.check.bytefloor", fromlist=["x"]).measure_copy_bandwidth()
     else:
         ws = [PackedWeight.from_dense(w, "q8_0")]
         copy_bw = float("nan")

@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     _register_optional(csub, "mtp_turbo.check.cells_sim")
 
     _register_optional(sub, "mtp_turbo.quant.report")
-    _register_optional(sub, "mtp_turbo.quant.bytefloor")
+    _register_optional(sub, "mtp_turbo.check.bytefloor")
     _register_optional(sub, "mtp_turbo.bench", "register")
     _register_optional(sub, "mtp_turbo.train")
     return p

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from ..cache.cells import DraftCells, DraftCellsConfig
-from ..sampling.chain import _apply_penalties, probs_from_logits
+from ..sampling.chain import apply_penalties, probs_from_logits
 from ..sampling.draw import draw
 from ..sampling.rng import uniforms
 from .gemma3 import LAYER_TENSORS, apply_rope, rms_norm, rope_tables  # noqa: F401  (imported from here before)
@@ -216,7 +216,7 @@ class MTPDrafter(StaticPropose):
             return draw(probs, uniforms(self._draw.seed, upos)), c
         if c is None:
             return lg.argmax(-1), None
-        return _apply_penalties(lg, c[None], self._pen).argmax(-1), c
+        return apply_penalties(lg, c[None], self._pen).argmax(-1), c
 
     # ---- Drafter interface ---------------------------------------------------------------------
     def begin(self, tokens: list[int]) -> None:

@@ -87,9 +87,9 @@ def uses_packed(gemv_backend: str, device) -> bool:
     always, 'auto' on CUDA when Triton imports (the CPU keeps the dense F.linear path)."""
     assert gemv_backend in GEMV_BACKENDS, gemv_backend
     if gemv_backend == "auto":
-        from ..quant import gemv_triton
+        from ..quant.gemv import kernels_available
 
-        return torch.device(device).type == "cuda" and gemv_triton.available()
+        return torch.device(device).type == "cuda" and kernels_available()
     return gemv_backend != "dense"
 
 

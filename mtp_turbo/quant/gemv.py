@@ -259,6 +259,13 @@ def parse_tile(text: str) -> TileConfig:
 BACKENDS = ("auto", "triton", "torch")
 
 
+def kernels_available() -> bool:
+    """True when the GEMV kernels can be built (Triton imports; CUDA or its interpreter runs them)."""
+    from . import gemv_triton
+
+    return gemv_triton.available()
+
+
 def gemv(
     x: torch.Tensor,
     w: PackedWeight,

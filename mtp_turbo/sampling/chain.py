@@ -31,7 +31,7 @@ from torch import Tensor
 
 from .config import SamplerConfig
 
-__all__ = ["probs_from_logits", "sample_dist", "penalty_counts", "window_counts"]
+__all__ = ["probs_from_logits", "sample_dist", "penalty_counts", "window_counts", "apply_penalties"]
 
 _NEG_INF = float("-inf")
 
@@ -84,7 +84,7 @@ def window_counts(histories: Tensor, lengths: Tensor, vocab: int, last_n: int,
 
 # ----------------------------------------------------------------------------- stages
 
-def _apply_penalties(l: Tensor, c: Tensor, cfg: SamplerConfig) -> Tensor:
+def apply_penalties(l: Tensor, c: Tensor, cfg: SamplerConfig) -> Tensor:
     seen = c > 0
     if cfg.repeat_penalty != 1.0:
         r = cfg.repeat_penalty
@@ -131,7 +131,7 @@ def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig)
     pen = counts is not None and cfg.uses_penalties and "penalties" in cfg.order
 
     if cfg.greedy:
-        l = _apply_penalties(logits, counts.to(logits.dtype), cfg) if pen else logits
+        l = apply_penalties(logits, counts.to(logits.dtype), cfg) if pen else logits
         best = torch.argmax(l, dim=1, keepdim=True)  # first maximal index = lowest id on ties
         return torch.zeros_like(logits).scatter_(1, best, 1.0)
 
@@ -150,7 +150,7 @@ def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig)
                     c = c.gather(1, cols)
         elif stage == "penalties":
             if pen:
-                l = _apply_penalties(l, c, cfg)
+                l = apply_penalties(l, c, cfg)
         elif stage == "temperature":
             if cfg.temperature != 1.0:
                 l = l / cfg.temperature

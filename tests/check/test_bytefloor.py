@@ -7,7 +7,7 @@ import argparse
 import pytest
 
 from mtp_turbo.errors import ConfigError
-from mtp_turbo.quant import bytefloor as bf
+from mtp_turbo.check import bytefloor as bf
 
 
 def _total_mb(desc, variant, quant, head_rows=None):
