@@ -1,11 +1,11 @@
-"""GEMV benchmark: the Q8_0 / Q5_0 / Q4_0 Triton kernel variants for 1-4 rows vs torch bf16 matmul.
+"""GEMV benchmark: the Q8_0 / Q5_0 / Q4_0 kernels for 1-4 rows vs torch bf16 matmul.
 
 Run from the repo root on a machine with torch + triton + CUDA:
     python bench/gemv_bench.py [--out results.json] [--sweep] [--shapes 1024x640,640x2048]
-        [--kernels default,dot_bf16x3,dot_tf32x3,reduce] [--formats q8_0,q5_0,q4_0]
+        [--kernels default,dot_bf16x3,dot_i8w,frag8,frag8x] [--formats q8_0,q5_0,q4_0]
 
 Measures the device-to-device copy bandwidth (bytes read + written), then for each shape, format,
-kernel variant (gemv.KERNELS, each at its default tile for the shape, gemv.variant_tile) and
+kernel (gemv.KERNELS, each at its default tile for the shape, `variant_tile` below) and
 M = 1..4: correctness against dequantize-then-matmul (float64), the median time per call
 (CUDA-graph replay of calls over rotating weight copies, so small matrices are not served from
 L2 and Python launch overhead is not counted), the effective bandwidth ((weight + x + y bytes) /
@@ -38,15 +38,35 @@ if not torch.cuda.is_available():  # before anything imports triton: its CPU int
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from mtp_turbo.check.bytefloor import measure_copy_bandwidth  # noqa: E402
-from mtp_turbo.quant.gemv import KERNELS, SUPPORTED_TILES, default_tile, gemv, parse_tile, variant_tile  # noqa: E402
-from mtp_turbo.quant.frag import for_weight  # noqa: E402
-from mtp_turbo.quant.frag8 import for_weight8  # noqa: E402
+from mtp_turbo.quant import kernels  # noqa: E402
+from mtp_turbo.quant.gemv import (  # noqa: E402
+    DEFAULT_TILES, HOPPER_KERNELS, KERNELS, SUPPORTED_TILES, TileConfig, default_tile, gemv, parse_tile, tile_class)
+from mtp_turbo.quant.kernels.frag8 import for_weight8  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
 DRAFTER_SHAPES = [(1024, 640), (640, 1024), (2048, 640), (640, 2048), (256, 640)]
 BIG_SHAPES = [(262144, 640), (8192, 8192)]
 FORMATS = ("q8_0", "q5_0", "q4_0")
 ROTATE_BYTES = 256 << 20  # rotate over at least this many weight bytes (> L2 of any current GPU)
+
+
+# Each kernel's tile per matrix class when it is not the class default (A/B runs of one kernel on
+# every shape): dot_bf16x3 takes DEFAULT_TILES' shapes (the head: its best head tile).
+_VARIANT_TILES = {
+    "dot_i8w": {"head": (64, 128, 4, 2), "large": (64, 128, 4, 2), "tall": (32, 128, 4, 2), "wide": (32, 128, 4, 2)},
+    "frag8": {"head": (32, 64, 4, 2), "large": (32, 64, 4, 2, 16), "tall": (32, 64, 4, 2, 16), "wide": (32, 64, 4, 2, 16)},
+}
+_VARIANT_TILES["frag8x"] = _VARIANT_TILES["frag8"]
+
+
+def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
+    """The tile of `kernel` an A/B run takes for an [n_out, k] matrix (its shape class)."""
+    assert kernel in KERNELS, kernel
+    cls = tile_class(n_out, k)
+    if kernel in _VARIANT_TILES:
+        return TileConfig(kernel, *_VARIANT_TILES[kernel][cls])
+    d = DEFAULT_TILES[cls]
+    return d if d.kernel == kernel else TileConfig(kernel, 128, 64, 4, 3)
 
 
 def _copies(nbytes: int) -> int:
@@ -165,13 +185,9 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, s
             rows.append(dict(shape=f"{n}x{k}", fmt=fmt, kernel="read", M=0, tile=tile, us=t * 1e6,
                              bytes=ws[0].nbytes, gbs=ws[0].nbytes / t / 1e9, frac=ws[0].nbytes / t / 1e9 / copy_bw,
                              err=0.0, default=True))
-        if "frag" in kernels or ("default" in kernels and any(
-                default_tile(n, k, m, fmt).kernel == "frag" for m in range(1, 5))):
+        if set(HOPPER_KERNELS) & set(kernels) or ("default" in kernels and any(
+                default_tile(n, k, m, fmt).kernel in HOPPER_KERNELS for m in range(1, 5))):
             for p in ws:  # its layout, built before any CUDA-graph capture (gemv would build it on first use)
-                for_weight(p)
-        if {"frag8", "frag8x"} & set(kernels) or ("default" in kernels and any(
-                default_tile(n, k, m, fmt).kernel in ("frag8", "frag8x") for m in range(1, 5))):
-            for p in ws:
                 for_weight8(p)
         ref_w = ws[0].dequantize().double()
         for kernel in kernels:
@@ -210,8 +226,6 @@ def bench_shape(n: int, k: int, copy_bw: float, sweep: bool, kernels, formats, s
 
 def check_interpreter(kernels, formats) -> list[dict]:
     """No CUDA: each variant once per M on a small odd shape in Triton's interpreter."""
-    from mtp_turbo.quant import gemv_triton
-
     n, k = 40, 96
     rows = []
     w = torch.randn(n, k, generator=torch.Generator().manual_seed(0))
@@ -226,7 +240,7 @@ def check_interpreter(kernels, formats) -> list[dict]:
                 row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m, tile=str(tile), default=True,
                            us=float("nan"), gbs=float("nan"), frac=float("nan"), bytes=0)
                 try:
-                    gemv_triton.gemv_packed(x, pw, tile, out)
+                    kernels.gemv_packed(x, pw, tile, out)
                     row["err"] = _err(out, x.double() @ ref_w.t())
                 except Exception as e:
                     row.update(error=_fail(e), err=float("nan"))
@@ -280,9 +294,7 @@ def main(argv=None) -> int:
     kernels = [k for k in args.kernels.split(",") if k]
     formats = [f for f in args.formats.split(",") if f]
     assert set(kernels) <= set(KERNELS) | {"default"} and set(formats) <= set(FORMATS), (kernels, formats)
-    from mtp_turbo.quant import gemv_triton
-
-    if not gemv_triton.available():
+    if not kernels.available():
         print("gemv_bench: needs triton", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():

@@ -7,35 +7,19 @@
 #   bench/gpu_session.sh llama             llama-bench tg128 / pp512 with flash attention
 #   bench/gpu_session.sh fused             GPU tests of the fused step, decode bench (tile sweep, profile)
 #   bench/gpu_session.sh gemv              packed GEMV: head tile sweep (bf16 vs int8 tensor cores), drafter shapes
+#                                          (the portable kernels, the defaults before Hopper)
 #   bench/gpu_session.sh draftq            drafter ms/step and acceptance per --draft-quant
 #   bench/gpu_session.sh train             A/B head training (KL vs KL + acceptance term) on long rows + own
 #                                          replies sampled with the temp-0.6 chain (.carry), in parallel
 #   bench/gpu_session.sh accept            MT-Bench acceptance, shipped head vs the A/B candidates
 #   bench/gpu_session.sh long              12k-token prompt: sink/window vs unbounded, draft time (DRAFTER=...)
-#   bench/gpu_session.sh i8                integer GEMV kernels: CUDA check (+ PTX vs plain nibble split), tile
-#                                          sweeps on the head (q8_0 dot_i8w, q4_0/q5_0 dot_i8n) and 8192x8192 (split-K)
 #   bench/gpu_session.sh couple            temp-0.6 acceptance with coupled vs argmax drafts, GPU tests
 #   bench/gpu_session.sh defaults          GPU GEMV tests; the dispatcher's default tiles on the head and 8192x8192
 #   bench/gpu_session.sh ncu               Nsight Compute sections for the GEMV cases in $CASES, SASS of the kernels
-#   bench/gpu_session.sh nib               block-pair dot_i8n: tile sweeps at 1-4 rows (head, 8192x8192; q4_0, q5_0)
-#   bench/gpu_session.sh final             dot_i8 nibble sweep at 3-4 rows, defaults on every shape, GPU tests of quant/
-#   bench/gpu_session.sh q8n               dot_i8n on q8_0: sweep at 1-4 rows (head, 8192x8192), CUDA check of the winners
-#   bench/gpu_session.sh nibcheck          head q4_0/q5_0: defaults vs dot_i8; CUDA check of the integer kernels, GPU tests of quant/
-#   bench/gpu_session.sh bf16n             dot_bf16n (nibbles as bf16 A operand): CUDA check (+ q8_0 dot_i8n defaults), tile
-#                                          sweep at 1-4 rows on the head and 8192x8192 (q4_0, q5_0) beside the defaults
 #   bench/gpu_session.sh gputests          GPU tests of quant/
-#   bench/gpu_session.sh groups            frag with one vs two mma groups at 1-2 rows (A/B, same tiles, head and
-#                                          8192x8192), a frag sweep at 1-4 rows, the defaults on every shape
-#                                          (+ frag beside them), the CUDA check of every frag tile, GPU tests of quant/
-#   bench/gpu_session.sh defaults5         CUDA check of the default tiles (1-4 rows, every shape); the defaults on every shape
-#   bench/gpu_session.sh frag              fragment-layout GEMV: CUDA check of every frag tile, a frag tile sweep at 1 and
-#                                          4 rows on the head and 8192x8192 ($TILES to narrow it), the defaults on every shape
-#   bench/gpu_session.sh frag8             int8 fragment GEMV (gemv_frag8): CUDA check of every frag8 tile, a sweep of
+#   bench/gpu_session.sh frag8             int8 fragment GEMV (frag8_gemv): CUDA check of every frag8 tile, a sweep of
 #                                          $TILES at 1-4 rows on the head and 8192x8192 beside the defaults
-#   bench/gpu_session.sh frag8b            frag8's fused split-K sum: CUDA check, A/B against torch.sum with a bitwise
-#                                          repeat check, frag8 beside the defaults on 8192x8192 and the drafter shapes
 #   bench/gpu_session.sh frag8c            frag8 split up to 32 on 8192x8192 and the drafter shapes; GPU tests of quant/
-#   bench/gpu_session.sh frag8d            frag8 two chunks ahead and an L2 prefetch: A/B on 8192x8192, 640x2048, the head
 #   bench/gpu_session.sh final8            session 8's frag8 defaults: CUDA check, the defaults on every shape, GPU tests of quant/
 #   bench/gpu_session.sh frag8x            x made inside the GEMV: GPU tests of quant/ (frag8x vs frag8 bit for bit), A/B of
 #                                          frag8 vs frag8x at the same tiles on every shape at 1-4 rows, the defaults and
@@ -44,8 +28,6 @@
 #                                          read of the same bytes beside them
 #   bench/gpu_session.sh dqdecode          end to end: decode bench with MTP k = 3 rows per --draft-quant ($QUANTS), plain and
 #                                          n-gram beside them (the model joined first)
-#   bench/gpu_session.sh final10           GPU tests of quant/ on the final code; frag8 / frag8x with and without making x's
-#                                          words (frag_ab make_x) on the head, 8192x8192 and 640x2048
 #   bench/gpu_session.sh frag8xb           frag8x: a tile sweep ($TILES) at 1 and 4 rows on every shape, CUDA check of every tile
 set -uo pipefail
 step=$1; shift || true
@@ -86,11 +68,11 @@ case $step in
       --ks 3 --mtp-ks 3 --reps 2 --out "$OUT/decode.json" 2>&1 | grep -v Warning | tee "$OUT/decode.txt" | tail -60
     tail -1 /tmp/llama-build.log ;;
   gemv)
-    # the head: every tile of the bf16 and int8 tensor-core variants (q8_0); drafter shapes: default tiles
-    timeout 250 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0 --kernels dot_bf16x3,dot_i8 --sweep \
+    # the head: every tile of the bf16 and int8 tensor-core kernels (q8_0); drafter shapes: default tiles
+    timeout 250 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0 --kernels dot_bf16x3,dot_i8w --sweep \
       --out "$OUT/gemv_head.json" > "$OUT/gemv_head.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_head.txt"
     timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,2048x640,640x2048,1024x640 \
-      --kernels dot_bf16x3,dot_i8 --out "$OUT/gemv.json" > "$OUT/gemv.txt" 2>&1; grep -B2 -A30 "^| shape | fmt | M" "$OUT/gemv.txt"
+      --kernels dot_bf16x3,dot_i8w --out "$OUT/gemv.json" > "$OUT/gemv.txt" 2>&1; grep -B2 -A30 "^| shape | fmt | M" "$OUT/gemv.txt"
     grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   draftq)
     timeout 300 python3 bench/draft_quant.py --model /tmp/gguf/model.gguf --prompts 5 --max-tokens 96 \
@@ -118,26 +100,16 @@ case $step in
   long)
     timeout 240 python3 bench/long_prompt.py --model /tmp/gguf/model.gguf --device cuda \
       --drafter ${DRAFTER:-mtp_turbo/data/gemma3-270m-mtp.gguf} --tokens 256 --out "$OUT/long_prompt.json" 2>&1 | tail -20 ;;
-  i8)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 170 python3 bench/check_i8_cuda.py 2>&1 | tee "$OUT/check_i8_cuda.txt" | tail -8
-    timeout 150 python3 bench/gemv_bench.py --shapes 262144x640 --formats q8_0 --kernels dot_i8w --sweep \
-      --out "$OUT/gemv_head_q8.json" > "$OUT/gemv_head_q8.txt" 2>&1; grep -A12 "best tile" "$OUT/gemv_head_q8.txt"
-    timeout 150 python3 bench/gemv_bench.py --shapes 262144x640 --formats q4_0,q5_0 --kernels dot_i8,dot_i8n --sweep \
-      --out "$OUT/gemv_head_nib.json" > "$OUT/gemv_head_nib.txt" 2>&1; grep -A12 "best tile" "$OUT/gemv_head_nib.txt"
-    timeout 110 python3 bench/gemv_bench.py --shapes 8192x8192 --formats q8_0,q4_0 --kernels dot_i8w,dot_i8n --sweep \
-      --out "$OUT/gemv_large.json" > "$OUT/gemv_large.txt" 2>&1; grep -A12 "best tile" "$OUT/gemv_large.txt"
-    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
   couple)
     timeout 300 python3 -m pytest -q -m gpu tests -p no:cacheprovider --model-path /tmp/gguf/model.gguf 2>&1 | tail -4 | tee "$OUT/pytest_gpu.txt"
     timeout 280 python3 bench/accept.py --model /tmp/gguf/model.gguf --device cuda --sets mt_bench --ks 3 \
       --samplers temp0.6 --prompts 20 --max-tokens 128 --draft-coupling on,off --out "$OUT/accept_coupling.json" 2>&1 | tail -12 ;;
   defaults)
     timeout 240 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
-    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default,dot_i8n \
+    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default \
       --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1; grep -A40 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | head -64 ;;
   ncu)
-    # Nsight Compute on the integer kernels (CASES, as bench/ncu_gemv.py takes them), then the SASS and
+    # Nsight Compute on the GEMV kernels (CASES, as bench/ncu_gemv.py takes them), then the SASS and
     # metadata (registers, shared memory) of every compiled gemv kernel
     nc=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu | head -1)
     "$nc" --query-metrics 2>/dev/null | grep -i "pipe_tensor\|imma\|mem_shared\|pipe_alu\|pipe_fma\|inst_executed_pipe" > "$OUT/ncu_metrics.txt"
@@ -152,23 +124,11 @@ case $step in
     done; ls "$OUT/sass" | wc -l ;;
   frag8)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 170 python3 bench/check_i8_cuda.py --kernels frag8 --no-timing 2>&1 | tee "$OUT/check_frag8.txt" | tail -6
+    timeout 170 python3 bench/check_i8_cuda.py --kernels frag8 2>&1 | tee "$OUT/check_frag8.txt" | tail -6
     timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels default,frag8 --sweep \
       --sweep-rows 1,2,3,4 --tiles "${TILES:-}" --out "$OUT/frag8_sweep.json" > "$OUT/frag8_sweep.txt" 2>&1
     grep -A60 "best tile" "$OUT/frag8_sweep.txt"; grep -B2 -A30 "^| shape | fmt | kernel | M" "$OUT/frag8_sweep.txt" | head -60
     grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
-  frag8b)
-    # frag8's fused split-K sum: CUDA check of every frag8 tile; A/B fused vs torch.sum (+ bitwise repeat check)
-    # on 8192x8192 and the drafter shapes; frag8 sweep beside the defaults and cuBLAS there; GPU tests of quant/
-    timeout 150 python3 bench/check_i8_cuda.py --kernels frag8 --no-timing 2>&1 | tee "$OUT/check_frag8.txt" | tail -4
-    timeout 150 python3 bench/frag_ab.py --shapes 8192x8192,640x2048,2048x640 --rows 1,4 \
-      --tiles "frag8,32,64,2,2,8;frag8,32,64,4,2,8;frag8,32,64,4,2,4" --variants "fuse=0;fuse=1" \
-      --out "$OUT/fuse_ab.json" 2>&1 | tee "$OUT/fuse_ab.txt" | grep -v "^  "
-    timeout 200 python3 bench/gemv_bench.py --shapes 8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
-      --kernels default,frag8 --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8_small.json" \
-      > "$OUT/frag8_small.txt" 2>&1; grep -A40 "best tile" "$OUT/frag8_small.txt"
-    timeout 150 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
-    grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
   frag8c)
     # frag8 split into up to 32 parts on 8192x8192 and the drafter shapes (1 and 4 rows) beside the defaults; GPU tests of quant/
     timeout 230 python3 bench/gemv_bench.py --shapes 8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
@@ -176,20 +136,11 @@ case $step in
       > "$OUT/frag8_split.txt" 2>&1; grep -A80 "best tile" "$OUT/frag8_split.txt" | grep "| 1 |\|| 4 |"
     timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
     grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
-  frag8d)
-    # frag8: weights two chunks ahead (num_stages 3) and an L2 prefetch of each warp's range (A/B, bitwise repeat check)
-    timeout 200 python3 bench/frag_ab.py --shapes 8192x8192,640x2048 --rows 1,4 \
-      --tiles "frag8,32,64,4,2,16;frag8,32,64,4,3,16;frag8,32,64,4,2,8;frag8,32,64,4,3,8" --variants "prefetch=0;prefetch=1" \
-      --out "$OUT/ahead_pf_ab.json" 2>&1 | tee "$OUT/ahead_pf_ab.txt" | grep -v "^  "
-    timeout 150 python3 bench/frag_ab.py --shapes 262144x640 --rows 1,4 \
-      --tiles "frag8,32,64,2,2;frag8,32,64,2,3;frag8,32,64,4,2;frag8,32,64,4,3" --variants "prefetch=0" \
-      --out "$OUT/ahead_head.json" 2>&1 | tee "$OUT/ahead_head.txt" | grep -v "^  "
-    grep -c "WRONG\|FAILED\|NONDET" "$OUT"/*.txt ;;
   final8)
     # session 8's defaults (frag8): CUDA check of every frag8 tile and the defaults, the table of record on the head,
     # 8192x8192 and the drafter shapes (cuBLAS beside), GPU tests of quant/
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 150 python3 bench/check_i8_cuda.py --kernels frag8 --no-timing 2>&1 | tee "$OUT/check_frag8.txt" | tail -3
+    timeout 150 python3 bench/check_i8_cuda.py --kernels frag8 2>&1 | tee "$OUT/check_frag8.txt" | tail -3
     timeout 170 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
       --kernels default --out "$OUT/defaults.json" > "$OUT/defaults.txt" 2>&1; grep -A90 "^| shape | fmt | kernel | M" "$OUT/defaults.txt" | head -90
     timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
@@ -210,79 +161,13 @@ case $step in
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
     timeout 420 python3 bench/decode_bench.py --model /tmp/gguf/model.gguf --skip-hf --ks 3 --mtp-ks 3 \
       --draft-quants "${QUANTS:-bf16,q8_0}" --reps 3 --out "$OUT/decode_dq.json" 2>&1 | grep -v Warning | tee "$OUT/decode_dq.txt" | tail -24 ;;
-  final10)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 330 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -4 | tee "$OUT/pytest_gpu_quant.txt"
-    timeout 150 python3 bench/frag_ab.py --shapes 262144x640,8192x8192,640x2048 --formats q4_0,q8_0 --rows 1,4 \
-      --tiles "frag8,32,64,4,2;frag8,32,64,4,2,16;frag8x,32,64,4,2,16" --variants "make_x=1;make_x=0" \
-      --out "$OUT/make_x_ab.json" 2>&1 | grep -v Warning | tee "$OUT/make_x_ab.txt" | tail -40 ;;
   frag8xb)
     timeout 330 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192,640x2048,2048x640,1024x640,640x1024,256x640 \
       --kernels frag8x --sweep --sweep-rows 1,4 --tiles "${TILES:-}" --out "$OUT/frag8x_sweep.json" > "$OUT/frag8x_sweep.txt" 2>&1
     grep -A60 "best tile" "$OUT/frag8x_sweep.txt"
-    timeout 220 python3 bench/check_i8_cuda.py --kernels frag8x --no-timing 2>&1 | tee "$OUT/check_frag8x.txt" | tail -3
+    timeout 220 python3 bench/check_i8_cuda.py --kernels frag8x 2>&1 | tee "$OUT/check_frag8x.txt" | tail -3
     grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
-  nib)
-    # block-pair dot_i8n: every tile at every row count (head + 8192x8192, q4_0/q5_0), the defaults beside it
-    timeout 400 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_i8n \
-      --sweep --sweep-rows 1,2,3,4 --out "$OUT/gemv_nib.json" > "$OUT/gemv_nib.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_nib.txt"
-    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
-  bf16n)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 150 python3 bench/check_i8_cuda.py --no-timing --tiles "${TILES:-dot_i8n,64,128,4,2;dot_i8n,64,128,4,2,8;dot_bf16n,128,128,4,3,1,2;dot_bf16n,128,128,4,2;dot_bf16n,64,128,4,3,4}" \
-      2>&1 | tee "$OUT/check_cuda.txt" | grep -v "^  " | tail -6
-    timeout ${SWEEP_S:-330} python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q4_0,q5_0 --kernels default,dot_bf16n \
-      --sweep --sweep-rows 1,2,3,4 --out "$OUT/gemv_bf16n.json" > "$OUT/gemv_bf16n.txt" 2>&1; grep -A40 "best tile" "$OUT/gemv_bf16n.txt"
-    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
-  defaults5)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    TILES="dot_i8n,64,128,4,2;dot_i8n,64,128,4,2,8;dot_bf16n,128,128,4,3,1,2;dot_bf16n,128,128,4,2;dot_bf16n,64,128,4,3,4"
-    timeout 150 python3 bench/check_i8_cuda.py --no-timing --tiles "$TILES" 2>&1 | tee "$OUT/check_cuda.txt" | grep -v "^  " | tail -4
-    timeout 250 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
-    grep -A80 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt"; grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
-  frag)
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
-    timeout 150 python3 bench/check_i8_cuda.py --no-timing --kernels frag 2>&1 | tee "$OUT/check_frag.txt" | tail -1
-    timeout 200 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels frag --sweep --sweep-rows 1,4 \
-      ${TILES:+--tiles "$TILES"} --out "$OUT/frag_sweep.json" > "$OUT/frag_sweep.txt" 2>&1
-    grep -A40 "^best tile per" "$OUT/frag_sweep.txt"
-    timeout 200 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
-    grep -A90 "^best variant" "$OUT/gemv_defaults.txt"; grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
-  groups)
-    # session 7's runs 3, 4, 5 and 16 (bench/RESULTS.md), in one step
-    timeout 300 python3 bench/frag_ab.py --rows 1,2 --variants "groups=2;groups=0" \
-      --tiles "frag,32,64,2,3;frag,32,64,4,3;frag,32,64,4,3,8;frag,32,64,2,2;frag,32,64,8,2;frag,16,64,4,2,8,8" \
-      --out "$OUT/groups_ab.json" > "$OUT/groups_ab.txt" 2>&1; tail -3 "$OUT/groups_ab.txt"
-    timeout 500 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --kernels frag --sweep --sweep-rows 1,2,3,4 \
-      --tiles "frag,32,64,2,2;frag,32,64,4,2;frag,32,64,8,2;frag,32,64,2,3;frag,32,64,4,3;frag,32,64,4,3,8;frag,16,64,4,2,8,8;frag,16,64,4,2,4,8;frag,16,64,2,2,8,8;frag,32,64,4,2,8" \
-      --out "$OUT/frag_sweep.json" > "$OUT/frag_sweep.txt" 2>&1; grep -A30 "^best tile per" "$OUT/frag_sweep.txt"
-    timeout 330 python3 bench/gemv_bench.py --kernels default,frag --out "$OUT/gemv_defaults.json" \
-      > "$OUT/gemv_defaults.txt" 2>&1; grep -c "WRONG\|FAILED" "$OUT/gemv_defaults.txt"
-    timeout 150 python3 bench/check_i8_cuda.py --no-timing --kernels frag > "$OUT/check_frag.txt" 2>&1; tail -1 "$OUT/check_frag.txt"
-    timeout 230 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -2 | tee "$OUT/pytest_gpu_quant.txt" ;;
   gputests)
     timeout ${TEST_S:-500} python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/pytest_gpu_quant.txt" ;;
-  nibcheck)
-    timeout 100 python3 bench/gemv_bench.py --shapes 262144x640 --formats q4_0,q5_0 --kernels default,dot_i8 \
-      --out "$OUT/gemv_nib_i8.json" > "$OUT/gemv_nib_i8.txt" 2>&1; grep -A20 "^| shape | fmt | kernel | M" "$OUT/gemv_nib_i8.txt"
-    timeout 250 python3 bench/check_i8_cuda.py 2>&1 | tee "$OUT/check_i8_cuda.txt" | grep -v "^  " | tail -6
-    timeout 300 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt" ;;
-  final)
-    # dot_i8 (pair loads) swept at 3-4 rows on the nibble head; the dispatcher's defaults on the drafter
-    # shapes, the head and 8192x8192 (cuBLAS bf16 beside); the GPU tests of quant/
-    timeout 150 python3 bench/gemv_bench.py --shapes 262144x640 --formats q4_0,q5_0 --kernels dot_i8 --sweep \
-      --sweep-rows 3,4 --out "$OUT/gemv_i8_nib.json" > "$OUT/gemv_i8_nib.txt" 2>&1; grep -A10 "best tile" "$OUT/gemv_i8_nib.txt"
-    timeout 200 python3 bench/gemv_bench.py --kernels default --out "$OUT/gemv_defaults.json" > "$OUT/gemv_defaults.txt" 2>&1
-    grep -A80 "^| shape | fmt | kernel | M" "$OUT/gemv_defaults.txt" | grep "262144\|8192x8192\|^| shape"
-    timeout 200 python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu_quant.txt"
-    grep -c "WRONG\|FAILED" "$OUT"/gemv*.txt ;;
-  q8n)
-    # dot_i8n on q8_0 (lines as the A operand): every tile at 1-4 rows on the head and 8192x8192, then
-    # the CUDA check of each (shape, rows)'s fastest tile on every shape, format and row count
-    timeout 140 python3 bench/gemv_bench.py --shapes 262144x640,8192x8192 --formats q8_0 --kernels dot_i8n --sweep \
-      --sweep-rows 1,2,3,4 --out "$OUT/gemv_q8n.json" > "$OUT/gemv_q8n.txt" 2>&1; grep -A10 "best tile" "$OUT/gemv_q8n.txt"
-    T=$(python3 -c "import json; r=[x for x in json.load(open('$OUT/gemv_q8n.json'))['rows'] if x['kernel'] == 'dot_i8n' and x['us'] == x['us']]
-print(';'.join(sorted({min((x for x in r if (x['shape'], x['M']) == k), key=lambda x: x['us'])['tile'] for k in {(x['shape'], x['M']) for x in r}})))")
-    echo "checking: $T"; timeout 90 python3 bench/check_i8_cuda.py --no-timing --tiles "$T" 2>&1 | tee "$OUT/check_q8n.txt" | tail -3 ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

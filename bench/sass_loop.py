@@ -2,14 +2,15 @@
 
 Why: the device time is short; a change to a kernel's loop (masks, load order, conversion code) can
 be weighed first by what the compiler makes of it. Compiles one `@triton.jit` kernel of
-`mtp_turbo.quant` with Triton's own `ptxas` for an H100/H200 target, disassembles it (`nvdisasm`)
+`mtp_turbo.quant.kernels` with Triton's own `ptxas` for an H100/H200 target, disassembles it (`nvdisasm`)
 and prints the registers, the shared memory and, for each backward branch (a loop), its
 instruction count and most frequent opcodes. Counts say nothing about memory behaviour: time is
 measured on the GPU (gemv_bench.py).
 
 Use the device's Triton version (3.6), installed beside the project's, e.g.
     pip download --no-deps triton==3.6.0 -d /tmp/w && pip install --no-deps --target /tmp/t36 /tmp/w/*.whl
-    PYTHONPATH=/tmp/t36:. python bench/sass_loop.py gemv_bf16n:gemv_bf16n BLOCK_N=128 P=2 FMT=2 --stages 3
+    PYTHONPATH=/tmp/t36:. python bench/sass_loop.py triton_gemv:gemv_i8w_pairs BLOCK_N=64 MP=1 HAS_QH=0 --stages 2
+    PYTHONPATH=/tmp/t36:. python bench/sass_loop.py frag8_gemv:gemv_frag8 FMT=2 W=4 MM=1 FUSE=1 AHEAD=1 XIN=1 SHIFT=4
 Integer arguments are compiled as multiples of 16 (as Triton specializes them at launch for
 the head and 8192 x 8192); constexprs not given default to M=MP=1, F32_OPERANDS=0, ASM=1.
 """
@@ -27,8 +28,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-_POINTERS = {"XB": "*bf16", "XW": "*i8", "XS": "*fp32", "XC": "*i32", "QS": "*u8", "QH": "*i32", "SC": "*fp16",
-             "Y": "*fp32", "X": "*fp32", "XQ": "*i8", "XF": "*i32", "XE": "*fp32", "QF": "*i32", "HF": "*i32",
+_POINTERS = {"XW": "*i8", "XS": "*fp32", "XC": "*i32", "QS": "*u8", "QH": "*i32", "SC": "*fp16",
+             "Y": "*fp32", "X": "*fp32", "XF": "*i32", "XE": "*fp32", "QF": "*i32", "HF": "*i32",
              "SF": "*fp16", "OUT": "*fp32", "CNT": "*i32"}
 _DEFAULTS = {"M": 1, "MP": 1, "F32_OPERANDS": 0, "ASM": 1}
 
@@ -54,7 +55,7 @@ def loops(sass: str) -> list[tuple[int, collections.Counter]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kernel", help="MODULE:FUNCTION under mtp_turbo.quant, e.g. gemv_i8:gemv_i8n")
+    ap.add_argument("kernel", help="MODULE:FUNCTION under mtp_turbo.quant.kernels, e.g. triton_gemv:gemv_i8w")
     ap.add_argument("constexprs", nargs="*", help="NAME=INT for the kernel's constexpr parameters")
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=3)
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
     from triton.compiler import ASTSource
 
     mod, name = args.kernel.split(":")
-    fn = getattr(importlib.import_module(f"mtp_turbo.quant.{mod}"), name)
+    fn = getattr(importlib.import_module(f"mtp_turbo.quant.kernels.{mod}"), name)
     given = dict(_DEFAULTS, **{k: int(v) for k, v in (c.split("=") for c in args.constexprs)})
     sig, const, attrs = {}, {}, {}
     for i, a in enumerate(fn.arg_names):
@@ -75,8 +76,6 @@ def main(argv=None) -> int:
         else:
             sig[a] = _POINTERS.get(a, "i32")
             attrs[(i,)] = [["tt.divisibility", 16]]
-    if given.get("FMT") == 0 and "XB" in sig:
-        sig["XB"] = "*fp16"
     src = ASTSource
     if type(fn).__name__ == "GluonJITFunction":  # Gluon kernels: the layouts need the module's warp count
         from triton.experimental.gluon._runtime import GluonASTSource as src

@@ -1,7 +1,8 @@
 """Dequantization of GGUF tensor bytes to float32, in vectorized torch (CPU or CUDA).
 
 Owns: turning the raw bytes of one GGUF tensor (as stored in the file) into a float32 tensor on
-the same device, for F32, F16, BF16, Q8_0, Q5_0, Q5_1, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K and Q8_K.
+the same device, for the types models/load.py accepts: F32, F16, BF16, Q8_0, Q5_0, Q4_0, Q4_K and
+Q6_K.
 Every float operation mirrors `gguf.quants.dequantize` (numpy, float32) in the same order (one
 rounding per product, no fused multiply-add), so the results are bit-identical to it.
 Ignores: quantizing (formats.py), GEMV kernels and repacking (other modules of this package),
@@ -51,12 +52,6 @@ def _q4_0(bl: torch.Tensor) -> torch.Tensor:
     return d * q.to(torch.float32)
 
 
-def _q4_1(bl: torch.Tensor) -> torch.Tensor:
-    d, m = _f16(bl[:, :2]), _f16(bl[:, 2:4])
-    q = _nibbles(bl[:, 4:], 16).to(torch.float32)
-    return (d * q) + m
-
-
 def _qh32(b: torch.Tensor) -> torch.Tensor:
     """[n, 4] uint8 (little-endian uint32 of high bits) -> [n, 32] uint8 bit i = element i."""
     return _bits(b, 1).permute(0, 2, 1).reshape(b.shape[0], 32)
@@ -68,14 +63,8 @@ def _q5_0(bl: torch.Tensor) -> torch.Tensor:
     return d * (q.to(torch.int8) - 16).to(torch.float32)
 
 
-def _q5_1(bl: torch.Tensor) -> torch.Tensor:
-    d, m = _f16(bl[:, :2]), _f16(bl[:, 2:4])
-    q = _nibbles(bl[:, 8:], 16) | (_qh32(bl[:, 4:8]) << 4)
-    return (d * q.to(torch.float32)) + m
-
-
 def _scale_min_k4(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[n, 12] packed 6-bit scales/mins of Q4_K/Q5_K -> ([n, 8], [n, 8]) as float32."""
+    """[n, 12] packed 6-bit scales/mins of Q4_K -> ([n, 8], [n, 8]) as float32."""
     d, m, md = s[:, 0:4], s[:, 4:8], s[:, 8:12]
     sc = torch.cat([d & 0x3F, (md & 0x0F) | ((d >> 2) & 0x30)], dim=1)
     mn = torch.cat([m & 0x3F, (md >> 4) | ((m >> 2) & 0x30)], dim=1)
@@ -92,18 +81,6 @@ def _q4_k(bl: torch.Tensor) -> torch.Tensor:
     return (d * q - dm).reshape(n, QK_K)
 
 
-def _q5_k(bl: torch.Tensor) -> torch.Tensor:
-    n = bl.shape[0]
-    d, dmin = _f16(bl[:, 0:2]), _f16(bl[:, 2:4])
-    sc, mn = _scale_min_k4(bl[:, 4:16])
-    d = (d * sc).reshape(n, -1, 1)
-    dm = (dmin * mn).reshape(n, -1, 1)
-    qh = _bits(bl[:, 16:48], 1)  # [n, 8, 32]: bit j of qh byte i belongs to sub-block j
-    ql = _nibbles(bl[:, 48:], 32).reshape(n, 8, 32)
-    q = (ql | (qh << 4)).to(torch.float32)
-    return (d * q - dm).reshape(n, QK_K)
-
-
 def _q6_k(bl: torch.Tensor) -> torch.Tensor:
     n = bl.shape[0]
     ql, qh = bl[:, 0:128], bl[:, 128:192]
@@ -116,17 +93,7 @@ def _q6_k(bl: torch.Tensor) -> torch.Tensor:
     return (d * q).reshape(n, QK_K)
 
 
-def _q8_k(bl: torch.Tensor) -> torch.Tensor:
-    # ggml block_q8_K: float32 d, 256 int8 qs, 16 int16 bsums (unused here); y = d * q.
-    d = bl[:, 0:4].contiguous().view(torch.float32)
-    q = bl[:, 4:4 + QK_K].contiguous().view(torch.int8).to(torch.float32)
-    return d * q
-
-
-_BLOCK_FNS = {
-    T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1,
-    T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k, T.Q8_K: _q8_k,
-}
+_BLOCK_FNS = {T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q5_0: _q5_0, T.Q4_K: _q4_k, T.Q6_K: _q6_k}
 
 SUPPORTED_TYPES: frozenset[int] = frozenset([T.F32, T.F16, T.BF16, *_BLOCK_FNS])
 

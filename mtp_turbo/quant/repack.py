@@ -3,7 +3,7 @@
 Owns: `PackedWeight` (one [N_out, K] weight matrix in Q8_0, Q5_0, Q4_0, or dense bf16/f32 for
 comparison), its construction from raw GGUF bytes or from a dense matrix, the exact inverse back
 to GGUF bytes, and a plain torch dequantization of the packed arrays (the reference the GEMV
-fallback uses). Ignores: the kernels (gemv_triton.py), dispatch (gemv.py), file parsing (io/).
+fallback uses). Ignores: the kernels (kernels/), dispatch (gemv.py), file parsing (io/).
 
 Layout (all arrays row-major, one row per output feature; K % 32 == 0, nb = K // 32 blocks/row):
   q8_0: qs int8 [N, K]               element k of row n = scales[n, k//32] * qs[n, k]
@@ -17,12 +17,14 @@ Layout (all arrays row-major, one row per output feature; K % 32 == 0, nb = K //
   scales: float16 [N, nb] for every block format.
 Why pairs, not ggml's in-block order (byte j of a block = elements j and j + 16): both nibble
 halves of a line are then whole blocks in element order, so the integer kernel's block-diagonal x
-operand has 4 blocks per 128-byte tile instead of 8 (half the operand rows and integer MACs; H200,
-bench/RESULTS.md 2026-11-30 session 4). Rows start 32-byte aligned (PB and K are multiples of 32).
+operand (dot_i8w, kernels/triton_gemv.py) has 4 blocks per 128-byte tile instead of 8 (half the
+operand rows and integer MACs; H200, bench/RESULTS.md 2026-11-30 session 4). Rows start 32-byte
+aligned (PB and K are multiples of 32).
 Why q5_0's qh bits permuted: a 4-byte word k of a pair holds elements 4k..4k+3, whose 5th bits are
 then bits k, 16 + k (elements 4k, 4k + 1) and 8 + k, 24 + k (4k + 2, 4k + 3) of the block's word:
-16 apart, as gemv_bf16n.py's bf16 pairs are, so one rotate and one mask put two of them beside
-their nibbles, where ggml's order needs a shift and mask per element.
+16 apart, so one rotate and one mask put two of them beside their nibbles in a kernel converting
+bf16 pairs (dot_bf16n, bench/RESULTS.md session 5; since removed). The kernels kept read a bit
+through qh_bit like any other order; frag8 re-lays the matrix from `codes()`.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ class PackedWeight:
     qs: torch.Tensor  # see module docstring; dense formats: the matrix itself [N, K]
     scales: torch.Tensor | None = None  # float16 [N, K/32] (block formats)
     qh: torch.Tensor | None = None  # int32 [N, K/32] (q5_0 only)
-    # other layouts of the same matrix built from this one on first use (frag.for_weight), by name
+    # other layouts of the same matrix built from this one on first use (kernels/frag8.for_weight8), by name
     derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -217,13 +217,13 @@ def test_packed_path_matches_value_path(head_file, dq):
 @pytest.mark.parametrize("dq", ["q8_0", "q5_0"])
 def test_kernel_path_matches_value_path(head_file, dq, monkeypatch):
     """The drafter on the Triton kernels (Triton's interpreter without CUDA) == the value path."""
-    from mtp_turbo.quant import gemv_triton
+    from mtp_turbo.quant import kernels
 
-    if not gemv_triton.interpreting():
+    if not kernels.interpreting():
         pytest.skip("CUDA present: the kernels are checked on the GPU (tests/quant, gpu marks)")
     calls = []
-    real = gemv_triton.gemv_packed
-    monkeypatch.setattr(gemv_triton, "gemv_packed", lambda x, w, t, o: (calls.append(x.shape[0]), real(x, w, t, o)))
+    real = kernels.gemv_packed
+    monkeypatch.setattr(kernels, "gemv_packed", lambda x, w, t, o: (calls.append(x.shape[0]), real(x, w, t, o)))
     p, _, main = head_file
     dense = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="dense")
     kern = load_head(p, main, draft_quant=dq, head_quant="q8_0", gemv_backend="triton")

@@ -10,10 +10,7 @@ from mtp_turbo.errors import ModelFileError
 from mtp_turbo.quant.dequant import SUPPORTED_TYPES, dequantize
 
 # byte offsets of the fp16 scale fields per block type (randomised to finite values below)
-_F16_FIELDS = {
-    T.Q8_0: [0], T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2],
-    T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
-}
+_F16_FIELDS = {T.Q8_0: [0], T.Q4_0: [0], T.Q5_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
 
 
 def _random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
@@ -57,20 +54,6 @@ def test_float_types_bit_exact(t):
     assert _bits_equal(out.numpy()[fin], ref[fin])
 
 
-def test_q8_k_matches_ggml_definition():
-    # gguf has no Q8_K reference; ggml's dequantize_row_q8_K is y = d * q (float32 d, int8 q).
-    rng = np.random.default_rng(3)
-    n = 6
-    d = rng.standard_normal(n).astype(np.float32)
-    q = rng.integers(-128, 128, size=(n, 256), dtype=np.int8)
-    bsums = q.reshape(n, 16, 16).sum(-1).astype(np.int16)
-    raw = np.concatenate([d.view(np.uint8).reshape(n, 4), q.view(np.uint8),
-                          bsums.view(np.uint8).reshape(n, 32)], axis=1)
-    assert raw.shape[1] == GGML_QUANT_SIZES[T.Q8_K][1]
-    out = dequantize(torch.from_numpy(raw.reshape(-1)), T.Q8_K, (2, 768))
-    assert _bits_equal(out.numpy(), (q.astype(np.float32) * d[:, None]).reshape(2, 768))
-
-
 def test_every_model_tensor_bit_exact(model_reader):
     seen = set()
     for t in model_reader.tensors:
@@ -110,6 +93,18 @@ def test_unaligned_raw_slices():
     q = buf[3:37]  # one Q8_0 block at an odd offset
     ref = gguf.quants.dequantize(q.numpy().copy().reshape(1, 34), T.Q8_0)
     assert _bits_equal(dequantize(q, T.Q8_0, (1, 32)).numpy(), ref)
+
+
+def test_supported_types_are_the_loaders():
+    """Exactly the types the model loader accepts; others (Q4_1, Q5_1, Q5_K, Q8_K, ...) are refused."""
+    from mtp_turbo.models.load import SUPPORTED_TYPES as LOADER_TYPES
+
+    assert SUPPORTED_TYPES == {T.F32, T.F16, T.BF16, T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_K, T.Q6_K}
+    assert SUPPORTED_TYPES == set(LOADER_TYPES)
+    for t in (T.Q4_1, T.Q5_1, T.Q5_K, T.Q8_K):
+        _, size = GGML_QUANT_SIZES[t]
+        with pytest.raises(ModelFileError, match=t.name):
+            dequantize(torch.zeros(size, dtype=torch.uint8), t, (1, GGML_QUANT_SIZES[t][0]))
 
 
 def test_unsupported_type_raises_naming_it():

@@ -1,4 +1,4 @@
-"""The int8 fragment layout (quant/frag8.py): exact round trip, and the stored words turned into mma
+"""The int8 fragment layout (quant/kernels/frag8.py): exact round trip, and the stored words turned into mma
 A registers by the very bit operations the PTX runs (written here from the module docstring, in
 numpy) give MULT x (the block's integer) at the PTX ISA's m16n8k32 .s8 positions."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from mtp_turbo.quant.frag8 import MULT, Frag8Weight, counters, for_weight8
+from mtp_turbo.quant.kernels.frag8 import MULT, Frag8Weight, counters, for_weight8
 from mtp_turbo.quant.repack import CODE_OFFSET, PackedWeight
 
 FORMATS = ("q4_0", "q5_0", "q8_0")
@@ -81,3 +81,18 @@ def test_counters_start_at_zero_and_cover_every_program():
     c = counters(w)
     assert c.dtype == torch.int32 and c.numel() == fw.tiles[0] and not c.any()
     assert for_weight8(w) is fw and counters(w) is c  # built once, kept with the weight
+
+
+def test_padding():
+    """Padded rows and blocks carry scale 0, real ones the packed scales (scale records, module docstring)."""
+    w = _weight(20, 96, "q4_0")
+    fw = Frag8Weight.from_packed(w)
+    nt, nc = fw.tiles
+    assert fw.qf.shape == (nt, nc, 32, 4) and fw.sf.shape == (nt, nc, 8, 4) and fw.hf is None
+    sf = fw.sf.float()
+    assert float(sf[1, :, 4:].abs().sum()) == 0.0  # tile 1, g >= 4: rows 20.. and 28.. (N = 20)
+    assert float(sf[1, :, :4, 0].abs().min()) > 0.0  # rows 16..19 are real
+    assert float(sf[:, 1, :, 2:].abs().sum()) == 0.0  # chunk 1's second block (K = 96: 3 blocks)
+    assert torch.equal(sf[0, 0, :, 0], w.scales[:8, 0].float())  # entry g: (scale[g, 2C], scale[g+8, 2C], ..)
+    assert torch.equal(sf[0, 0, :, 1], w.scales[8:16, 0].float())
+    assert torch.equal(sf[0, 1, :, 0], w.scales[:8, 2].float())

@@ -1,4 +1,4 @@
-"""The int8 x operand (quant/frag8_x.py): the words are the documented digits of V = trunc(x 2^(28-E))
+"""The int8 x operand (quant/kernels/frag8_x.py): the words are the documented digits of V = trunc(x 2^(28-E))
 (2^E: the power of two above the row's largest |x| in the chunk), computed here independently; the
 pieces rebuild x to below 2^(E-28), exactly within 5 binades of 2^E; the lane scales are the
 documented powers of two; padding stays empty."""
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
-from mtp_turbo.quant import frag8_x  # noqa: E402
+from mtp_turbo.quant.kernels import frag8_x  # noqa: E402
 
 
 def _run(x: torch.Tensor, shift: int = 4):

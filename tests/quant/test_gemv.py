@@ -117,17 +117,19 @@ def test_parse_tile():
     for t in SUPPORTED_TILES:
         assert parse_tile(str(t)) == t
         assert t.BLOCK_K % 32 == 0 and t.kernel in KERNELS
-        if t.kernel != "reduce":
-            assert t.BLOCK_N >= 16  # the smallest tl.dot
+        assert t.BLOCK_N >= 16  # the smallest tl.dot
     assert {t.kernel for t in SUPPORTED_TILES} == set(KERNELS)
-    assert parse_tile(" reduce, 8, 128, 2, 2") == TileConfig("reduce", 8, 128, 2, 2)
-    assert parse_tile("dot_i8n,64,128,4,2,4") == TileConfig("dot_i8n", 64, 128, 4, 2, split_k=4)
-    assert parse_tile("dot_i8n,64,128,4,3,1,4") == TileConfig("dot_i8n", 64, 128, 4, 3, n_tiles=4)
-    for bad in ("8,128,2,2", "reduce,8,128,2", "reduce,8,100,2,2", "reduce,3,128,2,2", "a,b,c,d,e", "",
-                "reduce,8,128,2,2,2", "dot_i8w,64,128,4,2,3", "reduce,1024,512,8,2", "dot_bf16x3,4,256,2,2", "tf32,64,64,4,3"):
+    assert KERNELS == ("dot_bf16x3", "dot_i8w", "frag8", "frag8x")
+    assert parse_tile(" dot_bf16x3, 32, 64, 4, 3") == TileConfig("dot_bf16x3", 32, 64, 4, 3)
+    assert parse_tile("dot_i8w,64,128,4,2,4") == TileConfig("dot_i8w", 64, 128, 4, 2, split_k=4)
+    assert parse_tile("frag8x,32,64,4,2,16") == TileConfig("frag8x", 32, 64, 4, 2, 16)
+    for bad in ("32,64,4,3", "dot_bf16x3,32,64,4", "dot_bf16x3,32,100,4,3", "dot_bf16x3,3,64,4,3", "a,b,c,d,e", "",
+                "dot_bf16x3,32,64,4,3,2", "dot_i8w,64,128,4,2,3", "dot_bf16x3,1024,512,8,2", "dot_bf16x3,4,256,2,2",
+                "tf32,64,64,4,3", "frag8,32,64,4,2,16,1", "frag,32,64,2,2", "dot_i8n,64,128,4,2", "reduce,8,128,2,2",
+                "dot_bf16n,64,128,4,3", "dot_i8,64,128,4,3", "dot_tf32x3,32,64,4,3"):
         with pytest.raises(ConfigError) as e:
             parse_tile(bad)
-        assert "reduce,4,256,2,2" in str(e.value)  # the message lists the supported combinations
+        assert "dot_bf16x3,16,128,4,3" in str(e.value) and "frag8x,32,64,8,3,32" in str(e.value)  # the supported tiles
 
 
 def test_default_tiles_are_supported_and_classes():
@@ -148,12 +150,6 @@ def test_default_tiles_are_supported_and_classes():
 
     assert all(len(ts) == 4 for ts in MEASURED_TILES.values())
     assert {t for ts in MEASURED_TILES.values() for t in ts if t} <= set(SUPPORTED_TILES)
-    from mtp_turbo.quant.gemv import variant_tile
-
-    for kernel in KERNELS:
-        for n, k in ((262144, 640), (8192, 8192), (640, 2048), (2048, 640)):
-            t = variant_tile(kernel, n, k)
-            assert t.kernel == kernel and t in SUPPORTED_TILES
 
 
 def test_hopper_only_kernels_fall_back_or_are_refused():
@@ -191,11 +187,11 @@ def _has_triton() -> bool:
 
 def _kernel_device() -> str:
     """Where the kernels run here: CUDA when present, else CPU tensors in Triton's interpreter."""
-    from mtp_turbo.quant import gemv_triton
+    from mtp_turbo.quant import kernels
 
-    if torch.cuda.is_available() and not gemv_triton.interpreting():
+    if torch.cuda.is_available() and not kernels.interpreting():
         return "cuda"
-    assert gemv_triton.interpreting(), "no CUDA and no interpreter: tests/conftest.py sets TRITON_INTERPRET=1"
+    assert kernels.interpreting(), "no CUDA and no interpreter: tests/conftest.py sets TRITON_INTERPRET=1"
     return "cpu"
 
 
@@ -211,22 +207,21 @@ _ODD = [(37, 96, 16, 64), (5, 160, 16, 128), (19, 64, 16, 32)]  # (N, K, BLOCK_N
 def test_kernel_matches_float64(kernel, fmt):
     """Each kernel variant (in Triton's interpreter without CUDA) == dequantize-then-matmul in
     float64 at fp32 rounding, for 1-4 rows, odd sizes, into a NaN-poisoned output."""
-    from mtp_turbo.quant import gemv_triton
+    from mtp_turbo.quant import kernels
 
     dev = _kernel_device()
     g = torch.Generator().manual_seed(11)
     for n, k, bn, bk in _ODD:
         pw, ref_w, _ = _weights(n, k, fmt, seed=n + k)
         pw = pw.to(dev)
-        wide = kernel in ("dot_i8w", "dot_i8n")  # 128 B a step; dot_bf16n: 1-2 block pairs a step
-        bk = 128 if wide else (max(bk, 64) if kernel == "dot_bf16n" else (64 if kernel in ("frag", "frag8", "frag8x") else bk))
+        bk = {"dot_i8w": 128, "frag8": 64, "frag8x": 64}.get(kernel, bk)  # a line / a chunk a step
         bn = 32 if kernel in ("frag8", "frag8x") else bn  # two row tiles a warp
-        tile = TileConfig(kernel, bn, bk, 4, 2, 1, 2 if kernel in ("dot_i8n", "dot_bf16n") else 1)
+        tile = TileConfig(kernel, bn, bk, 4, 2)
         for m in (1, 2, 3, 4):
             for dt in (torch.float32, torch.bfloat16) if m == 4 else (torch.float32,):
                 x = torch.randn(m, k, generator=g).to(dt).to(dev)
                 out = torch.full((m, n), float("nan"), device=dev)
-                gemv_triton.gemv_packed(x, pw, tile, out)
+                kernels.gemv_packed(x, pw, tile, out)
                 _check(out, x, ref_w, tol=1e-6)
     # through the dispatcher, forced onto the kernel (the default tile of this shape's class)
     pw, ref_w, _ = _weights(40, 64, fmt, seed=4)
@@ -236,28 +231,25 @@ def test_kernel_matches_float64(kernel, fmt):
 
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
-@pytest.mark.parametrize("kernel", ["dot_i8w", "dot_i8n", "dot_bf16n"])
 @pytest.mark.parametrize("fmt", BLOCK_FORMATS)
-def test_wide_kernels_several_groups_and_split_k(kernel, fmt):
-    """dot_i8w / dot_i8n / dot_bf16n over several steps and a K tail (23 blocks: odd, so the last
-    pair has an empty half; dot_bf16n at 4 pairs a step: 12 pairs, so the last step runs past the
-    row), whole and split over K into 2 and 3 parts (uneven: the last part is shorter), with 1 and
-    3 output tiles per program (N = 21 rows of 16: the last program's tiles run past N). At fp32
-    rounding; the nibble kernels' low/high tiles and offset term only cancel out if their x
+def test_dot_i8w_several_lines_and_split_k(fmt):
+    """dot_i8w over several lines and a K tail (23 blocks: odd, so the last pair has an empty half;
+    6 q8_0 lines, 3 nibble lines), whole and split over K into 2, 3 and 8 parts (uneven: the last
+    part is shorter; 8: more parts than lines), N = 21 rows (the last program's tile runs past N).
+    At fp32 rounding; the nibble path's low/high tiles and offset term only cancel out if their x
     columns line up."""
-    from mtp_turbo.quant import gemv_triton
+    from mtp_turbo.quant import kernels
 
     dev = _kernel_device()
     g = torch.Generator().manual_seed(7)
     n, k = 21, 32 * 23
     pw, ref_w, _ = _weights(n, k, fmt, seed=k)
     pw = pw.to(dev)
-    for split, nt in ((1, 1), (2, 1), (3, 1), (1, 3), (2, 3)):
-        for m in (1, 3):
+    for split in (1, 2, 3, 8):
+        for m in (1, 2, 3):
             x = torch.randn(m, k, generator=g).to(dev)
             out = torch.full((m, n), float("nan"), device=dev)
-            bk = 256 if kernel == "dot_bf16n" else 128
-            gemv_triton.gemv_packed(x, pw, TileConfig(kernel, 16, bk, 4, 2, split, nt), out)
+            kernels.gemv_packed(x, pw, TileConfig("dot_i8w", 16, 128, 4, 2, split), out)
             _check(out, x, ref_w, tol=1e-6)
 
 
@@ -269,13 +261,13 @@ def test_bf16_split_is_exact():
     import triton
     import triton.language as tl
 
-    from mtp_turbo.quant.gemv_triton import _x_rows
+    from mtp_turbo.quant.kernels.triton_gemv import _x_rows
 
     @triton.jit
     def split(X, Y, K, M: tl.constexpr):
         r = tl.arange(0, 16)
         c = tl.arange(0, 32)
-        tl.store(Y + r[:, None] * 32 + c[None, :], _x_rows(X, 32, c, K, M, True))
+        tl.store(Y + r[:, None] * 32 + c[None, :], _x_rows(X, 32, c, K, M))
 
     dev = _kernel_device()
     x = (torch.randn(4, 32, generator=torch.Generator().manual_seed(2)) * 100).to(dev)
@@ -293,13 +285,13 @@ def test_bf16_split_is_exact():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_triton_kernels_on_cuda():
     """Every supported tile on CUDA (one compile each per format: every tile on the 640-wide shape,
-    a split-K tile of each wide kernel there too,
-    each kernel's default tile on the odd ones), and the dispatcher's defaults on a head-sized
-    and a large matrix."""
-    from mtp_turbo.quant import gemv_triton
-    from mtp_turbo.quant.gemv import variant_tile
+    a split-K tile of each splitting kernel there too, each kernel's default tile for a 1024 x 640
+    matrix on the odd ones), and the dispatcher's defaults on a head-sized and a large matrix."""
+    from mtp_turbo.quant import kernels
 
-    assert gemv_triton.available()
+    assert kernels.available()
+    wide_defaults = [TileConfig("dot_bf16x3", 32, 64, 4, 3), TileConfig("dot_i8w", 32, 128, 4, 2),
+                     TileConfig("frag8", 32, 64, 4, 2, 16), TileConfig("frag8x", 32, 64, 4, 2, 16)]
     g = torch.Generator().manual_seed(11)
     for fmt in BLOCK_FORMATS:
         for n, k in SHAPES:
@@ -308,15 +300,15 @@ def test_triton_kernels_on_cuda():
             # split-K tiles run the same compiled kernels with other grids: one of each kernel here
             whole = [t for t in SUPPORTED_TILES if t.split_k == 1]
             split = [next(t for t in SUPPORTED_TILES if t.kernel == kn and t.split_k > 1)
-                     for kn in ("dot_i8w", "dot_i8n", "frag8", "frag8x")]
-            tiles = whole + split if k == 640 else [variant_tile(kn, 1024, 640) for kn in KERNELS]
+                     for kn in ("dot_i8w", "frag8", "frag8x")]
+            tiles = whole + split if k == 640 else wide_defaults
             for tile in tiles:
                 # 4 rows (the largest operands) on every tile in q8_0; 1 row everywhere: M is a
                 # compile-time constant, and compiles are what this test spends its time on
                 for m in (1, 4) if (fmt == "q8_0" or k != 640) else (1,):
                     x = torch.randn(m, k, generator=g).cuda()
                     out = torch.full((m, n), float("nan"), device="cuda")
-                    gemv_triton.gemv_packed(x, pw, tile, out)
+                    kernels.gemv_packed(x, pw, tile, out)
                     _check(out, x, ref_w, tol=1e-6)
         for n, k in ((40001, 640), (4099, 4096)):
             pw, ref_w, _ = _weights(n, k, fmt, seed=k)
@@ -361,30 +353,34 @@ def test_packed_linear_any_rows(backend):
 @pytest.mark.interpret
 @pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
 def test_int8_pieces_reconstruct_x():
-    """dot_i8's x operand: row 4p+m of each block holds int8 piece p of x row m; sum_p piece * scale
-    == x to 2^-26 of the block's max |x| (exact for elements within 8x of it), zero rows past M."""
-    from mtp_turbo.quant import gemv_i8
+    """dot_i8w's q8_0 x operand (x_wide): per line of 4 blocks, row (b 4 + p) MP + m holds int8 piece
+    p of x row m in block b's columns and zeros in the others'; sum_p piece * scale == x to 2^-26 of
+    the block's max |x| (exact for elements within 8x of it); rows past M are zero."""
+    from mtp_turbo.quant.kernels import triton_gemv
 
     dev = _kernel_device()
     g = torch.Generator().manual_seed(5)
-    k, m = 96, 3
+    k, m, mp = 160, 3, 4  # 5 blocks: 2 lines, the second half empty
+    ng = 2
     x = torch.randn(4, k, generator=g) * torch.logspace(-3, 3, 4)[:, None]  # rows of very different size
     x[1, 32:64] = 0.0  # an all-zero block
-    xq = torch.zeros(k // 32, 16, 32, dtype=torch.int8, device=dev)
-    xs = torch.full((k // 32, 16), float("nan"), device=dev)
-    gemv_i8.x_pieces[(k // 32,)](x.to(dev), xq, xs, k, x.stride(0), M=m)
-    xq, xs = xq.cpu().double(), xs.cpu().double()
-    assert xq.abs().max() <= 65 and not xs.isnan().any()
-    recon = (xq * xs[:, :, None]).reshape(k // 32, 4, 4, 32).sum(1)  # [nb, m, c]
-    recon = recon.permute(1, 0, 2).reshape(4, k)
+    xw = torch.zeros(ng, 16 * mp, 128, dtype=torch.int8, device=dev)
+    xs = torch.full((ng, 16 * mp), float("nan"), device=dev)
+    triton_gemv.x_wide[(ng,)](x.to(dev), xw, xs, k, x.stride(0), M=m, MP=mp)
+    xw, xs = xw.cpu().double().reshape(ng, 4, 4, mp, 128), xs.cpu().double().reshape(ng, 4, 4, mp)  # [g, b, p, m, c]
+    assert xw.abs().max() <= 65 and not xs.isnan().any()
+    for b in range(4):  # block-diagonal: block b's rows are zero outside its 32 columns
+        assert not xw[:, b, :, :, [c for c in range(128) if c // 32 != b]].any()
+    recon = torch.stack([(xw[:, b, :, :, 32 * b: 32 * b + 32] * xs[:, b, :, :, None]).sum(1) for b in range(4)], 1)
+    recon = recon.permute(2, 0, 1, 3).reshape(mp, ng * 128)[:, :k]  # [m, k]
     xd = x.double()
-    assert not recon[m:].any() and not xs.reshape(-1, 4, 4)[:, :, m:].any()  # rows >= M are zero
+    assert not recon[m:].any() and not xs[..., m:].any()  # rows >= M are zero
     bmax = xd[:m].reshape(m, -1, 32).abs().amax(-1, keepdim=True).expand(-1, -1, 32).reshape(m, k)
     err = (recon[:m] - xd[:m]).abs()
     assert (err <= bmax * 2.0 ** -26).all(), float((err / bmax.clamp(min=1e-300)).max())
     big = xd[:m].abs() >= bmax / 8
     assert torch.equal(recon[:m][big], xd[:m][big])
-    assert (xq[:, 4:] != 0).any()  # the lower pieces carry bits
+    assert (xw[:, :, 1:] != 0).any()  # the lower pieces carry bits
 
 
 @pytest.mark.interpret
@@ -405,25 +401,3 @@ def test_head_class_dispatch_per_row_count():
     lin = PackedLinear(pw, backend="triton")
     x = torch.randn(5, 64, generator=g).to(dev)  # chunks of 4 + 1 rows
     _check(lin(x, out_dtype=torch.float32), x, ref_w, tol=1e-6)
-
-
-@pytest.mark.interpret
-@pytest.mark.skipif(not _has_triton(), reason="needs the triton package")
-@pytest.mark.parametrize("fmt", ["q4_0", "q5_0"])
-def test_bf16n_whole_steps(fmt):
-    """dot_bf16n on an evenly shaped matrix (N a multiple of BLOCK_N x n_tiles, the row a whole
-    number of steps, every pair with both blocks: no masked lane), whole and split over K, at fp32
-    rounding."""
-    from mtp_turbo.quant import gemv_triton
-
-    dev = _kernel_device()
-    g = torch.Generator().manual_seed(9)
-    n, k = 64, 512  # 16 blocks: 8 pairs, 2 or 4 steps
-    pw, ref_w, _ = _weights(n, k, fmt, seed=k + 1)
-    pw = pw.to(dev)
-    for tile in (TileConfig("dot_bf16n", 16, 128, 4, 2, 1, 2), TileConfig("dot_bf16n", 32, 256, 4, 2, 2, 1)):
-        for m in (1, 4):
-            x = torch.randn(m, k, generator=g).to(dev)
-            out = torch.full((m, n), float("nan"), device=dev)
-            gemv_triton.gemv_packed(x, pw, tile, out)
-            _check(out, x, ref_w, tol=1e-6)

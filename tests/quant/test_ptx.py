@@ -1,9 +1,9 @@
-"""The frag GEMV's inline PTX itself (quant/frag_ptx.py), run on the CPU: a small warp interpreter of the instructions the
-text uses (lop3, shr/shl, prmt, f16x2 FMA, cvt, f32 mul/FMA, mov and the warp-wide mma.sync
-m16n8k16, the latter from the PTX ISA's fragment tables) executes `frag_asm(fmt)` for the 32 lanes
-of a warp over every tile and chunk of a packed matrix, with the operands the kernel passes (pack=4),
-and the result must match dequantize-then-matmul. On CUDA the same text runs in the GEMV tests
-(`pytest -m gpu`, bench/check_i8_cuda.py); here it guards the text in CI, which has no GPU."""
+"""The frag8 GEMV's inline PTX itself (quant/kernels/ptx.py), run on the CPU: a small warp interpreter of the
+instructions the text uses (lop3, and, shr/shl, mad, cvt, f32 mul/FMA, mov and the warp-wide mma.sync
+m16n8k32 .s8, the latter from the PTX ISA's fragment tables) executes `frag8_asm(fmt)` for the 32
+lanes of a warp over every tile and chunk of a packed matrix, with the operands the kernel passes
+(pack=4), and the result must match dequantize-then-matmul. On CUDA the same text runs in the GEMV
+tests (`pytest -m gpu`, bench/check_i8_cuda.py); here it guards the text in CI, which has no GPU."""
 
 from __future__ import annotations
 
@@ -13,14 +13,12 @@ import numpy as np
 import pytest
 import torch
 
-from mtp_turbo.quant.frag import FragWeight
+from mtp_turbo.quant.kernels.frag8 import SHIFT, Frag8Weight
+from mtp_turbo.quant.kernels.ptx import frag8_asm
 from mtp_turbo.quant.repack import PackedWeight
 
 pytest.importorskip("triton")
-from mtp_turbo.quant import frag_x  # noqa: E402
-from mtp_turbo.quant import frag8_x  # noqa: E402
-from mtp_turbo.quant.frag8 import SHIFT, Frag8Weight  # noqa: E402
-from mtp_turbo.quant.frag_ptx import frag8_asm, frag_asm  # noqa: E402
+from mtp_turbo.quant.kernels import frag8_x  # noqa: E402
 
 LANE = np.arange(32)
 G, T = LANE // 4, LANE % 4
@@ -28,10 +26,6 @@ G, T = LANE // 4, LANE % 4
 
 def _h2f(bits: np.ndarray) -> np.ndarray:
     return (bits & 0xFFFF).astype(np.uint16).view(np.float16).astype(np.float64)
-
-
-def _f2h(v: np.ndarray) -> np.ndarray:
-    return np.asarray(v, dtype=np.float16).view(np.uint16).astype(np.uint64)
 
 
 def _f32(bits: np.ndarray) -> np.ndarray:
@@ -71,23 +65,6 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
         if not st or st.startswith(".reg"):
             continue
         op, rest = st.split(None, 1)
-        if op.startswith("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"):
-            d, a, b, c = ([t.strip() for t in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", rest))
-            am = np.zeros((16, 16))
-            for i, r in enumerate(a):  # a0,a1 rows g; a2,a3 rows g+8; a4..a7 columns + 8 (PTX ISA)
-                for h in range(2):
-                    am[G + 8 * (i % 2), 2 * T + 8 * (i // 2) + h] = _h2f(val(r) >> (16 * h))
-            bm = np.zeros((16, 8))  # b0,b1: k 2t, 2t+1; b2,b3: k 2t+8, 2t+9; column g
-            for i, r in enumerate(b):
-                for h in range(2):
-                    bm[2 * T + 8 * i + h, G] = _h2f(val(r) >> (16 * h))
-            cm = np.zeros((16, 8))  # c0,c1: row g, columns 2t, 2t+1; c2,c3: row g+8
-            for i, r in enumerate(c):
-                cm[G + 8 * (i // 2), 2 * T + i % 2] = _f32(val(r))
-            dm = am @ bm + cm
-            for i, r in enumerate(d):
-                reg[r] = _b32(dm[G + 8 * (i // 2), 2 * T + i % 2])
-            continue
         if op.startswith("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"):
             d, a, b, c = ([t.strip() for t in grp.split(",")] for grp in re.findall(r"\{([^}]*)\}", rest))
             am = np.zeros((16, 32), dtype=np.int64)
@@ -126,18 +103,6 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
             reg[ops[0]] = val(ops[1]) >> int(ops[2])
         elif op == "shl.b32":
             reg[ops[0]] = (val(ops[1]) << int(ops[2])) & 0xFFFFFFFF
-        elif op == "prmt.b32":  # byte i of d = byte (selector nibble i) of {b, a}
-            src, sel = val(ops[1]) | (val(ops[2]) << 32), int(ops[3], 16)
-            reg[ops[0]] = sum(((src >> np.uint64(8 * ((sel >> (4 * i)) & 7))) & 0xFF) << np.uint64(8 * i)
-                              for i in range(4))
-        elif op == "fma.rn.f16x2":  # every use here is exact (small integers): assert it
-            x, y, z = (val(t) for t in ops[1:])
-            out = np.zeros(32, dtype=np.uint64)
-            for h in range(2):
-                v = _h2f(x >> (16 * h)) * _h2f(y >> (16 * h)) + _h2f(z >> (16 * h))
-                assert np.array_equal(v.astype(np.float16).astype(np.float64), v), "inexact f16x2 FMA"
-                out |= _f2h(v) << np.uint64(16 * h)
-            reg[ops[0]] = out
         elif op == "cvt.f32.f16":
             reg[ops[0]] = _b32(_h2f(val(ops[1])))
         elif op == "mul.f32":
@@ -149,63 +114,10 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
     return {k: reg[f"${k}"] for k in range(8)}
 
 
-def _x_operand(x: torch.Tensor, nc: int, groups: int) -> tuple[np.ndarray, np.ndarray]:
-    xf = torch.zeros(nc, 2 * groups, 32, 4, dtype=torch.int32)
-    xe = torch.zeros(nc, 4, dtype=torch.float32)
-    frag_x.x_frag[(nc,)](x, xf, xe, x.shape[1], x.stride(0), M=x.shape[0], PDL=False, G=groups)
-    return xf.numpy().view(np.uint32).astype(np.uint64), xe.numpy().view(np.uint32).astype(np.uint64)
-
-
-@pytest.mark.parametrize("m", [1, 2, 3, 4])
-@pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
-def test_frag_asm_matches_dequantized_matmul(fmt, m):
-    n, k = 24, 160  # 2 tiles (the second half padding), 3 chunks (the last half padding)
-    groups = 1 if m <= 2 else 2  # as launch picks: one mma a step up to 2 rows
-    gen = torch.Generator().manual_seed(5)
-    w = PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt)
-    x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
-    fw = FragWeight.from_packed(w)
-    nt, nc = fw.tiles
-    xf, xe = _x_operand(x, nc, groups)
-    qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
-    sf = fw.sf.numpy().view(np.uint16).astype(np.uint64)  # [NT, NC, 8, 4]
-    hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
-    asm = frag_asm(fmt, groups)
-    n_o = 4 * groups  # accumulators
-    y = np.zeros((m, nt * 16))
-    for tile in range(nt):
-        acc = [np.zeros(32, dtype=np.uint64) for _ in range(n_o)]  # float32 bits of 0.0
-        for c in range(nc):
-            words = [qf[tile, c, h, :, i] for h in range(2) for i in range(4)] if fmt == "q8_0" else \
-                [qf[tile, c, :, i] for i in range(4)]
-            if fmt == "q5_0":
-                words += [hf[tile, c]] * 4
-            s = sf[tile, c, G]  # [32, 4] fp16 bits: the lane's row pair
-            ops = words + [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
-            ops += [xe[c, T % (2 * groups)]] * 4  # the lane's x row (as gemv_frag._xloads passes it)
-            ops += [xf[c, i, :, q] for i in range(2 * groups) for q in range(4)]  # the tensors the kernel passes
-            ops += acc
-            out = run_warp(asm, {n_o + i: v for i, v in enumerate(ops)})
-            acc = [out[i] for i in range(n_o)]
-        a = [_f32(v) for v in acc]
-        for row_off, (i0, i1) in ((0, (0, 1)), (8, (2, 3))):
-            if groups == 1:  # lane (g, t < 2): row t's pieces 0 + 1; lane t + 2: its piece 2 (the kernel's shuffle)
-                v = a[i0] + a[i1]
-                keep = T < m
-                y[T[keep], tile * 16 + G[keep] + row_off] = (v + v[LANE ^ 2])[keep]
-            else:  # lane (g, t): row m = t; pieces 0 + 1 (group 0) + piece 2 (group 1)
-                keep = T < m
-                y[T[keep], tile * 16 + G[keep] + row_off] = (a[i0] + a[i1] + a[i0 + 4])[keep]
-    y = y[:, :n]
-    ref = x.double().numpy() @ w.dequantize().double().numpy().T
-    bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21
-    assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
-
-
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
 @pytest.mark.parametrize("fmt", ["q4_0", "q5_0", "q8_0"])
 def test_frag8_asm_matches_dequantized_matmul(fmt, m):
-    """frag8_asm (integer mma) over every tile and chunk, operands as gemv_frag8 passes them, the
+    """frag8_asm (integer mma) over every tile and chunk, operands as frag8_gemv passes them, the
     store's join of lanes t and t ^ 1; x spans 16 binades inside each chunk."""
     n, k = 24, 160
     mm = 1 if m <= 2 else 2  # as launch picks

@@ -1,37 +1,43 @@
 """GEMV on weights in the int8 fragment layout (frag8.py): integer tensor cores, a warp per 16-row tile.
 
-Owns: the kernel `gemv_frag8` (Gluon, as gemv_frag.py: lane L provably holds element L of every
-per-lane tensor; two row tiles a warp sharing each chunk's x, loads one chunk ahead), frag8x's
-in-kernel copy of the x operand's rule (`_x_make`: the same words as x_frag8), its launch and the
-CPU emulation. Ignores: the layout (frag8.py), the PTX text (frag_ptx.frag8_asm), the x operand's
-separate kernel and decoding (frag8_x.py), dispatch (gemv.py). Shares gemv_frag's weight loads (the
-same record shapes).
+Owns: the kernel `gemv_frag8` (Gluon: layouts are explicit, so lane L of a warp provably holds element
+L of every per-lane tensor, which the warp-wide `mma.sync` in the PTX relies on; two row tiles a warp
+sharing each chunk's x, loads one or two chunks ahead, split-K partials summed by the last split to
+arrive), frag8x's in-kernel copy of the x operand's rule (`_x_make`: the same words as x_frag8), the
+launch and the CPU emulation. Ignores: the layout (frag8.py), the PTX text (ptx.py), the x operand's
+separate kernel and decoding (frag8_x.py), tile choice (gemv.py).
 
-Against gemv_frag (fp16 mma.m16n8k16, x as three fp16 pieces): one mma.m16n8k32 per 32-block and
-group instead of two, and the weights become operands by 0 (q8_0), 1.5 (q4_0) or ~4 (q5_0) bit
-operations per register instead of 2-4 plus an f16x2 FMA. x is four int8 pieces (frag8_x.py), one
-group of 8 B columns per 2 rows.
+Per warp and 64-column chunk each lane loads its weight words (16 bytes; 32 for q8_0), 4 fp16 block
+scales (shared by the 4 lanes of a row pair) and its x registers, and runs one PTX block on them: one
+mma.m16n8k32 per 32-block and group of 2 x rows, the weights made operands by 0 (q8_0), 1.5 (q4_0) or
+~4 (q5_0) bit operations per register. Nothing passes through shared memory. frag8 is launched as a
+programmatic dependent of x_frag8: its first weight loads go out before it waits for x.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..repack import PackedWeight
 from . import frag8_x
 from .frag8 import SHIFT, Frag8Weight, counters, for_weight8
 from .frag8_x import x8_values
-from .frag_ptx import frag8_asm, frag8_constraints
-from .gemv_frag import FMT_ID, available, geometry  # noqa: F401  (available: the same Triton + Gluon need)
-from .repack import PackedWeight
+from .ptx import frag8_asm, frag8_constraints
 
 try:
     import triton
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
-
-    from .gemv_frag import _loads, _pair_tiles, _x_ready
 except ImportError:  # CPU machines without Triton (or a Triton without Gluon): not available
     triton = None
+
+FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2}
+KERNELS = ("frag8", "frag8x")  # frag8x: the same GEMV making x's words itself (one launch, not two)
+
+
+def available() -> bool:
+    """True when Triton with Gluon imports."""
+    return triton is not None
 
 
 if triton is not None:
@@ -42,6 +48,41 @@ if triton is not None:
     _C8_1, _C8_2 = gl.constexpr(frag8_constraints("q8_0", 1)), gl.constexpr(frag8_constraints("q8_0", 2))
     _C4_1, _C4_2 = gl.constexpr(frag8_constraints("q4_0", 1)), gl.constexpr(frag8_constraints("q4_0", 2))
     _E_MIN = gl.constexpr(frag8_x.E_MIN)
+
+    @gluon.jit
+    def _x_ready():
+        # programmatic dependent launch: wait until x_frag8's grid is done (its XF / XE visible); the
+        # weight loads issued before this overlap x_frag8 and the launch gap
+        gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+    @gluon.jit
+    def _loads(QF, HF, SF, tile, c, lane, j, NC, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
+        # The weights of chunk c of this lane's tile: words (w1: q8_0's second half, q5_0's qh
+        # copies, else w0 again) and scales. No masks: callers clamp tile and c to existing ones (a
+        # chunk loaded past the end is not used).
+        rec = ((tile * NC + c) * 32 + lane)[:, None]  # this lane's record in [NT, NC, 32]
+        if FMT == 0:
+            q8 = ((tile * NC + c) * 64 + lane)[:, None] * 4 + j  # QF [NT, NC, 2, 32, 4]
+            w0 = gl.load(QF + q8)
+            w1 = gl.load(QF + q8 + 128)
+        else:
+            w0 = gl.load(QF + rec * 4 + j)
+            w1 = w0
+            if FMT == 1:
+                w1 = gl.load(HF + rec) + gl.zeros([32 * W, 4], gl.int32, L4)
+        return w0, w1, gl.load(SF + (((tile * NC + c) * 8 + lane // 4) * 4)[:, None] + j)  # SF [NT, NC, 8, 4]
+
+    @gluon.jit
+    def _pair_tiles(CPS, NC, NT, W: gl.constexpr, L4: gl.constexpr, RL: gl.constexpr):
+        # register index j [1, 4], each row's lane [32 W], the first of its warp's two row tiles
+        # t0 = 2 (i W + w), the chunk range [c0, c1) of split program_id(1) and its last chunk, and the
+        # warp's two tiles clamped to existing ones (a clamped tile is loaded, never stored)
+        r = gl.arange(0, 32 * W, layout=RL)
+        j = gl.arange(0, 4, layout=gl.SliceLayout(0, L4))[None, :]
+        t0 = (gl.program_id(0) * W + r // 32) * 2
+        c0 = gl.program_id(1) * CPS
+        c1 = gl.minimum(c0 + CPS, NC)
+        return j, r % 32, t0, c0, c1, c1 - 1, gl.minimum(t0, NT - 1), gl.minimum(t0 + 1, NT - 1)
 
     @gluon.jit
     def _xloads8(XF, XE, c, lane, j, MM: gl.constexpr):
@@ -186,7 +227,7 @@ if triton is not None:
                    AHEAD: gl.constexpr, XIN: gl.constexpr, SHIFT: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers; loads (x too)
         # AHEAD (1 or 2) chunks ahead; split program_id(1) walks chunks [c0, c1) and stores its partials
-        # to Y[split]; FUSE: the last split of a row range sums them into OUT (else the launch does).
+        # to Y[split]; FUSE (split into more than one): the last split of a row range sums them into OUT.
         # XIN (frag8x): the program makes its chunks' x words from X itself (into XF / XE) after the
         # first weight loads are out, instead of a separate x_frag8 launch before it.
         L4: gl.constexpr = gl.BlockedLayout([1, 4], [32, 1], [W, 1], [1, 0])
@@ -229,19 +270,18 @@ if triton is not None:
             _sum_splits(Y, OUT, CNT, M, N, gl.num_programs(1), stride_ys, stride_ym, W)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool = True,
-           scratch: tuple[torch.Tensor, torch.Tensor] | None = None, make_x: bool = True) -> None:
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor,
+           scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel "frag8" or "frag8x",
     on the weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA:
     the Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
     frag8: x's int8 words made by x_frag8, launched before; frag8x: by the GEMV's own programs (one
     launch, not two; the same bits). Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages
     2 or 3 (weights and x loaded one or two chunks ahead), split_k parts of K: their partials summed
-    by the kernel's last program of each row range (fuse; else by torch.sum after: one launch more,
-    kept to measure). The split counters live with the layout (`frag8.counters`): one GEMV on a
-    weight at a time. scratch: the (XF, XE) buffers to use (tests read the x words back); make_x
-    False: they already hold x's words (from an earlier call on this x): the GEMV alone, to measure."""
-    assert tile.kernel in ("frag8", "frag8x") and tile.BLOCK_N == 32 and tile.BLOCK_K == 64, tile
+    by the kernel's last program of each row range. The split counters live with the layout
+    (`frag8.counters`): one GEMV on a weight at a time. scratch: the (XF, XE) buffers to use (tests
+    read the x words back)."""
+    assert tile.kernel in KERNELS and tile.BLOCK_N == 32 and tile.BLOCK_K == 64, tile
     assert tile.num_stages in (2, 3), tile
     fw = for_weight8(w)
     n, k, m, nt, nc, cps, splits = geometry(fw, x, tile.split_k)
@@ -249,9 +289,8 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     xf, xe = scratch or (torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device),
                          torch.empty(nc, 4, 4, dtype=torch.float32, device=x.device))
     assert xf.shape == (nc, mm, 32, 4) and xe.shape == (nc, 4, 4), (xf.shape, xe.shape)
-    assert make_x or scratch is not None, "make_x=False reads the words already in scratch"
-    x_inside = tile.kernel == "frag8x" and x.is_cuda and make_x
-    if make_x and not x_inside:
+    x_inside = tile.kernel == "frag8x" and x.is_cuda
+    if not x_inside:
         frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fw.fmt], PDL=x.is_cuda,
                                num_warps=4)
     if not x.is_cuda:
@@ -263,13 +302,21 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, fuse: bool
     grid0 = triton.cdiv(nt, 2 * w_)
     cnt = counters(w)
     assert cnt.numel() >= grid0, (cnt.numel(), grid0)
-    fused = fuse and splits > 1
     gemv_frag8[(grid0, splits)](
         xf, xe, fw.qf, hf, fw.sf, y, out, cnt, x, m, n, nt, nc, cps, k, x.stride(0),
-        0 if splits == 1 else y.stride(0), out.stride(0), FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=fused,
+        0 if splits == 1 else y.stride(0), out.stride(0), FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=splits > 1,
         AHEAD=tile.num_stages - 1, XIN=x_inside, SHIFT=SHIFT[fw.fmt], num_warps=w_, launch_pdl=True)
-    if splits > 1 and not fused:
-        torch.sum(y, dim=0, out=out)
+
+
+def geometry(fw: Frag8Weight, x: torch.Tensor, split_k: int) -> tuple[int, ...]:
+    """(N, K, M, NT, NC, chunks a split, splits) of x [M, K] against the layout, x checked: 1-4 rows
+    of K, unit column stride."""
+    n, k = fw.shape
+    m = x.shape[0]
+    assert x.dim() == 2 and 1 <= m <= 4 and x.shape[1] == k and x.stride(1) == 1, x.shape
+    nt, nc = fw.tiles
+    cps = -(-nc // split_k)
+    return n, k, m, nt, nc, cps, -(-nc // cps)
 
 
 def emulate(fw: Frag8Weight, xf: torch.Tensor, xe: torch.Tensor, m: int) -> torch.Tensor:

@@ -1,48 +1,140 @@
-"""Integer-tensor-core GEMV kernels (Q8_0 / Q5_0 / Q4_0 weights, 1-4 input rows) and their launch.
+"""The portable Triton GEMV kernels for Q8_0 / Q5_0 / Q4_0 packed weights and 1-4 input rows.
 
-Owns: the int8 kernels and the x operands they need. x is split into int8 pieces per 32-block
-with power-of-two scales (4 pieces: 27 bits, past fp32's 24), the weights' small integers go into
-the int8 dot as they are loaded, the exact int32 partials become fp32 through a magic-number add,
-and the weight and piece scales are applied in fp32. Three variants:
+Owns: the kernels of tiles "dot_bf16x3" and "dot_i8w", their x operands and their launch. Both read
+each weight byte once for all M rows (a verify of k+1 rows moves about the bytes of one row) and
+accumulate in fp32; they are the defaults before Hopper (gemv.DEFAULT_TILES).
 
-- "dot_i8": one [32, BLOCK_N] tile per 32-block against x_pieces' [16, 32] operand (4 pieces x
-  4 rows). A nibble block is the low or high half of its pair's 32 bytes, in element order.
-- "dot_i8w" (q8_0): whole 128-byte lines: a [BLOCK_N, 128] tile (4 blocks of each row) and ONE
-  K = 128 dot against x_wide's block-diagonal operand (rows = block x piece x row), so the blocks'
-  partials come out as separate rows. 86% of copy bandwidth on the H200 head at 1 row; its
-  operand grows 16 rows per input row.
-- "dot_i8n": lines of 128 bytes as the tensor cores' A operand (dot_i8w's orientation swapped),
-  n_tiles output tiles per program walked in one loop, so the next tile's lines are in flight
-  (the head's K = 640 is only 3-5 lines per tile). For q8_0 a line is dot_i8w's 4 blocks. For
-  q4_0 / q5_0 (stored in block pairs, repack.py) a line is 4 pairs = 8 blocks: its low nibbles
-  (blocks 0, 2, 4, 6) and high nibbles (1, 3, 5, 7) are two int8 tiles in element order, each
-  against its own 16-row-per-input-row operand (x_pair). The nibbles stay unsigned (0..15, q5_0's
-  5th bits ORed in: 0..31) and the offset (8 or 16) is subtracted once per row as OFF * sum(x
-  piece). On CUDA the nibble split is one and/shift on 4 bytes at a time (inline PTX).
-Both line kernels take a split over K (program_id(1)): deep matrices with few output tiles
-(8192 x 8192: 128 programs for 132 SMs) write per-split partials, summed after (no atomics: the
-result does not depend on the order programs finish).
+- "dot_bf16x3": per 32-element block, the weight tile [32, BLOCK_N] holds small integers (int8,
+  or nibble(+high bit) - offset), which bf16 represents exactly. x is split into three bf16
+  pieces (hi + mid + lo = x to ~24 bits) stacked as rows 4p + m of a 16-row operand (12 rows
+  used for M = 4), so ONE bf16 tensor-core dot gives all rows x all pieces with exact products
+  and fp32 accumulation; the block's fp16 scale multiplies the [16, BLOCK_N] partial, and the
+  three pieces are summed at the end. fp32-rounding accuracy at tensor-core cost, flat in M.
+- "dot_i8w": integer tensor cores on whole 128-byte lines of each row. x is split into int8
+  pieces per 32-block with power-of-two scales (4 pieces: 27 bits, past fp32's 24), stored
+  block-diagonally (rows = block x piece x row) so the blocks' partials come out as separate rows;
+  the exact int32 partials become fp32 through a magic-number add, then the weight and piece
+  scales apply in fp32. q8_0: a line is 4 blocks, the [BLOCK_N, 128] tile the dot's B operand
+  (gemv_i8w). q4_0 / q5_0 (stored in block pairs, repack.py): a line is 4 pairs = 8 blocks, its
+  low nibbles (blocks 0, 2, 4, 6) and high nibbles (1, 3, 5, 7) two int8 A-operand tiles in element
+  order, each against its own operand (x_pair); the nibbles stay unsigned (q5_0's 5th bits ORed
+  in) and the offset (8 or 16) is subtracted once per row as OFF * sum(x piece); on CUDA the nibble
+  split is one and/shift on 4 bytes at a time (inline PTX). A split over K (program_id(1)) for deep
+  matrices with few output tiles writes per-split partials, summed after (no atomics: the result
+  does not depend on the order programs finish).
 
-Ignores: the float kernels and dispatch (gemv_triton.py), tile defaults (gemv.py), the layout
-(repack.py). Without CUDA they run in Triton's interpreter, where the int8 dots become fp32 dots
-of the same integers (exact: every partial is below 2^24) and the PTX path is off.
+Ignores: tile choice (gemv.py), the layout (repack.py), the Hopper kernels (frag8_gemv.py).
+Triton is optional: this module imports without it (`triton` is then None). On CPU tensors the
+kernels run only in Triton's interpreter (TRITON_INTERPRET=1 set before triton is first imported,
+as tests/conftest.py does without CUDA), where dot operands are replaced by the same values in fp32
+(the interpreter multiplies bf16's raw bits as integers; every integer partial is below 2^24) and
+the PTX path is off.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .repack import PackedWeight
+from ..repack import PackedWeight
 
-try:  # imported by gemv_triton.py only when Triton is there; this guard keeps imports cheap
+try:
     import triton
     import triton.language as tl
-
-    from .gemv_triton import _nib_block, _nib_value, _pair_bytes, _q8_block, _qh_bit  # noqa: F401  (jit callees resolve in globals)
 except ImportError:
     triton = None
 
+FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2}
+KERNELS = ("dot_bf16x3", "dot_i8w")
+
 if triton is not None:
+    # Helpers live at module level, not in closures: the interpreter resolves them in globals.
+    @triton.jit
+    def _q8_block(QS, rn, okn, kb, K):
+        # int8 quants of block kb of rows rn, as a [32, BN] tile (K index down, rows across);
+        # okn [BN]: row exists and block kb exists.
+        rj = tl.arange(0, 32)
+        return tl.load(QS + rn[None, :] * K + kb * 32 + rj[:, None], mask=okn[None, :], other=0)
+
+    @triton.jit
+    def _pair_bytes(K):
+        # bytes per row of a nibble qs array: ceil(nb / 2) block pairs of 32 bytes (repack.py)
+        return (K // 32 + 1) // 2 * 32
+
+    @triton.jit
+    def _qh_bit(j):
+        # the bit of a block's stored q5_0 qh word that holds element j's 5th bit (repack.qh_bit)
+        return 8 * (((j % 4) >> 1) | (((j % 4) & 1) << 1)) + j // 4
+
+    @triton.jit
+    def _nib_value(v, h, j, HAS_QH: tl.constexpr):
+        # nibbles v (0..15) -> signed values: q4_0 v - 8; q5_0 (v | 5th bit << 4) - 16, element j's
+        # bit being bit _qh_bit(j) of the block's stored qh word h (v, h, j broadcast together; h
+        # unused for q4_0). An arithmetic shift of a negative int32 is fine: & 1 keeps that bit.
+        if HAS_QH:
+            return (v | (((h >> _qh_bit(j)) & 1) << 4)) - 16
+        return v - 8
+
+    @triton.jit
+    def _nib_block(QS, QH, rn, okn, kb, K, HAS_QH: tl.constexpr):
+        # Block kb of rows rn -> int32 [32, BN] values in element order: the low (kb even) or high
+        # (odd) nibbles of its pair's 32 bytes (repack.py), q5_0's 5th bits ORed in, minus the offset.
+        rj = tl.arange(0, 32)
+        b = tl.load(QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + rj[:, None], mask=okn[None, :], other=0)
+        v = (b.to(tl.int32) >> (4 * (kb % 2))) & 0xF
+        h = v  # (unused for q4_0)
+        if HAS_QH:
+            h = tl.load(QH + rn * (K // 32) + kb, mask=okn, other=0)[None, :]  # [1, BN]
+        return _nib_value(v, h, rj[:, None], HAS_QH)
+
+    @triton.jit
+    def _x_rows(X, stride_xm, kidx, K, M: tl.constexpr):
+        # [16, len(kidx)] fp32 dot operand: row 4p + m = bf16 piece p (0..2) of x row m, so
+        # hi + mid + lo = x to ~24 bits. Rows past M (and 12..15) are 0.
+        r = tl.arange(0, 16)
+        m = r % 4
+        p = r // 4
+        row_ok = (m < M) & (p < 3)
+        x = tl.load(X + m[:, None] * stride_xm + kidx[None, :], mask=row_ok[:, None] & (kidx < K)[None, :], other=0.0)
+        x = x.to(tl.float32)
+        hi = x.to(tl.bfloat16).to(tl.float32)
+        r1 = x - hi  # exact in fp32
+        mid = r1.to(tl.bfloat16).to(tl.float32)
+        lo = (r1 - mid).to(tl.bfloat16).to(tl.float32)
+        return tl.where(p[:, None] == 0, hi, tl.where(p[:, None] == 1, mid, lo))
+
+    @triton.jit
+    def gemv_dot(X, QS, QH, SC, Y, N, K, stride_xm, stride_ym,
+                 M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 FMT: tl.constexpr, F32_OPERANDS: tl.constexpr):
+        # QS: q8_0 int8 [N, K]; q5_0/q4_0 uint8 [N, pair bytes] (repack.py). QH: q5_0 int32 [N, K/32] (else unused).
+        # SC fp16 [N, K/32]; X [M, K] (fp32/bf16, row stride stride_xm); Y fp32 [M, N].
+        # FMT 0/1/2 = q8_0/q5_0/q4_0.
+        BKB: tl.constexpr = BLOCK_K // 32  # blocks per loop step (unrolled)
+        pid = tl.program_id(0)
+        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = rn < N
+        nb = K // 32
+        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
+        for kb0 in range(0, nb, BKB):
+            for b in tl.static_range(BKB):
+                kb = kb0 + b
+                okn = n_mask & ((rn * 0 + kb) < nb)  # [BN]: the block exists (K tail) in row n
+                s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
+                if FMT == 0:
+                    q = _q8_block(QS, rn, okn, kb, K)
+                else:
+                    q = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)
+                xr = _x_rows(X, stride_xm, kb * 32 + tl.arange(0, 32), K, M)
+                if F32_OPERANDS:  # interpreter: the same values in fp32 (exact products, fp32 sums)
+                    part = tl.dot(xr, q.to(tl.float32), input_precision="ieee")
+                else:  # the pieces and the weights' small integers are exact in bf16
+                    part = tl.dot(xr.to(tl.bfloat16), q.to(tl.bfloat16))
+                acc += part * s[None, :]
+        # rows 4p + m -> [p, m, n]; summing over p adds the pieces
+        y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)
+        rm = tl.arange(0, 4)
+        tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
+
     @triton.jit
     def _int8_pieces(x, p):
         # x fp32 [R, C]: each row one block of one x row (zeros outside it), p [R]: the piece the
@@ -63,90 +155,10 @@ if triton is not None:
         return q.to(tl.int8), step / sc
 
     @triton.jit
-    def x_pieces(X, XQ, XS, K, stride_xm, M: tl.constexpr):
-        # One 32-block kb of x [M, K] -> XQ int8 [nb, 16, 32] and XS fp32 [nb, 16]: row 4p + m is
-        # piece p of x row m, |piece| <= 65, and sum_p XQ[kb, 4p+m, c] * XS[kb, 4p+m] == x[m, kb*32+c]
-        # to 27 bits below the block's max |x| (past fp32's 24).
-        kb = tl.program_id(0)
-        r = tl.arange(0, 16)
-        c = tl.arange(0, 32)
-        m = r % 4
-        p = r // 4
-        x = tl.load(X + m[:, None] * stride_xm + kb * 32 + c[None, :],
-                    mask=(m < M)[:, None] & ((kb * 32 + c) < K)[None, :], other=0.0).to(tl.float32)
-        q, xs = _int8_pieces(x, p)
-        tl.store(XQ + kb * 512 + r[:, None] * 32 + c[None, :], q)
-        tl.store(XS + kb * 16 + r, tl.where(m < M, xs, 0.0))
-
-    @triton.jit
-    def _block_add(acc, q, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS: tl.constexpr):
-        # acc [16, BN] + block kb's partial: x_pieces' int8 operand [16, 32] times the integer
-        # weight tile q [32, BN], then piece scale (per row) x weight scale (per output). A block
-        # past the row's end (kb >= nb) adds 0 (scale and operand masked).
-        r16 = tl.arange(0, 16)
-        c32 = tl.arange(0, 32)
-        okn = n_mask & ((rn * 0 + kb) < nb)
-        s = tl.load(SC + rn * nb + kb, mask=okn, other=0.0).to(tl.float32)  # [BN]
-        ok16 = (r16 * 0 + kb) < nb
-        xq = tl.load(XQ + kb * 512 + r16[:, None] * 32 + c32[None, :], mask=ok16[:, None], other=0)
-        xs = tl.load(XS + kb * 16 + r16, mask=ok16, other=0.0)  # [16]
-        if F32_OPERANDS:  # interpreter: the same integers in fp32 (exact: |sum| < 2^24)
-            part = tl.dot(xq.to(tl.float32), q.to(tl.float32), input_precision="ieee")
-        else:
-            ip = tl.dot(xq, q.to(tl.int8), out_dtype=tl.int32)
-            part = (ip + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-        return acc + (part * xs[:, None]) * s[None, :]
-
-    @triton.jit
-    def gemv_i8(XQ, XS, QS, QH, SC, Y, N, K, stride_ym,
-                M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                FMT: tl.constexpr, F32_OPERANDS: tl.constexpr):
-        # Integer tensor cores: per 32-block, x's int8 pieces [16, 32] (x_pieces) times the int8
-        # weight tile [32, BN] -> exact int32; no per-weight conversion (the cost that bounds the
-        # bf16 variant: one int -> float per weight byte). |dot| <= 32 * 65 * 128 < 2^22, so the
-        # int32 -> fp32 step is the magic-number add (exact, full-rate ALU instead of I2F).
-        # Nibble formats with 2+ blocks a step read each pair's 32 bytes once for both its blocks.
-        BKB: tl.constexpr = BLOCK_K // 32
-        pid = tl.program_id(0)
-        rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-        n_mask = rn < N
-        nb = K // 32
-        c32 = tl.arange(0, 32)
-        acc = tl.zeros([16, BLOCK_N], dtype=tl.float32)
-        for kb0 in range(0, nb, BKB):
-            if FMT == 0 or BKB == 1:
-                for b in tl.static_range(BKB):
-                    kb = kb0 + b
-                    okn = n_mask & ((rn * 0 + kb) < nb)
-                    if FMT == 0:
-                        q = _q8_block(QS, rn, okn, kb, K)  # int8 [32, BN]
-                    else:
-                        q = _nib_block(QS, QH, rn, okn, kb, K, FMT == 1)  # int32 [32, BN], element order
-                    acc = _block_add(acc, q, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS)
-            else:
-                for pp in tl.static_range(BKB // 2):
-                    kb = kb0 + 2 * pp  # even: the pair's low half; kb + 1 its high half (maybe past nb)
-                    okn = n_mask & ((rn * 0 + kb) < nb)
-                    pair = tl.load(QS + rn[None, :] * _pair_bytes(K) + (kb // 2) * 32 + c32[:, None],
-                                   mask=okn[None, :], other=0).to(tl.int32)  # [32, BN]
-                    hl = pair  # (unused for q4_0)
-                    hh = pair
-                    if FMT == 1:  # q5_0's 5th bits of both blocks
-                        hl = tl.load(QH + rn * nb + kb, mask=okn, other=0)[None, :]
-                        hh = tl.load(QH + rn * nb + kb + 1, mask=okn & ((rn * 0 + kb + 1) < nb), other=0)[None, :]
-                    lo = _nib_value(pair & 0xF, hl, c32[:, None], FMT == 1)
-                    hi = _nib_value(pair >> 4, hh, c32[:, None], FMT == 1)
-                    acc = _block_add(acc, lo, XQ, XS, SC, rn, n_mask, kb, nb, F32_OPERANDS)
-                    acc = _block_add(acc, hi, XQ, XS, SC, rn, n_mask, kb + 1, nb, F32_OPERANDS)
-        y = tl.sum(tl.reshape(acc, [4, 4, BLOCK_N]), axis=0)  # rows 4p + m: sum the pieces
-        rm = tl.arange(0, 4)
-        tl.store(Y + rm[:, None] * stride_ym + rn[None, :], y, mask=(rm[:, None] < M) & n_mask[None, :])
-
-    @triton.jit
     def x_wide(X, XW, XS, K, stride_xm, M: tl.constexpr, MP: tl.constexpr):
         # Group g of 4 blocks (128 columns) of x [M, K] -> XW int8 [ng, R, 128], R = 16 MP: row
         # r = (b * 4 + p) * MP + m holds int8 piece p of x row m in block b's 32 columns and zeros
-        # in the other blocks' (block-diagonal), XS fp32 [ng, R] its scale; pieces as x_pieces.
+        # in the other blocks' (block-diagonal), XS fp32 [ng, R] its scale (_int8_pieces).
         g = tl.program_id(0)
         R: tl.constexpr = 16 * MP
         r = tl.arange(0, R)
@@ -299,47 +311,22 @@ if triton is not None:
         return acc + (pl * xsl[None, :]) * sl + (ph * xsh[None, :]) * sh
 
     @triton.jit
-    def _q8_step(QS, XW, XS, SC, rn, n_mask, g, K, acc, MP: tl.constexpr, BLOCK_N: tl.constexpr,
-                 F32_OPERANDS: tl.constexpr):
-        # q8_0 line g (4 blocks, 128 bytes) of rows rn as the A operand against x_wide's operand
-        # [R, 128]; scaled like _pair_step. acc, returned: fp32 [BN, R], column (j 4 + p) MP + m.
+    def gemv_i8w_pairs(XW, XS, XC, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS,
+                       M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, HAS_QH: tl.constexpr,
+                       F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
+        # q4_0 / q5_0: lines of 128 bytes (4 pairs = 8 blocks) as the A operand (_pair_step). Split
+        # over K: program_id(1) takes GPS lines and writes its partial slice of Y.
         R: tl.constexpr = 16 * MP
-        nb = K // 32
-        r = tl.arange(0, R)
-        rk = tl.arange(0, 128)
-        xq = tl.load(XW + g * R * 128 + r[:, None] * 128 + rk[None, :])  # x_wide's int8 [R, 128]
-        part = _wdot(_q8_line(QS, rn, n_mask, g, K), xq, tl.zeros([R], dtype=tl.int32), F32_OPERANDS)
-        sb = _col_scales(SC, rn, n_mask, 4 * g + tl.arange(0, 4), nb, MP, BLOCK_N)
-        return acc + (part * tl.load(XS + g * R + r)[None, :]) * sb
-
-    @triton.jit
-    def gemv_i8n(XW, XS, XC, QS, QH, SC, Y, N, K, stride_ys, stride_ym, GPS, NT,
-                 M: tl.constexpr, MP: tl.constexpr, BLOCK_N: tl.constexpr, FMT: tl.constexpr,
-                 F32_OPERANDS: tl.constexpr, ASM: tl.constexpr):
-        # Lines of 128 bytes as the A operand: q4_0 / q5_0 in block pairs (_pair_step, 8 blocks a
-        # line), q8_0 (_q8_step, 4 blocks). Program (i, s) takes NT consecutive output tiles over
-        # split s's lines (GPS of them), in ONE flattened loop over (tile, line) so the pipeliner
-        # prefetches across tiles (K = 640 is 3 lines: one tile alone has little in flight); a
-        # tile's rows are stored after its last line.
-        R: tl.constexpr = 16 * MP
+        rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_mask = rn < N
         g0 = tl.program_id(1) * GPS
-        cnt = tl.minimum(GPS, tl.cdiv(K // 32, 8 if FMT != 0 else 4) - g0)  # this split's lines
-        rm = tl.arange(0, MP)
         acc = tl.zeros([BLOCK_N, R], dtype=tl.float32)
-        for it in range(0, NT * cnt):
-            g = g0 + it % cnt
-            rn = (tl.program_id(0) * NT + it // cnt) * BLOCK_N + tl.arange(0, BLOCK_N)
-            n_mask = rn < N
-            if FMT == 0:
-                acc = _q8_step(QS, XW, XS, SC, rn, n_mask, g, K, acc, MP, BLOCK_N, F32_OPERANDS)
-            else:
-                acc = _pair_step(QS, QH, XW, XS, XC, SC, rn, n_mask, g, K, acc, MP, BLOCK_N, FMT == 1, F32_OPERANDS,
-                                 ASM)
-            if it % cnt == cnt - 1:
-                y = tl.sum(tl.reshape(acc, [BLOCK_N, 16, MP]), axis=1)  # [BN, MP]: blocks and pieces summed
-                tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
-                         mask=(rm[None, :] < M) & n_mask[:, None])
-                acc = tl.zeros([BLOCK_N, R], dtype=tl.float32)
+        for g in range(g0, tl.minimum(g0 + GPS, tl.cdiv(K // 32, 8))):
+            acc = _pair_step(QS, QH, XW, XS, XC, SC, rn, n_mask, g, K, acc, MP, BLOCK_N, HAS_QH, F32_OPERANDS, ASM)
+        y = tl.sum(tl.reshape(acc, [BLOCK_N, 16, MP]), axis=1)  # [BN, MP]: blocks and pieces summed
+        rm = tl.arange(0, MP)
+        tl.store(Y + tl.program_id(1) * stride_ys + rm[None, :] * stride_ym + rn[:, None], y,
+                 mask=(rm[None, :] < M) & n_mask[:, None])
 
 
 def _splits(ng: int, split_k: int) -> tuple[int, int]:
@@ -348,28 +335,24 @@ def _splits(ng: int, split_k: int) -> tuple[int, int]:
     return gps, -(-ng // gps)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool | None = None) -> None:
-    """out[M, N] = x @ dequant(w).T with tile.kernel in dot_i8 / dot_i8w / dot_i8n (gemv_packed
-    has checked the arguments; x has unit column stride). dot_i8w is q8_0's: on q4_0 / q5_0 it
-    runs dot_i8n. asm: the PTX nibble split (default: on CUDA)."""
+def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor) -> None:
+    """out[M, N] = x @ dequant(w).T with tile.kernel in KERNELS (kernels.gemv_packed has checked the
+    arguments; x has unit column stride)."""
     n, k = w.shape
     m = x.shape[0]
-    fmt = {"q8_0": 0, "q5_0": 1, "q4_0": 2}[w.fmt]
+    fmt = FMT_ID[w.fmt]
     qh = w.qh if w.fmt == "q5_0" else w.scales  # an unused pointer unless q5_0
-    nb = k // 32
     interp = not x.is_cuda
-    if tile.kernel == "dot_i8":
-        xq = torch.empty(nb, 16, 32, dtype=torch.int8, device=x.device)
-        xs = torch.empty(nb, 16, dtype=torch.float32, device=x.device)
-        x_pieces[(nb,)](x, xq, xs, k, x.stride(0), M=m, num_warps=1)
-        gemv_i8[(triton.cdiv(n, tile.BLOCK_N),)](xq, xs, w.qs, qh, w.scales, out, n, k, out.stride(0), M=m,
-                                                 BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K, FMT=fmt,
-                                                 F32_OPERANDS=interp, num_warps=tile.num_warps,
-                                                 num_stages=tile.num_stages)
+    if tile.kernel == "dot_bf16x3":
+        gemv_dot[(triton.cdiv(n, tile.BLOCK_N),)](x, w.qs, qh, w.scales, out, n, k, x.stride(0), out.stride(0), M=m,
+                                                  BLOCK_N=tile.BLOCK_N, BLOCK_K=tile.BLOCK_K, FMT=fmt,
+                                                  F32_OPERANDS=interp, num_warps=tile.num_warps,
+                                                  num_stages=tile.num_stages)
         return
-    assert tile.kernel in ("dot_i8w", "dot_i8n") and tile.BLOCK_K == 128, f"{tile}: 128 bytes of each row a step"
+    assert tile.kernel == "dot_i8w" and tile.BLOCK_K == 128, f"{tile}: 128 bytes of each row a step"
     mp = 1 if m == 1 else (2 if m == 2 else 4)
     nib = fmt != 0
+    nb = k // 32
     ng = triton.cdiv(nb, 8 if nib else 4)  # K-groups: a line of 4 pairs (nibbles) or of 4 q8_0 blocks
     gps, splits = _splits(ng, tile.split_k)
     y = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
@@ -379,18 +362,14 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor, asm: bool 
     rows = (32 if nib else 16) * mp
     xw = torch.empty(ng, rows, 128, dtype=torch.int8, device=x.device)
     xs = torch.empty(ng, rows, dtype=torch.float32, device=x.device)
-    xc = torch.empty(ng, rows, dtype=torch.int32, device=x.device) if nib else xs  # (xs: an unused pointer)
+    grid = (triton.cdiv(n, tile.BLOCK_N), splits)
     if nib:
+        xc = torch.empty(ng, rows, dtype=torch.int32, device=x.device)
         x_pair[(ng,)](x, xw, xs, xc, k, x.stride(0), M=m, MP=mp, OFF=16 if fmt == 1 else 8, num_warps=4)
+        gemv_i8w_pairs[grid](xw, xs, xc, w.qs, qh, w.scales, y, n, k, stride_ys, out.stride(0), gps,
+                             HAS_QH=fmt == 1, ASM=x.is_cuda, **meta)
     else:
         x_wide[(ng,)](x, xw, xs, k, x.stride(0), M=m, MP=mp, num_warps=4)
-    if tile.kernel == "dot_i8n" or nib:
-        nt = tile.n_tiles
-        gemv_i8n[(triton.cdiv(n, tile.BLOCK_N * nt), splits)](
-            xw, xs, xc, w.qs, qh, w.scales, y, n, k, stride_ys, out.stride(0), gps, nt, FMT=fmt,
-            ASM=x.is_cuda if asm is None else asm, **meta)
-    else:
-        gemv_i8w[(triton.cdiv(n, tile.BLOCK_N), splits)](xw, xs, w.qs, w.scales, y, n, k, stride_ys, out.stride(0),
-                                                         gps, **meta)
+        gemv_i8w[grid](xw, xs, w.qs, w.scales, y, n, k, stride_ys, out.stride(0), gps, **meta)
     if splits > 1:
         torch.sum(y, dim=0, out=out)

@@ -3,16 +3,19 @@
 Owns: `Frag8Weight` (one [N_out, K] Q8_0 / Q5_0 / Q4_0 matrix re-laid so that each lane of a warp
 loads, in one or two 16-byte loads, exactly the weights of its integer-mma A registers for a
 16-row x 64-column chunk, in a form that becomes those registers in 0-4 bit operations each), its
-construction from a `PackedWeight`, its decoding (the tests and the CPU path) and the lane index
-map. Ignores: the kernel (gemv_frag8.py), the fp16 layout (frag.py, whose geometry, padding and
-scale records this shares), GGUF bytes (repack.py).
+construction from a `PackedWeight`, its decoding (the tests and the CPU path), the lane index map,
+the padding and scale records, and the per-weight copy with its split-K counters (`for_weight8`).
+Ignores: the kernel (frag8_gemv.py), its PTX (ptx.py), GGUF bytes (repack.py keeps the byte-exact
+form; this is built from it).
 
-Why: the fp16 layout (frag.py) needs one f16x2 FMA per register and two mma per 32-block; integer
-tensor cores take a whole 32-block in one mma.m16n8k32 and need no float conversion: the weight
-becomes an exact int8 multiple of its value, the mma sums in exact int32.
+Why: generic Triton kernels spend their issue slots moving converted weights through shared memory
+into the operand layout; here a lane's bytes are already its operand, and integer tensor cores take
+a whole 32-block in one mma with exact int32 sums: the weight is an exact int8 multiple of its value.
 
-Geometry as frag.py (16-row tiles T, 64-column chunks C = 2 blocks, lane L: g = L // 4, t = L % 4).
-For block b of chunk C the A registers are (PTX ISA, "Matrix fragments for mma.m16n8k32", .s8):
+Geometry. Row tiles of 16 output rows (T = 0..NT-1, N padded to 16 with zero-scale rows), chunks of
+64 columns = 2 blocks (C = 0..NC-1, K padded to 64 with zero-scale blocks). Lane L of a warp has
+g = L // 4, t = L % 4. For block b of chunk C the A registers are (PTX ISA, "Matrix fragments for
+mma.m16n8k32", .s8):
     a0 = W[g, 4t .. 4t+3]      a1 = W[g+8, 4t .. 4t+3]
     a2 = W[g, 16+4t .. +3]     a3 = W[g+8, 16+4t .. +3]      (columns + 32 b; byte i = column + i)
 as int8 multiples of the value: q8_0 the value itself, q5_0 8 (q - 16), q4_0 16 (q - 8). Stored:
@@ -23,7 +26,9 @@ as int8 multiples of the value: q8_0 the value itself, q5_0 8 (q - 16), q4_0 16 
   q5_0  the same nibbles, plus hf int32 [NT, NC, 32]: NOT the 5th bit of register r = 4 b + j's byte i
         at bit 8 i + 7 - r, so `(hf << r) & 0x80808080` ORed onto the nibble at bits 3..6 gives
         8 (q - 16) (bit 7 = 1 - 5th bit is the sign: 8 q - 128);
-  every format: sf float16 [NT, NC, 8, 4], frag.scale_records (the block scales, as stored in GGUF).
+  every format: sf float16 [NT, NC, 8, 4]: entry g = (scale[g, 2C], scale[g+8, 2C], scale[g, 2C+1],
+        scale[g+8, 2C+1]), read by the 4 lanes of that g (stored once: the scales stay 1/16 of
+        q4_0's bytes, as in GGUF).
 """
 
 from __future__ import annotations
@@ -32,9 +37,9 @@ from dataclasses import dataclass
 
 import torch
 
-from .frag import COLS, ROWS, FragWeight, padded_codes, scale_records, scales_from_records, to_i32, with_tail
-from .repack import BLOCK_FORMATS, CODE_OFFSET, QK, PackedWeight
+from ..repack import BLOCK_FORMATS, CODE_OFFSET, QK, PackedWeight
 
+ROWS, COLS = 16, 64  # one row tile x one chunk
 MULT = {"q8_0": 1, "q5_0": 8, "q4_0": 16}  # the int8 a register holds = MULT x the block's integer
 SHIFT = {f: m.bit_length() - 1 for f, m in MULT.items()}  # log2(MULT): the GEMV folds 2^-SHIFT into x's scale
 
@@ -49,8 +54,19 @@ def lane_rows_cols(device=None) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @dataclass(frozen=True, eq=False)
-class Frag8Weight(FragWeight):
+class Frag8Weight:
     """A block-format matrix in the int8 fragment layout (module docstring). Build with `from_packed`."""
+
+    fmt: str
+    shape: tuple[int, int]  # (N_out, K) of the matrix (unpadded)
+    qf: torch.Tensor  # int32, see module docstring
+    sf: torch.Tensor  # float16 [NT, NC, 8, 4]
+    hf: torch.Tensor | None = None  # int32 [NT, NC, 32] (q5_0)
+
+    @property
+    def tiles(self) -> tuple[int, int]:
+        """(NT, NC): row tiles and chunks."""
+        return self.sf.shape[0], self.sf.shape[1]
 
     def a_values(self) -> torch.Tensor:
         """int64 [NT, NC, 2, 32, 4, 4]: the int8 A register bytes [tile, chunk, block, lane, r, i] the
@@ -103,8 +119,7 @@ class Frag8Weight(FragWeight):
             qf = words.permute(0, 1, 3, 2, 4).reshape(nt, nc, 32, 4)  # word 2 b + h
             if w.fmt == "q5_0":
                 hf = to_i32(((1 - (v >> 4)) << _h_bits(dev)).sum((2, -2, -1)))  # [NT, NC, 32]
-        return Frag8Weight(w.fmt, w.shape, with_tail(to_i32(qf)), with_tail(scale_records(sc, nt, nc)),
-                           None if hf is None else with_tail(hf))
+        return Frag8Weight(w.fmt, w.shape, to_i32(qf), scale_records(sc, nt, nc), hf)
 
 
 def _h_bits(device) -> torch.Tensor:
@@ -113,9 +128,41 @@ def _h_bits(device) -> torch.Tensor:
     return 8 * torch.arange(4, device=device)[None, None, None, :] + 7 - r
 
 
+def padded_codes(w: PackedWeight) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes int32 [NT*16, NC*64], scales float16 [NT*16, NC*2]) of w, padded to whole tiles and
+    chunks: padding codes are the format's zero (CODE_OFFSET), padding scales 0."""
+    n, k = w.shape
+    nt, nc = -(-n // ROWS), -(-k // COLS)
+    codes = torch.full((nt * ROWS, nc * COLS), CODE_OFFSET[w.fmt], dtype=torch.int32, device=w.device)
+    codes[:n, :k] = w.codes()
+    sc = torch.zeros((nt * ROWS, nc * 2), dtype=torch.float16, device=w.device)
+    sc[:n, : k // QK] = w.scales
+    return codes, sc
+
+
+def scale_records(sc: torch.Tensor, nt: int, nc: int) -> torch.Tensor:
+    """float16 [NT, NC, 8, 4] from the padded block scales sc [NT*16, NC*2]: entry g of a tile-chunk
+    = (scale[g, 2C], scale[g+8, 2C], scale[g, 2C+1], scale[g+8, 2C+1]) (module docstring)."""
+    sf = sc.reshape(nt, ROWS, nc, 2).permute(0, 2, 1, 3)  # [NT, NC, 16, 2]
+    return torch.stack([sf[:, :, :8, 0], sf[:, :, 8:, 0], sf[:, :, :8, 1], sf[:, :, 8:, 1]], dim=-1).contiguous()
+
+
+def scales_from_records(sf: torch.Tensor) -> torch.Tensor:
+    """float32 [NT, NC, 16 rows, 2 blocks]: scale_records inverted."""
+    sf = sf.float()
+    return torch.stack([torch.cat([sf[..., 0], sf[..., 1]], -1), torch.cat([sf[..., 2], sf[..., 3]], -1)], -1)
+
+
+def to_i32(x: torch.Tensor) -> torch.Tensor:
+    """int64 holding an unsigned 32-bit pattern -> int32 with the same bits."""
+    x = x.to(torch.int64) & 0xFFFFFFFF
+    return torch.where(x >= 2**31, x - 2**32, x).to(torch.int32).contiguous()
+
+
 def for_weight8(w: PackedWeight) -> Frag8Weight:
     """w's int8 fragment layout, built on first use and kept with w (`PackedWeight.derived`), with its
-    split counters (`counters`)."""
+    split counters (`counters`): the same bytes again in device memory, so build it only for
+    matrices a frag8 tile runs on."""
     if "frag8" not in w.derived:
         w.derived["frag8"] = Frag8Weight.from_packed(w)
         w.derived["frag8_counters"] = torch.zeros(w.derived["frag8"].tiles[0], dtype=torch.int32, device=w.device)

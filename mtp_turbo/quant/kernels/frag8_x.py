@@ -2,7 +2,7 @@
 
 Owns: `x_frag8` (the Triton kernel, one program per 64-column chunk; it also runs in Triton's CPU
 interpreter) and `x8_values` (the pieces decoded back to x, float64: the CPU path and the tests).
-Ignores: the weights (frag8.py), the GEMV (gemv_frag8.py), the PTX (frag_ptx.frag8_asm).
+Ignores: the weights (frag8.py), the GEMV (frag8_gemv.py), the PTX (ptx.py).
 
 Per chunk c and row m let 2^E be the power of two just above the row's largest |x| in the chunk,
 and V = x 2^(28-E) truncated to an integer (|V| < 2^28; the scaling is exact). Its pieces are V's
@@ -10,11 +10,11 @@ and V = x 2^(28-E) truncated to an integer (|V| < 2^28; the scaling is exact). I
 [0, 127]), so x = (p0 2^21 + p1 2^14 + p2 2^7 + p3) 2^(E-28) + r with |r| < 2^(E-28): x is kept
 below 2^-27 of the chunk's largest element (a sixteenth of fp32's half-ulp there; elements within
 5 binades of it exactly). One multiply, one conversion and a shift and mask an element: the GEMV
-can make them itself (gemv_frag8's frag8x, the same bits). mma group j (of 1 or 2) takes rows
-2j, 2j + 1 as B columns n = 4 (m % 2) + piece, so lane (g, t)'s int32 sums are pieces 2 (t % 2),
-2 (t % 2) + 1 of row 2j + t // 2: the GEMV joins them as c_even 2^7 + c_odd (exact) and scales by
-the lane's power of two 2^(E - 14 - 14 (t % 2) - SHIFT) (SHIFT undoes the weights' int8 multiple,
-frag8.MULT).
+can make them itself (tile kernel frag8x, frag8_gemv.py: the same bits). mma group j (of 1 or 2)
+takes rows 2j, 2j + 1 as B columns n = 4 (m % 2) + piece, so lane (g, t)'s int32 sums are pieces
+2 (t % 2), 2 (t % 2) + 1 of row 2j + t // 2: the GEMV joins them as c_even 2^7 + c_odd (exact) and
+scales by the lane's power of two 2^(E - 14 - 14 (t % 2) - SHIFT) (SHIFT undoes the weights' int8
+multiple, frag8.MULT).
 """
 
 from __future__ import annotations

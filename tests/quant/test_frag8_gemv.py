@@ -1,4 +1,4 @@
-"""The int8 frag GEMV (quant/gemv_frag8.py): through its launch, every row count, whole and split over
+"""The int8 frag GEMV (quant/kernels/frag8_gemv.py): through its launch, every row count, whole and split over
 K (on CUDA the split partials are summed inside the kernel by the last split to arrive: the result
 must be the same bits on every call, the counters back at zero after each). frag8x, which makes x's
 words inside the GEMV, must make x_frag8's words bit for bit, and so the same outputs."""
@@ -8,12 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mtp_turbo.quant.frag8 import counters
+from mtp_turbo.quant.kernels.frag8 import counters
 from mtp_turbo.quant.gemv import TileConfig
 from mtp_turbo.quant.repack import PackedWeight
 
 pytest.importorskip("triton")
-from mtp_turbo.quant import gemv_frag8  # noqa: E402
+from mtp_turbo.quant.kernels import frag8_gemv  # noqa: E402
 
 
 def _case(fmt: str, n: int, k: int, m: int, device: str):
@@ -34,22 +34,8 @@ def test_launch_cpu_emulation(fmt, kernel):
         w, x, ref, bound = _case(fmt, 37, 224, m, "cpu")
         for split in (1, 4):
             out = torch.full((m, 37), float("nan"))
-            gemv_frag8.launch(x, w, TileConfig(kernel, 32, 64, 4, 2, split), out)
+            frag8_gemv.launch(x, w, TileConfig(kernel, 32, 64, 4, 2, split), out)
             assert torch.all((out.double() - ref).abs() <= bound)
-
-
-def test_make_x_false_reuses_the_words():
-    """make_x=False (the bench's GEMV-alone timing) reads the words already in scratch: a second
-    call with another x gives the first call's output; without scratch it is refused."""
-    w, x, _, _ = _case("q4_0", 37, 224, 2, "cpu")
-    tile = TileConfig("frag8", 32, 64, 4, 2, 2)
-    scratch = (torch.empty(4, 1, 32, 4, dtype=torch.int32), torch.empty(4, 4, 4))
-    first, again = torch.empty(2, 37), torch.empty(2, 37)
-    gemv_frag8.launch(x, w, tile, first, scratch=scratch)
-    gemv_frag8.launch(torch.zeros_like(x), w, tile, again, scratch=scratch, make_x=False)
-    assert first.abs().sum() > 0 and torch.equal(first, again)
-    with pytest.raises(AssertionError):
-        gemv_frag8.launch(x, w, tile, again, make_x=False)
 
 
 @pytest.mark.gpu
@@ -64,11 +50,11 @@ def test_fused_split_sum_is_exact_and_repeatable(fmt):
             for split in (2, 8, 32):
                 tile = TileConfig("frag8", 32, 64, 4, 2, split)
                 out = torch.full((m, n), float("nan"), device="cuda")
-                gemv_frag8.launch(x, w, tile, out)
+                frag8_gemv.launch(x, w, tile, out)
                 first = out.clone()
                 assert torch.all((first.double().cpu() - ref).abs() <= bound), (n, k, m, split)
                 for _ in range(20):
-                    gemv_frag8.launch(x, w, tile, out)
+                    frag8_gemv.launch(x, w, tile, out)
                 assert torch.equal(out, first), (n, k, m, split)
                 assert not counters(w).any()
 
@@ -94,7 +80,7 @@ def test_x_inside_makes_the_same_words_and_outputs(fmt):
                     xf = torch.full((nc, mm, 32, 4), -1, dtype=torch.int32, device="cuda")
                     xe = torch.full((nc, 4, 4), float("nan"), device="cuda")
                     out = torch.full((m, n), float("nan"), device="cuda")
-                    gemv_frag8.launch(x.to(dt), w, TileConfig(kernel, 32, 64, warps, stages, split), out, scratch=(xf, xe))
+                    frag8_gemv.launch(x.to(dt), w, TileConfig(kernel, 32, 64, warps, stages, split), out, scratch=(xf, xe))
                     outs.append(out)
                     words.append((xf, xe[..., :mm]))
                 assert torch.equal(words[0][0], words[1][0]), (n, k, m, split)
