@@ -3,15 +3,19 @@
 Owns: turning `tokenizer.ggml.*` metadata of a SentencePiece-style vocabulary ("llama" model:
 pieces + scores + token types, no merges) into a byte-fallback BPE `tokenizers.Tokenizer` that
 encodes exactly like transformers' GGUF conversion (GemmaTokenizer for the Gemma family), BOS/EOS
-and stop ids, incremental UTF-8-safe decoding, and Gemma's chat format.
-Ignores: byte-level (gpt2) and unigram vocabularies (refused with ModelFileError), chat templates
-stored as Jinja in the file (Gemma's format is built in), any on-disk caching.
+and stop ids, incremental UTF-8-safe decoding (control tokens silent unless asked for), Gemma's
+chat format, the file's own chat template (`tokenizer.chat_template`, Jinja, rendered sandboxed),
+and the plain-text rendering of messages for a model whose file has no template (a base model).
+Ignores: byte-level (gpt2) and unigram vocabularies (refused with ModelFileError), any on-disk
+caching.
 """
 
 from __future__ import annotations
 
 import codecs
+import re
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mtp_turbo.errors import ConfigError, ModelFileError
@@ -19,6 +23,7 @@ from mtp_turbo.errors import ConfigError, ModelFileError
 # llama.cpp token types (tokenizer.ggml.token_type).
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 SPIECE_SPACE = "\u2581"  # '▁', SentencePiece's visible space
+_TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # '<start_of_image>', '[multimodal]'
 _GEMMA_ARCHS = ("gemma", "gemma2", "gemma3")
 
 
@@ -125,7 +130,13 @@ class GGUFTokenizer:
             raise ModelFileError(f"{self._name}: {e}") from None
         self._pieces: list[str] = list(metadata["tokenizer.ggml.tokens"])
         types = metadata.get("tokenizer.ggml.token_type")
-        self._control = frozenset(() if types is None else (i for i, k in enumerate(types) if k == TOKEN_CONTROL))
+        types = [] if types is None else [int(k) for k in types]
+        self._control = frozenset(i for i, k in enumerate(types) if k == TOKEN_CONTROL)
+        # Markup, not text: control tokens, and user-defined ones spelled as a tag (Gemma's
+        # <start_of_image>, <end_of_image>, [multimodal]; its other user-defined pieces are runs of
+        # newlines and tabs, which are text). Decoding drops them unless asked for (special).
+        self._markup = self._control | frozenset(
+            i for i, k in enumerate(types) if k == TOKEN_USER_DEFINED and _TAG.fullmatch(self._pieces[i]))
         # Non-Gemma SentencePiece vocabularies get a dummy '▁' prefix that decoding strips again.
         self.strips_first_space = (metadata.get("general.architecture") not in _GEMMA_ARCHS
                                    and bool(metadata.get("tokenizer.ggml.add_space_prefix", True)))
@@ -144,6 +155,8 @@ class GGUFTokenizer:
         if end_of_turn is not None:
             stops.append(end_of_turn)
         self.stop_ids: tuple[int, ...] = tuple(dict.fromkeys(stops))
+        template = metadata.get("tokenizer.chat_template")
+        self.chat_template: str | None = str(template) if template else None  # the file's Jinja, if any
 
     @property
     def backend(self) -> Any:
@@ -165,10 +178,12 @@ class GGUFTokenizer:
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """Text of `ids`. A leading BOS (what encode adds) is dropped, so decode(encode(x)) == x;
-        with skip_special every control token is dropped."""
+        with skip_special every markup token (is_markup) is dropped."""
         ids = [int(i) for i in ids]
         if ids and ids[0] == self.bos_id:
             ids = ids[1:]
+        if skip_special:
+            ids = [i for i in ids if i not in self._markup]
         return self._tok.decode(ids, skip_special_tokens=skip_special)
 
     def piece_bytes(self, token_id: int) -> bytes:
@@ -180,12 +195,52 @@ class GGUFTokenizer:
     def is_control(self, token_id: int) -> bool:
         return token_id in self._control
 
-    def stream(self) -> "StreamDecoder":
-        return StreamDecoder(self)
+    def is_markup(self, token_id: int) -> bool:
+        """A control token or a tag-like user-defined one: no text unless decoded with special."""
+        return token_id in self._markup
+
+    def stream(self, special: bool = False) -> "StreamDecoder":
+        """An incremental decoder. Markup tokens (is_markup: `<end_of_turn>`, `<start_of_image>`, ...)
+        give no text unless `special`; their ids are still the caller's to see."""
+        return StreamDecoder(self, special=special)
+
+    @property
+    def has_chat_template(self) -> bool:
+        return self.chat_template is not None
+
+    def chat_prompt(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> "ChatPrompt":
+        """The prompt a chat request becomes: the file's chat template where it has one, else the
+        plain-text rendering (`plain_chat`, with the stop strings that end the assistant's turn)."""
+        if self.chat_template is None:
+            return ChatPrompt(plain_chat(messages, add_generation_prompt), PLAIN_CHAT_STOPS, "plain")
+        return ChatPrompt(self.render_template(messages, add_generation_prompt), (), "model")
+
+    def render_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        """The file's own Jinja chat template, rendered in a sandbox as transformers does, without
+        a leading BOS (encode adds it). The template's raise_exception becomes a ConfigError."""
+        if self.chat_template is None:
+            raise ConfigError(f"{self._name} has no chat template")
+        from jinja2 import TemplateError
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        def raise_exception(message: str):
+            raise ConfigError(f"chat template: {message}")
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.globals["raise_exception"] = raise_exception
+        bos = self._pieces[self.bos_id]
+        try:
+            text = env.from_string(self.chat_template).render(
+                messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token=bos,
+                eos_token=self._pieces[self.eos_id])
+        except TemplateError as e:
+            raise ConfigError(f"{self._name}: its chat template failed: {e}") from None
+        return text[len(bos):] if text.startswith(bos) else text
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
-        """Gemma's chat format, without BOS (encode adds it). A leading system message is folded
-        into the first user turn, as Gemma-3's own template does; roles must alternate."""
+        """Gemma's chat format (built in, whatever the file carries), without BOS (encode adds
+        it); the format of the MTP head's training rows. A leading system message is folded into
+        the first user turn, as Gemma-3's own template does; roles must alternate."""
         msgs = list(messages)
         prefix = ""
         if msgs and msgs[0].get("role") == "system":
@@ -208,24 +263,54 @@ class GGUFTokenizer:
         return "".join(out)
 
 
+# The plain-text rendering of chat messages for a model whose file has no chat template: one line
+# per message, "System: ", "User: " or "Assistant: " before its content, and "Assistant:" last for
+# the reply. A base model continues such a transcript with more turns, so generation stops at the
+# next "User:" line.
+PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}
+PLAIN_CHAT_STOPS = ("\nUser:",)
+
+
+@dataclass(frozen=True)
+class ChatPrompt:
+    text: str  # the prompt, without BOS
+    stop: tuple[str, ...]  # strings that end the reply besides the model's stop tokens
+    template: str  # "model" (the file's chat template) or "plain"
+
+
+def plain_chat(messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+    lines = []
+    for i, m in enumerate(messages):
+        role, content = m.get("role"), m.get("content", "")
+        if role not in PLAIN_ROLES:
+            raise ConfigError(f"chat message {i}: role {role!r} is not one of {', '.join(PLAIN_ROLES)}")
+        if not isinstance(content, str):
+            raise ConfigError(f"chat message {i}: content must be a string")
+        lines.append(f"{PLAIN_ROLES[role]}: {content.strip()}")
+    if add_generation_prompt:
+        lines.append("Assistant:")
+    return "\n".join(lines)
+
+
 class StreamDecoder:
     """Turns ids fed one at a time into text pieces that never split a UTF-8 character.
 
     Byte-fallback pieces are held back until their character is complete; concatenating every
-    piece and flush() gives decode(ids) for valid text. Bytes that can never form a character
-    come out as U+FFFD (one per invalid sequence, where the batch decoder writes one per byte).
+    piece and flush() gives decode(ids) for valid text (decode(ids, skip_special=True) unless
+    `special`: markup tokens give no text). Bytes that can never form a character come out as
+    U+FFFD (one per invalid sequence, where the batch decoder writes one per byte).
     """
 
-    def __init__(self, tokenizer: GGUFTokenizer, skip_special: bool = False):
+    def __init__(self, tokenizer: GGUFTokenizer, special: bool = False):
         self._tok = tokenizer
-        self._skip = skip_special
+        self._skip = not special
         self._utf8 = codecs.getincrementaldecoder("utf-8")("replace")
         self._started = False  # for vocabularies whose decoder strips the dummy-prefix space
 
     def feed(self, token_id: int) -> str:
         """Text completed by this id ('' while a character is still incomplete)."""
         token_id = int(token_id)
-        if self._skip and self._tok.is_control(token_id):
+        if self._skip and self._tok.is_markup(token_id):
             return ""
         text = self._utf8.decode(self._tok.piece_bytes(token_id))
         if text and not self._started:

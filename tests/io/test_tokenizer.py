@@ -1,4 +1,5 @@
-"""GGUFTokenizer against transformers' GGUF tokenizer on real text; streaming decode; chat format."""
+"""GGUFTokenizer against transformers' GGUF tokenizer on real text; streaming decode (control tokens
+silent unless asked for); Gemma's chat format, the file's own template, the plain-text rendering."""
 
 import importlib
 import unicodedata
@@ -7,7 +8,7 @@ import warnings
 import pytest
 
 from mtp_turbo.errors import ConfigError, ModelFileError
-from mtp_turbo.io.tokenizer import GGUFTokenizer, StreamDecoder, build_tokenizer
+from mtp_turbo.io.tokenizer import PLAIN_CHAT_STOPS, GGUFTokenizer, StreamDecoder, build_tokenizer, plain_chat
 
 _MODULES = ["os", "re", "json", "collections", "itertools", "functools", "inspect", "string", "textwrap",
             "pathlib", "argparse", "logging", "subprocess", "unicodedata", "datetime", "decimal", "fractions",
@@ -198,6 +199,71 @@ def test_llama_style_vocabulary_matches_transformers():
         assert ids == ref.encode(text, add_special_tokens=False).ids, text
         assert tok.decode(ids) == ref.decode(ids, skip_special_tokens=False)
         assert tok.encode(text) == [1, *ids]
-        dec = tok.stream()
+        dec = tok.stream(special=True)
         assert "".join(dec.feed_many(ids)) + dec.flush() == tok.decode(ids)
+        dec = tok.stream()
+        assert "".join(dec.feed_many(ids)) + dec.flush() == tok.decode(ids, skip_special=True)
     assert tok.stop_ids == (2,)
+
+
+def test_stream_is_silent_on_control_tokens_unless_special(tok):
+    """A sampled <start_of_image> (user-defined in the file, but a tag) prints nothing by default,
+    as text with special; control tokens likewise; user-defined newline runs are text."""
+    img = tok.backend.token_to_id("<start_of_image>")
+    assert img is not None and tok.is_markup(img) and not tok.is_control(img)
+    eot, nl2 = tok.stop_ids[1], tok.backend.token_to_id("\n\n")
+    assert tok.is_markup(eot) and tok.is_control(eot) and not tok.is_markup(nl2)
+    assert tok.stream().feed(nl2) == "\n\n" and tok.stream().feed(eot) == ""
+    assert tok.stream(special=True).feed(eot) == "<end_of_turn>"
+    assert tok.decode([img, nl2, eot], skip_special=True) == "\n\n"
+    ids = tok.encode("Rain falls", add_bos=False) + [img, img] + tok.encode(" softly", add_bos=False)
+    dec = tok.stream()
+    assert "".join(dec.feed_many(ids)) + dec.flush() == "Rain falls softly"
+    dec = tok.stream(special=True)
+    assert "".join(dec.feed_many(ids)) + dec.flush() == "Rain falls<start_of_image><start_of_image> softly"
+    normal = tok.encode(" softly", add_bos=False)[0]
+    assert not tok.is_control(normal) and tok.stream().feed(normal) == " softly"
+
+
+def test_base_model_has_no_template_and_chats_in_plain_text(tok):
+    msgs = [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": " What is rain?\n"},
+            {"role": "assistant", "content": "Water."}, {"role": "user", "content": "And snow?"}]
+    assert not tok.has_chat_template and tok.chat_template is None
+    cp = tok.chat_prompt(msgs)
+    assert cp.template == "plain" and cp.stop == PLAIN_CHAT_STOPS == ("\nUser:",)
+    assert cp.text == plain_chat(msgs) == ("System: Be brief.\nUser: What is rain?\nAssistant: Water.\n"
+                                           "User: And snow?\nAssistant:")
+    assert plain_chat(msgs[1:2], add_generation_prompt=False) == "User: What is rain?"
+    with pytest.raises(ConfigError, match="role 'tool'"):
+        plain_chat([{"role": "tool", "content": "x"}])
+    with pytest.raises(ConfigError, match="content must be a string"):
+        plain_chat([{"role": "user", "content": ["x"]}])
+    with pytest.raises(ConfigError, match="no chat template"):
+        tok.render_template(msgs)
+
+
+def test_file_chat_template_is_rendered(model):
+    """A file that carries a chat template gets it, rendered by Jinja (llama.cpp's copy of Gemma-2's
+    template): the same text as the built-in Gemma format, BOS left to encode, and the template's
+    own errors as ConfigError."""
+    from pathlib import Path
+
+    template = (Path(__file__).parents[1] / "data" / "gemma2_chat_template.jinja").read_text()
+    tok = GGUFTokenizer(dict(model.metadata, **{"tokenizer.chat_template": template}))
+    assert tok.has_chat_template
+    convs = [[{"role": "user", "content": "Hi"}],
+             [{"role": "user", "content": " Hi there \n"}, {"role": "assistant", "content": "Hello."},
+              {"role": "user", "content": "Bye"}]]
+    for msgs in convs:
+        for gen in (True, False):
+            cp = tok.chat_prompt(msgs, add_generation_prompt=gen)
+            assert cp.template == "model" and cp.stop == ()
+            assert cp.text == tok.apply_chat_template(msgs, add_generation_prompt=gen)
+            assert not cp.text.startswith("<bos>") and tok.encode(cp.text).count(tok.bos_id) == 1
+    with pytest.raises(ConfigError, match="System role not supported"):
+        tok.chat_prompt([{"role": "system", "content": "x"}, {"role": "user", "content": "y"}])
+    with pytest.raises(ConfigError, match="alternate"):
+        tok.chat_prompt([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
+    broken = GGUFTokenizer(dict(model.metadata, **{"tokenizer.chat_template": "{% for m in messages %}"}))
+    with pytest.raises(ConfigError, match="chat template failed"):
+        broken.chat_prompt(convs[0])
