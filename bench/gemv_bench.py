@@ -38,7 +38,7 @@ if not torch.cuda.is_available():  # before anything imports triton: its CPU int
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from mtp_turbo.check.bytefloor import measure_copy_bandwidth  # noqa: E402
-from mtp_turbo.quant import kernels  # noqa: E402
+from mtp_turbo.quant import kernels as quant_kernels  # noqa: E402
 from mtp_turbo.quant.gemv import (  # noqa: E402
     DEFAULT_TILES, HOPPER_KERNELS, KERNELS, SUPPORTED_TILES, TileConfig, default_tile, gemv, parse_tile, tile_class)
 from mtp_turbo.quant.kernels.frag8 import for_weight8  # noqa: E402
@@ -240,7 +240,7 @@ def check_interpreter(kernels, formats) -> list[dict]:
                 row = dict(shape=f"{n}x{k}", fmt=fmt, kernel=kernel, M=m, tile=str(tile), default=True,
                            us=float("nan"), gbs=float("nan"), frac=float("nan"), bytes=0)
                 try:
-                    kernels.gemv_packed(x, pw, tile, out)
+                    quant_kernels.gemv_packed(x, pw, tile, out)
                     row["err"] = _err(out, x.double() @ ref_w.t())
                 except Exception as e:
                     row.update(error=_fail(e), err=float("nan"))
@@ -294,7 +294,7 @@ def main(argv=None) -> int:
     kernels = [k for k in args.kernels.split(",") if k]
     formats = [f for f in args.formats.split(",") if f]
     assert set(kernels) <= set(KERNELS) | {"default"} and set(formats) <= set(FORMATS), (kernels, formats)
-    if not kernels.available():
+    if not quant_kernels.available():
         print("gemv_bench: needs triton", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
