@@ -41,6 +41,7 @@ from mtp_turbo.check.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant import kernels as quant_kernels  # noqa: E402
 from mtp_turbo.quant.gemv import (  # noqa: E402
     DEFAULT_TILES, HOPPER_KERNELS, KERNELS, SUPPORTED_TILES, TileConfig, default_tile, gemv, parse_tile, tile_class)
+from mtp_turbo.quant.formats import quantize_tensor  # noqa: E402
 from mtp_turbo.quant.kernels.frag8 import for_weight8  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
@@ -134,13 +135,8 @@ def read_floor(nbytes: int) -> tuple[float, str]:
 
 def packed_copies(w: torch.Tensor, fmt: str) -> list[PackedWeight]:
     """Device copies of w quantized to fmt (one quantization, copied arrays), enough to rotate."""
-    try:  # quantize on the GPU (the CPU path takes minutes for the big shapes)
-        from mtp_turbo.quant.formats import quantize_tensor
-
-        raw = quantize_tensor(w.cuda(), fmt).cpu()
-        base = PackedWeight.from_gguf_bytes(raw, fmt, tuple(w.shape)).to("cuda")
-    except ImportError:
-        base = PackedWeight.from_dense(w.cpu(), fmt).to("cuda")
+    raw = quantize_tensor(w.cuda(), fmt).cpu()  # quantized on the GPU (on the CPU: minutes for the big shapes)
+    base = PackedWeight.from_gguf_bytes(raw, fmt, tuple(w.shape)).to("cuda")
     n = _copies(base.nbytes)
     out = [base]
     for _ in range(n - 1):

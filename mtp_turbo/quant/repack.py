@@ -36,6 +36,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 
 from ..errors import ConfigError
+from .formats import quantize
 
 BLOCK_FORMATS = ("q8_0", "q5_0", "q4_0")
 DENSE_FORMATS = ("bf16", "f32")
@@ -257,16 +258,5 @@ class PackedWeight:
 
 def quantize_bytes(x: np.ndarray, fmt: str) -> np.ndarray:
     """float32 [rows, cols] -> GGUF bytes uint8 [rows, cols/32*block_bytes] for fmt in
-    q8_0 / q5_0 / q4_0 / q4_0_lloyd. Uses our formats.quantize when present, else gguf's
-    reference quantizer (ggml rule; it has no Lloyd search)."""
-    try:
-        from .formats import quantize  # the package's own quantizer (ggml rule + Lloyd)
-    except ImportError:  # not landed (or mid-edit): gguf's ggml-rule quantizer gives the same bytes
-        quantize = None
-    if quantize is not None:
-        return np.asarray(quantize(np.ascontiguousarray(x, dtype=np.float32), fmt))
-    if fmt == "q4_0_lloyd":
-        raise ConfigError("q4_0_lloyd needs mtp_turbo.quant.formats (not available)")
-    import gguf.quants
-
-    return gguf.quants.quantize(np.ascontiguousarray(x, dtype=np.float32), GGML_TYPES[fmt_name(fmt)])
+    q8_0 / q5_0 / q4_0 (ggml rule) / q4_0_lloyd (formats.quantize)."""
+    return np.asarray(quantize(np.ascontiguousarray(x, dtype=np.float32), fmt))

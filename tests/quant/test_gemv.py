@@ -156,6 +156,10 @@ def test_hopper_only_kernels_fall_back_or_are_refused():
     """Before compute capability 9.0 the defaults never pick a Gluon / griddepcontrol kernel (the
     class's plain Triton tile instead); a forced one is refused with a message naming the need."""
     from mtp_turbo.quant.gemv import HOPPER_KERNELS, check_tile
+    from mtp_turbo.quant.kernels import frag8_gemv, triton_gemv
+
+    # the closed lists agree with the modules that launch them (kernels/ imports neither at import time)
+    assert KERNELS == triton_gemv.KERNELS + frag8_gemv.KERNELS and HOPPER_KERNELS == frag8_gemv.KERNELS
 
     for n, k in ((262144, 640), (8192, 8192), (640, 2048), (2048, 640)):
         for fmt in ("q4_0", "q5_0", "q8_0"):

@@ -3,7 +3,7 @@
 Owns: `frag8_asm` (the instruction text per format and mma group count) and `frag8_constraints`
 (its operand list). Ignores: the kernel that passes the operands (frag8_gemv.py), the layout the
 words come in (frag8.py), the x operand (frag8_x.py). Pure Python: the CPU tests run this text in a
-warp interpreter (tests/quant/test_frag_ptx.py).
+warp interpreter (tests/quant/test_ptx.py).
 """
 
 from __future__ import annotations
