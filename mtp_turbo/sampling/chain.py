@@ -31,7 +31,8 @@ from torch import Tensor
 
 from .config import SamplerConfig
 
-__all__ = ["probs_from_logits", "sample_dist", "penalty_counts", "window_counts", "apply_penalties"]
+__all__ = ["probs_from_logits", "sample_dist", "penalty_counts", "window_counts", "apply_penalties",
+           "final_logits"]
 
 _NEG_INF = float("-inf")
 
@@ -119,23 +120,11 @@ def _top_p_keep(l: Tensor, top_p: float) -> Tensor:
 
 # ----------------------------------------------------------------------------- chain
 
-def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> Tensor:
-    """Probabilities [R, V] from logits [R, V] and penalty-window counts [R, V] (or None = none).
-
-    Runs cfg.order; masked tokens get exactly 0. Computes in the logits' dtype (float32 in the
-    engine; float64 works too and is used by the exact checks). No host sync.
-    """
-    assert logits.dim() == 2, "logits must be [R, V]"
-    r, v = logits.shape
-    assert counts is None or counts.shape == logits.shape, "counts must match logits [R, V]"
-    pen = counts is not None and cfg.uses_penalties and "penalties" in cfg.order
-
-    if cfg.greedy:
-        l = apply_penalties(logits, counts.to(logits.dtype), cfg) if pen else logits
-        best = torch.argmax(l, dim=1, keepdim=True)  # first maximal index = lowest id on ties
-        return torch.zeros_like(logits).scatter_(1, best, 1.0)
-
+def _chain(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> tuple[Tensor, Tensor | None]:
+    """Non-greedy chain body: (final logits [R, M] with -inf where masked, column ids [R, M] or
+    None when M = V in token order). probs_from_logits is softmax(l) scattered back to [R, V]."""
     l = logits
+    pen = counts is not None and cfg.uses_penalties and "penalties" in cfg.order
     c = counts.to(logits.dtype) if pen else None
     ids = None  # [R, K] token ids of the compacted columns once top-k has run
     for stage in cfg.order:
@@ -160,10 +149,44 @@ def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig)
         elif stage == "top_p":
             if cfg.top_p < 1.0:
                 l = l.masked_fill(~_top_p_keep(l, cfg.top_p), _NEG_INF)
+    return l, ids
+
+
+def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> Tensor:
+    """Probabilities [R, V] from logits [R, V] and penalty-window counts [R, V] (or None = none).
+
+    Runs cfg.order; masked tokens get exactly 0. Computes in the logits' dtype (float32 in the
+    engine; float64 works too and is used by the exact checks). No host sync.
+    """
+    assert logits.dim() == 2, "logits must be [R, V]"
+    r, v = logits.shape
+    assert counts is None or counts.shape == logits.shape, "counts must match logits [R, V]"
+    pen = counts is not None and cfg.uses_penalties and "penalties" in cfg.order
+
+    if cfg.greedy:
+        l = apply_penalties(logits, counts.to(logits.dtype), cfg) if pen else logits
+        best = torch.argmax(l, dim=1, keepdim=True)  # first maximal index = lowest id on ties
+        return torch.zeros_like(logits).scatter_(1, best, 1.0)
+
+    l, ids = _chain(logits, counts, cfg)
     p = torch.softmax(l, dim=1)
     if ids is None:
         return p
     return torch.zeros(r, v, dtype=p.dtype, device=p.device).scatter_(1, ids, p)
+
+
+def final_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> Tensor:
+    """The chain's last logits [R, V] before its final softmax: -inf where a stage masked the token
+    (probs_from_logits = softmax of these, up to the last bit). Greedy: 0 at the penalised argmax,
+    -inf elsewhere. The reference the fused kernels are checked against (fused.py)."""
+    if cfg.greedy:
+        p = probs_from_logits(logits, counts, cfg)
+        return torch.where(p > 0, 0.0, _NEG_INF).to(logits.dtype)
+    l, ids = _chain(logits, counts, cfg)
+    if ids is None:
+        return l
+    out = torch.full_like(logits, _NEG_INF)
+    return out.scatter_(1, ids, l)
 
 
 def sample_dist(logits: Tensor, tokens: Tensor, cfg: SamplerConfig) -> Tensor:
