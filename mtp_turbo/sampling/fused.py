@@ -67,9 +67,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .chain import probs_from_logits
+from .chain import final_logits, probs_from_logits
 from .config import SamplerConfig
 from .draw import draw
+from .exact import padded_counts
 from .rng import _keys, _signed, uniforms
 
 __all__ = ["sample_tokens", "sample_rows", "kernels_available", "window_rows", "KMAX", "SCAN_MAX"]
@@ -175,7 +176,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
                 KA=ka, KB=kb)
     ws = window if pen_mode == 1 else 1  # constexpr: only the scan needs it
     flags = dict(COUNT_MODE=pen_mode, WS=ws, END_FROM_POS=pos is not None,
-                 U_FROM_POS=u is None, DEBUG=debug, HAS_REP=cfg.repeat_penalty != 1.0,
+                 U_FROM_POS=u is None, HAS_REP=cfg.repeat_penalty != 1.0,
                  HAS_FP=cfg.frequency_penalty != 0.0 or cfg.presence_penalty != 0.0)
     codes = dict(S0=st[0], S1=st[1], S2=st[2], S3=st[3], S4=st[4])
     pos_t = pos if pos is not None else out
@@ -201,6 +202,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
                 KIND=kind, AT=at, AT_CODE=st[at] if at < 5 else 0, PREV_KIND=prev[0], PREV_AT=prev[1],
                 PREV_CODE=st[prev[1]] if prev[0] and prev[1] < 5 else 0,
                 NEED_C=PEN in plan.stages[:at], **flags, B=b, NBP=nbp, KP=plan.kp,
+                DEBUG=debug and kind == STATS and at == len(plan.stages),  # the final values
                 num_warps=warps if kind != FINAL else min(warps, 8), enable_fp_fusion=False)
         if plan.mode == "full":
             return out, fl
@@ -213,7 +215,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
     K.compact[(r,)](
         logits, logits.stride(0), tok, tok_row, pos_t, cnt, ck, ci, scr, u_t, out, fl,
         v, nc, **scal, **codes, FIRST=first, FROM_CAND=plan.mode == "cand", GREEDY=plan.greedy,
-        NEED_C=PEN in plan.stages[first:], **flags, WSP=_pow2(ws), NCP=ncp, KP=plan.kp,
+        NEED_C=PEN in plan.stages[first:], **flags, DEBUG=debug, WSP=_pow2(ws), NCP=ncp, KP=plan.kp,
         num_warps=min(16, max(4, ncp // 512)), enable_fp_fusion=False)
     return out, fl
 
@@ -232,11 +234,9 @@ def window_rows(tok_buf: Tensor, pos: Tensor, last_n: int) -> Tensor:
 
 
 def _torch_rows(logits: Tensor, windows: Tensor, u: Tensor, cfg: SamplerConfig, debug: bool):
-    from .chain import final_logits
-
     counts = None
     if cfg.uses_penalties and "penalties" in cfg.order and windows.shape[1] > 0:
-        counts = torch.zeros_like(logits).scatter_add_(1, windows.clamp(min=0), (windows >= 0).to(logits.dtype))
+        counts = padded_counts(windows, logits.shape[1], logits.dtype)
     ids = draw(probs_from_logits(logits, counts, cfg), u)
     return ids, (final_logits(logits, counts, cfg) if debug else None)
 
