@@ -48,11 +48,11 @@ def run_cell(engine, prompts, sampler, spec, max_tokens) -> dict:
     for p in prompts:
         engine.generate_ids(p, sampler=sampler, max_tokens=max_tokens, spec=spec)
         sp = engine.last_stats.spec
-        rounds += sp.get("rounds", 0)
+        rounds += sp.rounds
         toks += engine.last_stats.gen_tokens
         for i in range(K):
-            acc[i] += (sp.get("accepted_per_position") or [0] * K)[i]
-            dra[i] += (sp.get("drafted_per_position") or [0] * K)[i]
+            acc[i] += sp.accepted_per_position[i]
+            dra[i] += sp.drafted_per_position[i]
     return {"k": K, "rounds": rounds, "tokens": toks, "tokens_per_round": toks / rounds if rounds else 0.0,
             "acceptance_per_position": [a / d if d else 0.0 for a, d in zip(acc, dra)],
             "accepted_per_position": acc, "drafted_per_position": dra,

@@ -39,14 +39,14 @@ def max_probs(engine: Engine, prompt: str, sampler, n: int) -> list[float]:
     out = []
     with torch.inference_mode():
         for _ in range(n):
-            logits, _ = engine.step_logits([])
+            logits, _ = engine.forward(1)
             k = len(engine.tokens)
-            p = sample_dist(logits, engine._tok_dev[:k], sampler)  # [1, V]
+            p = sample_dist(logits, engine.tok_buf[:k], sampler)  # [1, V]
             out.append(float(p.max()))
             t = draw(p, uniforms(sampler.seed, torch.tensor([k], device=engine.device)))
-            engine._tok_dev[k : k + 1].copy_(t)
+            engine.tok_buf[k : k + 1].copy_(t)
             tok = int(t.item())
-            engine.append([tok], on_device=True)
+            engine.commit([tok], on_device=True)
             if tok in engine.tokenizer.stop_ids:
                 break
     return out

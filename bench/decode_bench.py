@@ -10,6 +10,7 @@ Prints a table last; writes every figure to --out as JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -90,7 +91,7 @@ def time_generate(eng, prompt, sampler, n, spec=None, reps=3):
         eng.kv.reset(); eng.tokens = []  # no prompt reuse: each rep prefills
         ids = eng.generate_ids(prompt, sampler=sampler, max_tokens=n, spec=spec, stop_ids=())
         st = eng.last_stats
-        out.append({"tok_s": st.decode_tps, "prompt_tok_s": st.prompt_tps, "n": len(ids), "spec": dict(st.spec),
+        out.append({"tok_s": st.decode_tps, "prompt_tok_s": st.prompt_tps, "n": len(ids), "spec": {} if st.spec is None else {**dataclasses.asdict(st.spec), "tokens_per_round": st.spec.tokens_per_round},
                     "ids": ids})
     best = sorted(out, key=lambda r: r["tok_s"])[len(out) // 2]  # median run
     return best
@@ -214,7 +215,8 @@ def profile_step(eng, rows=1, pos=256) -> list[tuple[str, float, int]]:
 
 def hf_generate(eng, prompt, n) -> dict:
     """transformers' Gemma3ForCausalLM on the same dequantized weights, bf16, generate()."""
-    from mtp_turbo.models.hf_reference import build_hf_gemma3
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "models"))
+    from hf_reference import build_hf_gemma3
 
     hf = build_hf_gemma3(eng.model, attn_implementation=None)  # as measured: the library default
     ids = torch.tensor([eng.tokenizer.encode(prompt)], device=eng.device)

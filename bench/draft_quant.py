@@ -9,8 +9,8 @@ For each --draft-quant:
   1k-token context, then `propose(tokens, 1)` (one draft step: one row through fc, the block and
   the head, plus the id's host sync) timed many times after warm-up, median, CUDA-synchronised;
   and ms per round of k = 3 / k = 1 drafts (with 1 or 2 catch-up rows) in each propose mode:
-  graph (CUDA-graph replay, the CUDA default), static (the same code eagerly), variable (the
-  variable-shape path: the CPU default). Beside it, the GEMV chain of one step (every matrix of
+  graph (CUDA-graph replay, the CUDA default), eager (the same code run eagerly: the CPU path and
+  what a failed capture falls back to). Beside it, the GEMV chain of one step (every matrix of
   the step, head included) replayed as a CUDA graph: the weight-reading floor of the step, with
   its bytes and GB/s.
   An extra row "bf16/dense-head" is the old all-dense path (bf16 matrices and bf16 head rows).
@@ -39,7 +39,9 @@ sys.path.insert(0, str(ROOT))
 import accept  # noqa: E402  (bench/accept.py: prompts and the acceptance cell)
 
 from mtp_turbo.engine import Engine, EngineConfig  # noqa: E402
-from mtp_turbo.models.mtp_drafter import DEFAULT_HEAD, MTPDrafter, load_head  # noqa: E402
+from mtp_turbo.models.mtp_head import DEFAULT_HEAD  # noqa: E402
+from mtp_turbo.models.mtp_load import load_head  # noqa: E402
+from mtp_turbo.spec.drafters.mtp import MTPDrafter  # noqa: E402
 from mtp_turbo.spec.config import SpecConfig  # noqa: E402
 
 QUANTS = ("bf16", "q8_0", "q5_0", "q4_0")
@@ -56,14 +58,12 @@ def make_drafter(engine: Engine, path: Path, quant: str, head_quant: str, ctx: i
     return MTPDrafter(head, max(engine.ctx_size, ctx + 64), sink=64, window=256, main=engine.model)
 
 
-# propose's modes: "graph" = static shapes replayed from CUDA graphs (the CUDA default),
-# "static" = the same static-shape code run eagerly (what a failed capture falls back to),
-# "variable" = the variable-shape path (the CPU default; the CUDA path before the graphs)
-MODES = ("graph", "static", "variable")
+# propose's modes: "graph" = replayed from CUDA graphs (the CUDA default), "eager" = the same
+# code run eagerly (the CPU path, and what a failed capture falls back to)
+MODES = ("graph", "eager")
 
 
 def set_mode(dr: MTPDrafter, mode: str) -> None:
-    dr.static = mode != "variable"
     dr.use_graphs = mode == "graph"
 
 
@@ -104,9 +104,8 @@ def time_modes(dr: MTPDrafter, tokens: list[int], steps: int, warmup: int) -> di
         drafts[mode] = dr.propose(tokens, 3)
     if "graph" in drafts:
         out["graph_used"] = bool(dr._graphs) and dr.use_graphs
-        out["graph_drafts_equal_static"] = drafts["graph"] == drafts["static"]
-    out["static_drafts_equal_variable"] = drafts["static"] == drafts["variable"]
-    set_mode(dr, "graph" if dr.head.device.type == "cuda" else "variable")
+        out["graph_drafts_equal_eager"] = drafts["graph"] == drafts["eager"]
+    set_mode(dr, "graph" if dr.head.device.type == "cuda" else "eager")
     return out
 
 
@@ -130,7 +129,7 @@ def _nbytes(w) -> int:
 
 def time_gemv_chain(head, reps: int = 200) -> dict:
     """The step's matrix products for one row, captured in a CUDA graph and replayed."""
-    from mtp_turbo.models.mtp_drafter import linear
+    from mtp_turbo.models.block import linear
 
     layers = step_layers(head)
     xs = [torch.randn(1, k, device=head.device, dtype=head.dtype) for _, _, k in layers]
@@ -255,11 +254,11 @@ def main(argv=None) -> int:
               f"{' | FAILED: ' + err if err else ''} |")
     print("\nms per propose round (median, CUDA-synchronised), by mode; cu = catch-up rows encoded in the round")
     cols = [(m, k, cu) for m in MODES for k in (3, 1) for cu in (1, 2)]
-    print("| draft quant | " + " | ".join(f"{m} k={k} cu={cu}" for m, k, cu in cols) + " | graph == static |")
+    print("| draft quant | " + " | ".join(f"{m} k={k} cu={cu}" for m, k, cu in cols) + " | graph == eager |")
     print("|---|" + "---|" * (len(cols) + 1))
     for r in rows:
         print(f"| {r['quant']} | " + " | ".join(f(r.get(f"ms_round_k{k}_cu{cu}_{m}"), ".3f") for m, k, cu in cols)
-              + f" | {r.get('graph_drafts_equal_static', '-')} |")
+              + f" | {r.get('graph_drafts_equal_eager', '-')} |")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": str(engine.device), "cuda_name": torch.cuda.get_device_name() if cuda else None,

@@ -28,8 +28,8 @@ def run(eng, ids, spec, n):
     out = eng.generate_ids(ids, sampler=SamplerConfig(temperature=0.0), max_tokens=n, spec=spec, stop_ids=())
     st = eng.last_stats
     sp = st.spec
-    return {"tokens": len(out), "tokens_per_round": sp["tokens_per_round"], "rounds": sp["rounds"],
-            "acceptance": sp["acceptance_per_position"], "draft_ms_per_round": 1e3 * sp["draft_s"] / sp["rounds"],
+    return {"tokens": len(out), "tokens_per_round": sp.tokens_per_round, "rounds": sp.rounds,
+            "acceptance": sp.acceptance_per_position, "draft_ms_per_round": 1e3 * sp.draft_s / sp.rounds,
             "prompt_s": st.prompt_s, "wall_s": time.perf_counter() - t0, "ids": out}
 
 

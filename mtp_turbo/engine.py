@@ -5,14 +5,16 @@ per-generation stats. Ignores: the model's math (models/), the sampler's math (s
 speculative round decides (spec/), HTTP and argument parsing.
 
 State invariant between calls: `self.tokens` is the committed sequence; the cache holds K/V for
-every token but the last (`kv.length == len(tokens) - 1`): the last one is fed by the next forward.
+every token but the last (`kv.length == len(tokens) - 1`): the last one is fed by the next forward;
+`self.tok_buf[:len(tokens)]` is the device copy of the tokens. The engine is the `spec.target.Target`
+a speculative round verifies against.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -28,7 +30,9 @@ from .models.step import StepRunner
 from .sampling.chain import sample_dist
 from .sampling.config import SamplerConfig
 from .sampling.draw import draw
+from .spec.drafters.base import Drafter
 from .sampling.rng import uniforms
+from .spec.round import RoundStats
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,7 @@ class Stats:
     gen_tokens: int = 0
     decode_s: float = 0.0
     finish_reason: str = ""
-    spec: dict = field(default_factory=dict)
+    spec: RoundStats | None = None  # speculative decoding's round stats (None: plain decoding)
 
     @property
     def prompt_tps(self) -> float:
@@ -77,15 +81,8 @@ class Stats:
             f"({self.prompt_tps:.1f} tok/s) | decode: {self.gen_tokens} tokens in {self.decode_s * 1e3:.1f} ms "
             f"({self.decode_tps:.1f} tok/s) | finish: {self.finish_reason}"
         )
-        if self.spec:
-            sp = self.spec
-            acc = ", ".join(f"{a:.2f}" for a in sp.get("acceptance_per_position", []))
-            s += (
-                f"\nspec: {sp['rounds']} rounds, {sp['drafted']} drafted, {sp['accepted']} accepted, "
-                f"{sp['tokens_per_round']:.2f} tokens/round, acceptance per position [{acc}] | "
-                f"draft {sp['draft_s'] * 1e3:.1f} ms, verify {sp['verify_s'] * 1e3:.1f} ms, "
-                f"sample {sp['sample_s'] * 1e3:.1f} ms"
-            )
+        if self.spec is not None:
+            s += "\n" + self.spec.summary()
         return s
 
 
@@ -130,11 +127,11 @@ class Engine:
         self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile,
                                  kernels=pick_kernels(cfg.kernels, self.device))
         self.tokens: list[int] = []
-        self.drafter = None  # the drafter of the last speculative call (keeps its cache across calls)
+        self.drafter: Drafter | None = None  # the drafter of the last speculative call (keeps its cache)
         self._drafter_spec = None
-        # device copy of the committed tokens, for the sampler's penalty window (no host->device
-        # copy of the whole history per step)
-        self._tok_dev = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
+        # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
+        # then room for a round's drafts
+        self.tok_buf = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
         self.last_stats = Stats()
 
     @property
@@ -146,12 +143,11 @@ class Engine:
         """Replace self.tokens[start:] with toks[start:] (host and device copies)."""
         self.tokens[start:] = toks[start:]
         if len(toks) > start:
-            self._tok_dev[start : len(toks)] = torch.tensor(toks[start:], dtype=torch.int64).to(self.device)
+            self.tok_buf[start : len(toks)] = torch.tensor(toks[start:], dtype=torch.int64).to(self.device)
 
     def _prefill(self, upto: int, progress: bool) -> None:
         """Encode tokens[kv.length:upto] in chunks of prefill_chunk rows. A drafter that reads the
         main model's hidden states (MTP) is handed each chunk's rows as they pass."""
-        on_prefill = getattr(self.drafter, "on_prefill", None)
         start = self.kv.length
         n = upto - start
         if n <= 0:
@@ -161,10 +157,10 @@ class Engine:
         with torch.inference_mode():
             for c0 in range(start, upto, chunk):
                 c1 = min(upto, c0 + chunk)
-                _, hidden = self.model.forward(self._tok_dev[c0:c1], c0, self.kv)
+                _, hidden = self.model.forward(self.tok_buf[c0:c1], c0, self.kv)
                 self.kv.commit(c1)
-                if on_prefill is not None:
-                    on_prefill(c0, c1, hidden)
+                if self.drafter is not None:
+                    self.drafter.on_prefill(c0, c1, hidden, self.tokens)
                 bar.update(c1 - c0)
         bar.close()
 
@@ -190,26 +186,25 @@ class Engine:
         while common < limit and self.tokens[common] == ids[common]:
             common += 1
         self.kv.rollback(common)
-        if self.drafter is not None and hasattr(self.drafter, "truncate"):
+        if self.drafter is not None:
             self.drafter.truncate(common)  # only the first `common` tokens stay valid
         self._set_tokens(ids, common)
         self._prefill(len(ids) - 1, progress=self.cfg.progress)
         return common
 
-    def step_logits(self, rows: list[int] | torch.Tensor, pad_to: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward the pending last token followed by `rows` (drafts) at positions kv.length...
-        Does not commit. Returns (logits [1+len(rows), V], hidden [1+len(rows), D]).
-        `pad_to`: run at least this many rows (repeating the last input) when the context allows,
-        so a captured step of that one shape serves every round; padded rows' K/V land in cells
-        past the committed length, which are stale by definition."""
+    # ---- the speculative round's target (spec/target.py) --------------------------------------------
+    def forward(self, n_rows: int, pad_to: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward rows tok_buf[n-1 : n-1+n_rows] (the pending last token, then any drafts a round
+        wrote after it) at positions kv.length..., n = len(tokens). Does not commit. Returns
+        (logits [n_rows, V], hidden [n_rows, D]). `pad_to`: run at least this many rows (repeating
+        the last input) when the context allows, so a captured step of that one shape serves every
+        round; padded rows' K/V land in cells past the committed length, stale by definition."""
         n = len(self.tokens)
-        pending = self._tok_dev[n - 1 : n]
-        if isinstance(rows, list):
-            rows = torch.tensor(rows, dtype=torch.int64, device=self.device) if rows else pending[:0]
-        inp = torch.cat([pending, rows]) if rows.numel() else pending
-        T = inp.shape[0]
+        T = n_rows
+        assert T >= 1 and self.kv.length == n - 1, (T, self.kv.length, n)
         if self.kv.length + T > self.ctx_size:
             raise AssertionError("step past the context")
+        inp = self.tok_buf[n - 1 : n - 1 + T]
         if T < pad_to and self.kv.length + pad_to <= self.ctx_size:
             inp = torch.cat([inp, inp[-1:].expand(pad_to - T)])
         logits, hidden = self.runner.forward(inp, self.kv.length)
@@ -220,21 +215,29 @@ class Engine:
         n = len(self.tokens)
         if sampler.greedy and not sampler.uses_penalties:
             return logits[0].argmax().view(1)
-        p = sample_dist(logits, self._tok_dev[:n], sampler)
+        p = sample_dist(logits, self.tok_buf[:n], sampler)
         u = uniforms(sampler.seed, torch.tensor([n], device=self.device))
         return draw(p, u)
 
-    def append(self, new: list[int], extra_cached: int = 0, on_device: bool = False) -> None:
+    def commit(self, new: list[int], accepted: int = 0, on_device: bool = False) -> None:
         """Commit tokens produced after a forward whose first row was the pending token and whose
-        next `extra_cached` rows were the first tokens of `new` (accepted drafts). `on_device`:
-        the caller already wrote `new` into the device copy."""
+        next `accepted` rows were the first tokens of `new` (accepted drafts). `on_device`: the
+        caller already wrote `new` into tok_buf."""
         n = len(self.tokens)
-        assert 0 <= extra_cached < max(len(new), 1)
-        self.kv.commit(n + extra_cached)  # the pending token's (and accepted drafts') K/V are written
+        assert 0 <= accepted < max(len(new), 1)
+        self.kv.commit(n + accepted)  # the pending token's (and accepted drafts') K/V are written
         if on_device:
             self.tokens.extend(new)
         else:
             self._set_tokens(self.tokens + new, n)
+
+    def rollback(self, n: int) -> None:
+        """Keep the first n committed tokens (a round that emitted beyond a stop or the budget)."""
+        if n < len(self.tokens):
+            del self.tokens[n:]
+            self.kv.rollback(min(self.kv.length, n - 1))
+            if self.drafter is not None:
+                self.drafter.truncate(n)
 
     # ---- generation -------------------------------------------------------------------------------
     def generate(
@@ -245,9 +248,12 @@ class Engine:
         spec=None,
         stop_ids: tuple[int, ...] | None = None,
         add_bos: bool = True,
+        special: bool = False,
     ) -> Iterator[Piece]:
         """Stream the continuation of `prompt` as text pieces. `spec` is a spec.SpecConfig, or None
-        for plain decoding. Stats of the call are in `self.last_stats` when the stream ends."""
+        for plain decoding; `special`: control tokens are printed as text (else they give no text;
+        their ids stay in the pieces). Stats of the call are in `self.last_stats` when the stream
+        ends."""
         if max_tokens < 0:
             raise ConfigError(f"max-tokens must be >= 0, got {max_tokens}")
         ids = self.encode_prompt(prompt, add_bos)
@@ -268,36 +274,38 @@ class Engine:
         if speculative:
             from .spec.round import speculative_tokens
 
-            token_iter = speculative_tokens(self, sampler, spec, budget, stats, drafter=self.drafter)
+            stats.spec = RoundStats(self.drafter.name, spec.draft_tokens)
+            token_iter = speculative_tokens(self, sampler, spec, budget, self.drafter, stats.spec)
         else:
             token_iter = self._plain_tokens(sampler, budget)
-        yield from self._stream(token_iter, stops, stats, max_tokens, budget)
+        yield from self._stream(token_iter, stops, stats, max_tokens, budget, special)
 
     def _use_drafter(self, spec) -> None:
         """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged."""
         if self.drafter is not None and self._drafter_spec == spec:
             return
-        from .spec.round import make_drafter
+        from .spec.drafters import make_drafter
 
-        self.drafter = make_drafter(self, spec)
+        self.drafter = make_drafter(spec, self.model, self.gguf, self.ctx_size)
         self._drafter_spec = spec
         # a new drafter has encoded nothing: re-encode the prompt from scratch for it
-        if hasattr(self.drafter, "on_prefill"):
+        if self.drafter.reads_hidden:
             self.kv.reset()
             self.tokens = []
 
     def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
         for _ in range(budget):
-            logits, _ = self.step_logits([])
+            logits, _ = self.forward(1)
             n = len(self.tokens)
             t = self.sample_next(logits, sampler)
-            self._tok_dev[n : n + 1].copy_(t)  # stays on the device: no upload next step
+            self.tok_buf[n : n + 1].copy_(t)  # stays on the device: no upload next step
             tok = int(t.item())  # the one host sync per token
-            self.append([tok], on_device=True)
+            self.commit([tok], on_device=True)
             yield [tok]
 
-    def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int) -> Iterator[Piece]:
-        dec = self.tokenizer.stream()
+    def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int,
+                special: bool) -> Iterator[Piece]:
+        dec = self.tokenizer.stream(special=special)
         t0 = time.perf_counter()
         stats.finish_reason = "length" if budget >= max_tokens else "context"
         try:
@@ -316,7 +324,7 @@ class Engine:
                     yield Piece(text, tuple(out))
                 if stats.finish_reason == "stop" or stats.gen_tokens >= max_tokens:
                     # a round may have emitted past the stop: those tokens are not committed
-                    self._truncate_to(stats.prompt_tokens + stats.gen_tokens + (stats.finish_reason == "stop"))
+                    self.rollback(stats.prompt_tokens + stats.gen_tokens + (stats.finish_reason == "stop"))
                     break
             tail = dec.flush()
             if tail:
@@ -324,14 +332,6 @@ class Engine:
         finally:
             token_iter.close()  # runs the round loop's cleanup (stats) now, not at GC
             stats.decode_s = time.perf_counter() - t0
-
-    def _truncate_to(self, n: int) -> None:
-        """Drop committed tokens past n (a round that emitted beyond a stop or the budget)."""
-        if n < len(self.tokens):
-            del self.tokens[n:]
-            self.kv.rollback(min(self.kv.length, n - 1))
-            if self.drafter is not None and hasattr(self.drafter, "truncate"):
-                self.drafter.truncate(n)
 
     def generate_text(self, prompt, **kw) -> str:
         return "".join(p.text for p in self.generate(prompt, **kw))
@@ -341,24 +341,23 @@ class Engine:
 
     # ---- analysis ---------------------------------------------------------------------------------
     def forward_logits(self, ids: list[int], chunk: int, tail_single: int = 0) -> torch.Tensor:
-        """Logits of every position of `ids` from a fresh cache: chunks of `chunk` rows, the last
-        `tail_single` tokens one row at a time (for tests and perplexity). fp32 [n, V] on CPU."""
-        self.kv.reset()
-        self.tokens = []
-        self._set_tokens(list(ids), 0)
+        """Logits of every position of `ids` from an empty cache of its own (the session is left
+        as it is): chunks of `chunk` rows, the last `tail_single` tokens one row at a time (for
+        tests and perplexity). fp32 [n, V] on CPU."""
         n = len(ids)
+        c = self.model.cfg
+        kv = KVCache(c.n_layers, n, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
+        toks = torch.tensor(ids, dtype=torch.int64, device=self.device)
         out = []
         with torch.inference_mode():
             head = n - tail_single
             for c0 in range(0, head, chunk):
                 c1 = min(head, c0 + chunk)
-                logits, _ = self.model.forward(self._tok_dev[c0:c1], c0, self.kv)
+                logits, _ = self.model.forward(toks[c0:c1], c0, kv)
                 out.append(logits.float().cpu())
             for p in range(head, n):
-                logits, _ = self.model.forward(self._tok_dev[p : p + 1], p, self.kv)
+                logits, _ = self.model.forward(toks[p : p + 1], p, kv)
                 out.append(logits.float().cpu())
-        self.kv.reset()
-        self.tokens = []
         return torch.cat(out)
 
     def perplexity(self, text: str, ctx: int, max_chunks: int | None = None, progress: bool = True) -> dict:
@@ -405,5 +404,5 @@ class Engine:
             raise MtpTurboError(f"session file {path} lacks its pending token")
         self.tokens = []
         self._set_tokens(toks + [pending], 0)
-        if self.drafter is not None and hasattr(self.drafter, "reset"):
+        if self.drafter is not None:
             self.drafter.reset()  # the session holds no drafter K/V

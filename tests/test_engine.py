@@ -13,7 +13,7 @@ PROMPT = "The history of the printing press begins"
 
 
 def _next_logits(engine):
-    logits, _ = engine.step_logits([])
+    logits, _ = engine.forward(1)
     return logits.clone()
 
 
@@ -23,9 +23,9 @@ def test_rollback_gives_the_logits_of_never_having_gone_further(engine):
     before = _next_logits(engine)
     for _ in range(6):  # go further, then come back
         tok = int(engine.sample_next(_next_logits(engine), GREEDY).item())
-        engine.append([tok])
+        engine.commit([tok])
     assert engine.kv.length == len(ids) + 5
-    engine._truncate_to(len(ids))
+    engine.rollback(len(ids))
     assert engine.kv.length == len(ids) - 1
     assert torch.equal(_next_logits(engine), before)
 
@@ -35,9 +35,9 @@ def test_checkpoint_restore_and_refusal(engine):
     engine.start(ids)
     cp = engine.kv.checkpoint()
     ref = _next_logits(engine)
-    engine.append([100])
-    engine.step_logits([])
-    engine.append([200])
+    engine.commit([100])
+    engine.forward(1)
+    engine.commit([200])
     engine.kv.restore(cp)
     del engine.tokens[len(ids):]
     assert torch.equal(_next_logits(engine), ref)
@@ -75,21 +75,21 @@ def test_session_save_load_continues_identically(engine, tmp_path):
     ids = engine.encode_prompt("A short note about rivers:")
     engine.start(ids)
     for _ in range(5):
-        engine.append([int(engine.sample_next(_next_logits(engine), GREEDY).item())])
+        engine.commit([int(engine.sample_next(_next_logits(engine), GREEDY).item())])
     path = tmp_path / "s.session"
     engine.save_session(path)
     saved_tokens = list(engine.tokens)
     cont = []
     for _ in range(8):
         t = int(engine.sample_next(_next_logits(engine), GREEDY).item())
-        engine.append([t]); cont.append(t)
+        engine.commit([t]); cont.append(t)
     engine.start(engine.encode_prompt("Something else entirely, to overwrite the cache."))
     engine.load_session(path)
     assert engine.tokens == saved_tokens
     again = []
     for _ in range(8):
         t = int(engine.sample_next(_next_logits(engine), GREEDY).item())
-        engine.append([t]); again.append(t)
+        engine.commit([t]); again.append(t)
     assert again == cont
 
 

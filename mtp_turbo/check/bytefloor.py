@@ -1,7 +1,8 @@
 """`mtp-turbo byte-floor`: bytes a draft step must read, from tensor sizes, per quantization choice.
 
-Owns: drafter descriptions as data (our Gemma-3-270M MTP drafter, and the report's drafter with
-the shapes derived from its MB figures), the byte arithmetic per format, the time floor at a
+Owns: drafter descriptions as data (our Gemma-3-270M MTP drafter, built from the head's own
+config and the drafter's real weight policy, models/mtp_head.policy_fmt; and the report's drafter
+with the shapes derived from its MB figures), the byte arithmetic per format, the time floor at a
 bandwidth, measuring device-to-device copy bandwidth, and the subcommand. Ignores: real files
 (sizes come from the descriptions), kernels, whether a format costs acceptance.
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+from typing import Callable
 
 from ..errors import ConfigError
+from ..models.mtp_head import MTPConfig, policy_fmt, tensor_names
 
 # (elements per block, bytes per block)
 FORMAT_BLOCKS: dict[str, tuple[int, int]] = {
@@ -36,7 +39,7 @@ QUANT_CHOICES = ("bf16", "q8_0", "q5_0", "q4_0")
 class TensorDesc:
     name: str
     shape: tuple[int, ...]  # (N_out, K) for matrices; (n,) for norms
-    fmt: str | None  # fixed format; None = takes the chosen format
+    fmt: str | None  # fixed format; None = the chosen format, through the description's policy
     count: int = 1  # identical tensors read (e.g. 10 routed experts)
     note: str = ""
 
@@ -68,6 +71,8 @@ class ModelDesc:
     head_rows: int  # default rows of the head
     variants: dict[str, Variant] = field(default_factory=dict)
     columns: tuple[tuple[str, str], ...] = ()  # default (variant, quant) columns
+    # (tensor name, chosen quant) -> the format of a tensor without a fixed one (None: the chosen)
+    policy: Callable[[str, str], str] | None = None
 
 
 def _hc(i: int) -> TensorDesc:
@@ -75,25 +80,30 @@ def _hc(i: int) -> TensorDesc:
 
 
 def _gemma_desc() -> ModelDesc:
-    h, q, kv, ff, vocab = 640, 1024, 256, 2048, 262144
-    t = (
-        TensorDesc("norm_e", (h,), "f32"), TensorDesc("norm_h", (h,), "f32"),
-        TensorDesc("fc_embedding", (h, h), None), TensorDesc("fc_hidden", (h, h), None),
-        TensorDesc("attn_norm", (h,), "f32"),
-        TensorDesc("attn_q", (q, h), None), TensorDesc("attn_k", (kv, h), "q8_0"),
-        TensorDesc("attn_v", (kv, h), "q8_0"),
-        TensorDesc("attn_q_norm", (256,), "f32"), TensorDesc("attn_k_norm", (256,), "f32"),
-        TensorDesc("attn_output", (h, q), None), TensorDesc("post_attention_norm", (h,), "f32"),
-        TensorDesc("ffn_norm", (h,), "f32"),
-        TensorDesc("ffn_gate", (ff, h), None), TensorDesc("ffn_up", (ff, h), None),
-        TensorDesc("ffn_down", (h, ff), None), TensorDesc("post_ffw_norm", (h,), "f32"),
-        TensorDesc("output_norm", (h,), "f32"),
-        TensorDesc("head", (vocab, h), "q8_0", note="tied token_embd (Q8_0 in the file)"),
-    )
+    """The shipped Gemma-3-270M drafter: the head's tensors and shapes from MTPConfig, their
+    formats from the drafter's own policy, the LM head rows in the main file's Q8_0."""
+    c, vocab = MTPConfig(), 262144
+    D, qd, kvd = c.hidden, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    shapes = {"fc_e": (D, D), "fc_h": (D, D), "q": (qd, D), "k": (kvd, D), "v": (kvd, D), "o": (D, qd),
+              "gate": (c.ffn, D), "up": (c.ffn, D), "down": (D, c.ffn), "q_norm": (c.head_dim,),
+              "k_norm": (c.head_dim,)}
+    names = {}  # desc name (the GGUF name's last part) -> the head's weight key
+    tensors = []
+    for key, gguf in tensor_names(c).items():
+        name = gguf.split(".")[-2]
+        names[name] = key
+        norm = key.endswith("norm")
+        tensors.append(TensorDesc(name, shapes.get(key, (D,)), "f32" if norm else None))
+    tensors.append(TensorDesc("head", (vocab, D), "q8_0", note="tied token_embd (Q8_0 in the file)"))
+
+    def policy(name: str, quant: str) -> str:
+        pf = policy_fmt(quant, names[name])
+        return "bf16" if pf is None else pf[0]
+
     return ModelDesc(
         "gemma3-270m-mtp", "Gemma-3-270M MTP drafter (one Gemma-3 block + main model's head)",
-        t, head="head", head_rows=32768, variants={"mtp": Variant()},
-        columns=tuple(("mtp", qn) for qn in QUANT_CHOICES),
+        tuple(tensors), head="head", head_rows=32768, variants={"mtp": Variant()},
+        columns=tuple(("mtp", qn) for qn in QUANT_CHOICES), policy=policy,
     )
 
 
@@ -147,7 +157,7 @@ def step_bytes(desc: ModelDesc, variant: str, quant: str, head_rows: int | None 
     for t in desc.tensors:
         if t.name in v.drop:
             continue
-        fmt = t.fmt or quant
+        fmt = t.fmt or (desc.policy(t.name, quant) if desc.policy else quant)
         out[t.name] = t.nbytes(fmt, rows if t.name == desc.head else None) * reads.get(t.name, 1)
     return out
 
@@ -184,7 +194,7 @@ def format_table(desc: ModelDesc, columns, head_rows: int | None, bandwidth_gbs:
         if t.count > 1:
             shape = f"{t.count} x {shape}"
         cells = [f"{c[t.name] / 1e6:.3f}" if t.name in c else "-" for c in per_col]
-        lines.append(f"| {t.name} | {shape} | {t.fmt or 'chosen'} | " + " | ".join(cells) + " |")
+        lines.append(f"| {t.name} | {shape} | {t.fmt or ('policy' if desc.policy else 'chosen')} | " + " | ".join(cells) + " |")
     totals = [sum(c.values()) for c in per_col]
     lines.append("| **total MB** | | | " + " | ".join(f"{x / 1e6:.1f}" for x in totals) + " |")
     if bandwidth_gbs:

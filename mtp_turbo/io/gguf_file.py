@@ -11,7 +11,6 @@ gguf package's numpy dequant is only a fallback), big-endian files (refused with
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import struct
 from dataclasses import dataclass
@@ -318,27 +317,19 @@ class GGUFFile:
     def load(self, name: str, device: Any = "cpu", dtype: Any = None) -> Any:
         """The tensor dequantized, in torch-order shape, on `device`, cast to dtype (float32 default).
 
-        The raw bytes move to the device first and are dequantized there by quant/dequant.py; until
-        that module exists, the gguf package's numpy dequant stands in (on the CPU).
+        The raw bytes move to the device first and are dequantized there by quant/dequant.py.
         """
         import torch
+
+        from ..quant.dequant import dequantize
 
         dtype = torch.float32 if dtype is None else dtype
         t = self._info(name)
         raw = torch.from_numpy(np.array(self.raw(name), copy=True))  # copy: the map is read-only
-        if importlib.util.find_spec("mtp_turbo.quant.dequant") is not None:
-            from mtp_turbo.quant.dequant import dequantize
-
-            try:
-                out = dequantize(raw.to(device), t.ggml_type, t.shape)
-            except ModelFileError as e:
-                raise ModelFileError(f"{self.path}: tensor {name!r}: {e}") from None
-        else:
-            try:
-                out = torch.from_numpy(_numpy_dequantize(raw.numpy(), t)).to(device)
-            except NotImplementedError:
-                raise ModelFileError(
-                    f"{self.path}: tensor {name!r}: cannot dequantize type {ggml_type_name(t.ggml_type)}") from None
+        try:
+            out = dequantize(raw.to(device), t.ggml_type, t.shape)
+        except ModelFileError as e:
+            raise ModelFileError(f"{self.path}: tensor {name!r}: {e}") from None
         assert tuple(out.shape) == t.shape, (name, tuple(out.shape), t.shape)
         return out.to(dtype)
 
@@ -358,29 +349,6 @@ class GGUFFile:
     def __repr__(self) -> str:
         return (f"GGUFFile({str(self.path)!r}, v{self.version}, arch={self.metadata.get('general.architecture')!r}, "
                 f"{len(self.tensors)} tensors, {len(self.metadata)} keys)")
-
-
-def _numpy_dequantize(raw: np.ndarray, t: TensorInfo) -> np.ndarray:
-    """Fallback dequant through the gguf package (numpy); float32 in torch-order shape."""
-    from gguf import GGMLQuantizationType, quants
-
-    plain = {24: np.int8, 25: np.int16, 26: np.int32, 27: np.int64, 28: np.float64}  # I8..I64, F64
-    if t.ggml_type in plain:
-        return raw.view(plain[t.ggml_type]).astype(np.float32).reshape(t.shape)
-    _, block, type_size = GGML_TYPES[t.ggml_type]
-    row_bytes = t.shape[-1] // block * type_size if t.shape else t.nbytes
-    out = quants.dequantize(raw.reshape(-1, row_bytes), GGMLQuantizationType(t.ggml_type))
-    return np.ascontiguousarray(out, dtype=np.float32).reshape(t.shape)
-
-
-def check_supported(gguf: GGUFFile, supported_types: set[int]) -> None:
-    """Raise ModelFileError naming the first tensor whose ggml type is not in supported_types."""
-    for t in gguf.tensors.values():
-        if t.ggml_type not in supported_types:
-            names = ", ".join(sorted(ggml_type_name(s) for s in supported_types))
-            raise ModelFileError(
-                f"{gguf.path}: tensor {t.name!r} has type {ggml_type_name(t.ggml_type)}, "
-                f"which is not supported (supported: {names})")
 
 
 def default_model_path() -> Path:

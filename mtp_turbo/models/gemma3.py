@@ -1,8 +1,10 @@
 """Gemma-3 main model: configuration from GGUF metadata, weights, and one forward for any rows.
 
-Owns: the math of the Gemma-3 decoder (embedding scale, sliding-window and global layers with
-their two RoPE bases, q/k norms, GELU-tanh MLP, sandwich norms, tied LM head).
-Ignores: cache bookkeeping (cache/kv.py owns lengths, rollback, sessions), sampling, speculation.
+Owns: the decoder around its blocks (embedding scale, sliding-window and global layers with their
+two RoPE bases, the final norm and the tied LM head), the attention context of a forward (RoPE
+rows, cells to read, mask) and the eager forward of T rows. The block's math is block.py's.
+Ignores: cache bookkeeping (cache/kv.py owns lengths, rollback, sessions), sampling, speculation,
+the fused few-row kernels (fused.py).
 
 One forward takes T new rows at absolute positions `pos[T]` (a prefill chunk, a 1-row decode, a
 k+1-row verify) and writes their K/V into the static cache at cell = position. Attention reads the
@@ -19,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ModelFileError
+from .block import BlockDims, attend, finish, project_qkv, rms_norm, rope_tables
 
 SUPPORTED_ARCHS = ("gemma3",)
 
@@ -74,6 +77,11 @@ class Gemma3Config:
     def is_global(self, layer: int) -> bool:
         return (layer + 1) % self.sliding_pattern == 0
 
+    @property
+    def block(self) -> BlockDims:
+        return BlockDims(self.hidden, self.n_heads, self.n_kv_heads, self.head_dim, self.ffn, self.eps,
+                         self.query_scale)
+
 
 # GGUF tensor name per layer weight (llama.cpp's names for gemma3).
 LAYER_TENSORS = {
@@ -91,29 +99,6 @@ LAYER_TENSORS = {
     "down": "ffn_down",
     "post_ffn_norm": "post_ffw_norm",
 }
-
-
-def rms_norm(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
-    """Gemma RMSNorm in fp32; `w` is the GGUF weight, which already holds the +1."""
-    xf = x.float()
-    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    return (y * w.float()).to(x.dtype)
-
-
-def rope_tables(base: float, head_dim: int, n_pos: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin [n_pos, head_dim] for rotate-half (NEOX) RoPE, computed in fp32 like transformers."""
-    inv = 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64, device=device).float() / head_dim))
-    t = torch.arange(n_pos, device=device, dtype=torch.float32)
-    f = torch.outer(t, inv)
-    emb = torch.cat([f, f], dim=-1)
-    return emb.cos(), emb.sin()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [T, H, D]; cos/sin [T, D]."""
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x.float() * cos[:, None, :] + rot.float() * sin[:, None, :]).to(x.dtype)
 
 
 @dataclass
@@ -165,39 +150,18 @@ class Gemma3:
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:
         return rms_norm(h, self.out_norm, self.cfg.eps)
 
-    def attention(self, i: int, x: torch.Tensor, pos: torch.Tensor, kv, ctx: AttnContext) -> torch.Tensor:
-        """x [T, D] normed rows at absolute positions pos [T]. Writes this layer's K/V at cells pos,
-        then attends over ctx's cells."""
-        c, L = self.cfg, self.layers[i]
-        T = x.shape[0]
-        nq, nkv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
-        q, k, v = F.linear(x, L["qkv"]).split([nq, nkv, nkv], dim=-1)
-        q = apply_rope(rms_norm(q.view(T, c.n_heads, c.head_dim), L["q_norm"], c.eps), ctx.cos, ctx.sin)
-        k = apply_rope(rms_norm(k.view(T, c.n_kv_heads, c.head_dim), L["k_norm"], c.eps), ctx.cos, ctx.sin)
-        kv.write(i, pos, k, v.view(T, c.n_kv_heads, c.head_dim))
+    def attention(self, i: int, h: torch.Tensor, pos: torch.Tensor, kv, ctx: AttnContext) -> torch.Tensor:
+        """Residual rows h [T, D] at absolute positions pos [T]: writes this layer's K/V at cells
+        pos, then attends over ctx's cells. Returns the attention output before the o-projection."""
+        d, L = self.cfg.block, self.layers[i]
+        q, k, v = project_qkv(L, d, h, ctx.cos, ctx.sin)
+        kv.write(i, pos, k, v)
         if ctx.key_pos is None:  # every cell (captured global layers): no gather copy
             K, V = kv.k[i], kv.v[i]  # [S = capacity, Hkv, Dh]
         else:
             K, V = kv.k[i][ctx.key_pos.clamp(min=0)], kv.v[i][ctx.key_pos.clamp(min=0)]  # [S, Hkv, Dh]
-        # Fold the query heads sharing a K/V head into rows: [Hkv, rep*T, Dh] against [Hkv, S, Dh],
-        # so K/V are read once and never repeated in memory. Head h = g*rep + r, as HF's GQA.
-        rep, G = c.n_heads // c.n_kv_heads, c.n_kv_heads
-        qf = q.view(T, G, rep, c.head_dim).permute(1, 2, 0, 3).reshape(G, rep * T, c.head_dim)
-        Kg, Vg = K.transpose(0, 1), V.transpose(0, 1)  # [G, S, Dh]
-        mask = ctx.mask.repeat(rep, 1)  # [rep*T, S]
-        if x.is_cuda and T > 16:  # prefill chunks: fused attention
-            o = F.scaled_dot_product_attention(qf[None], Kg[None], Vg[None], attn_mask=mask, scale=c.query_scale)[0]
-        else:  # few rows (decode/verify) or CPU: plain math, which the compiler fuses
-            sc = torch.matmul(qf.float(), Kg.transpose(1, 2).float()) * c.query_scale  # [G, rep*T, S]
-            sc = sc.masked_fill(~mask, float("-inf"))
-            o = torch.matmul(torch.softmax(sc, dim=-1), Vg.float()).to(x.dtype)
-        o = o.view(G, rep, T, c.head_dim).permute(2, 0, 1, 3).reshape(T, nq)
-        return F.linear(o, L["o"])
-
-    def mlp(self, i: int, x: torch.Tensor) -> torch.Tensor:
-        L = self.layers[i]
-        g, u = F.linear(x, L["gate_up"]).chunk(2, dim=-1)
-        return F.linear(F.gelu(g, approximate="tanh") * u, L["down"])
+        # prefill chunks on CUDA: fused attention; few rows (decode/verify) or CPU: plain math
+        return attend(d, q, K, V, ctx.mask, sdpa=h.is_cuda and h.shape[0] > 16)
 
     def context(self, is_global: bool, pos: torch.Tensor, key_pos: torch.Tensor | None, kv) -> AttnContext:
         """Mask [T, S]: causal, inside the window for sliding layers, padding excluded."""
@@ -223,11 +187,7 @@ class Gemma3:
         ctx = {g: self.context(g, pos, key_pos[g], kv) for g in (False, True)}
         h = self.embed_tokens(tokens)
         for i in range(c.n_layers):
-            L = self.layers[i]
-            a = self.attention(i, rms_norm(h, L["attn_norm"], c.eps), pos, kv, ctx[c.is_global(i)])
-            h = h + rms_norm(a, L["post_attn_norm"], c.eps)
-            m = self.mlp(i, rms_norm(h, L["ffn_norm"], c.eps))
-            h = h + rms_norm(m, L["post_ffn_norm"], c.eps)
+            h = finish(self.layers[i], c.block, h, self.attention(i, h, pos, kv, ctx[c.is_global(i)]))
         return h
 
     def forward(self, tokens: torch.Tensor, pos0: int, kv) -> tuple[torch.Tensor, torch.Tensor]:

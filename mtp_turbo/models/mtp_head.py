@@ -1,14 +1,15 @@
-"""The MTP head: its configuration, its file's names, its math, and a from-scratch reference.
+"""The MTP head: its configuration, its file's names, its weight-format policy, its math, and a
+from-scratch reference.
 
 Owns: MTPConfig; the head file's names (ARCH, tensor_names) and option values (--draft-quant
-formats, LM-head row formats, GEMV backends, the shipped head's path); the math shared by the
-cached drafter, the reference and training (`x = fc_embedding(norm_e(embed(t+1))) +
-fc_hidden(norm_h(h_t))`, one Gemma-3 block with a sliding-base RoPE, final norm, the main model's
-tied LM head or a gathered subset of its rows); MTPHead (weights, LM head rows, RoPE tables); the
-read-cell rule stated plainly (read_set) and the from-scratch reference drafts the tests compare
-the drafter with. Every name here also imports from mtp_drafter.py.
-Ignores: the drafter's cache and rounds (mtp_drafter.py), the static / CUDA-graph path
-(mtp_static.py), the loading policy (mtp_load.py), writing heads (train/export.py).
+formats and which matrices they apply to: `policy_fmt`, LM-head row formats, GEMV backends, the
+shipped head's path); the head's own math around the shared Gemma-3 block (block.py): `x =
+fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(h_t))`, the block with a sliding-base RoPE,
+final norm, the main model's tied LM head or a gathered subset of its rows; MTPHead (weights, LM
+head rows, RoPE tables); the read-cell rule stated plainly (read_set) and the from-scratch
+reference drafts the tests compare the drafter with.
+Ignores: the drafter's cache and rounds (spec/drafters/mtp.py), loading a head file
+(mtp_load.py), writing heads (train/export.py), the cell bookkeeping (cache/cells.py).
 
 Tensor names in the GGUF (llama.cpp's nextn convention where it fits; L = the main model's
 n_layer): blk.L.nextn.{enorm,hnorm,fc_embedding,fc_hidden,shared_head_norm}.weight and the block's
@@ -25,7 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .gemma3 import LAYER_TENSORS, apply_rope, rms_norm, rope_tables
+from .block import BlockDims, attend, finish, linear, project_qkv, rms_norm, rope_tables
+from .gemma3 import LAYER_TENSORS
 
 ARCH = "gemma3-mtp"
 HIDDEN_SOURCES = ("pre_norm", "post_norm")
@@ -38,7 +40,7 @@ NEXTN_TENSORS = {"enorm": "nextn.enorm", "hnorm": "nextn.hnorm", "fc_e": "nextn.
 DRAFT_QUANTS = ("q8_0", "q5_0", "q4_0", "bf16")
 DRAFT_QUANT_KEYS = ("q", "o", "fc_e", "fc_h", "gate", "up", "down")
 # --draft-quant name -> quant/formats.py format used for requantization (None = keep stored values)
-_REQUANT_FMT = {"q8_0": None, "bf16": None, "q5_0": "q5_0", "q4_0": "q4_0_lloyd"}
+REQUANT_FMT = {"q8_0": None, "bf16": None, "q5_0": "q5_0", "q4_0": "q4_0_lloyd"}
 HEAD_QUANTS = ("main", "bf16", "q8_0", "q5_0", "q4_0")  # LM head rows: the main model's format, or told
 GEMV_BACKENDS = ("auto", "dense", "torch", "triton")  # see uses_packed
 
@@ -63,6 +65,11 @@ class MTPConfig:
     def query_scale(self) -> float:
         return self.head_dim ** -0.5
 
+    @property
+    def block(self) -> BlockDims:
+        return BlockDims(self.hidden, self.n_heads, self.n_kv_heads, self.head_dim, self.ffn, self.eps,
+                         self.query_scale)
+
     @classmethod
     def for_main(cls, mc, hidden_source: str = "pre_norm") -> "MTPConfig":
         return cls(hidden=mc.hidden, n_heads=mc.n_heads, n_kv_heads=mc.n_kv_heads, head_dim=mc.head_dim,
@@ -77,57 +84,23 @@ def tensor_names(cfg: MTPConfig) -> dict[str, str]:
     return names
 
 
-# ---- the math, shared by the cached drafter, the reference and training ------------------------
-# W maps names to dense [out, in] tensors (training, the reference) or, for the cached drafter on
-# the packed path, to PackedLinear layers; "qkv" / "gate_up" (fused rows) replace q, k, v / gate, up.
-def linear(w, x: torch.Tensor) -> torch.Tensor:
-    """x [.., in] @ w.T: F.linear for a dense weight, the layer's GEMV for a PackedLinear."""
-    return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
+def policy_fmt(draft_quant: str, key: str) -> tuple[str, str] | None:
+    """(packed format, quantizer name) of head matrix `key` under --draft-quant (None = dense):
+    the DRAFT_QUANT_KEYS matrices take the chosen format, K/V stay Q8_0; bf16 keeps all dense.
+    Norms are never packed (callers skip them)."""
+    if draft_quant == "bf16":
+        return None
+    if key not in DRAFT_QUANT_KEYS:
+        return "q8_0", "q8_0"  # K/V
+    return draft_quant, REQUANT_FMT[draft_quant] or draft_quant
 
 
+# ---- the math, shared by the drafter, the reference and training ------------------------------
+# W maps names to dense [out, in] tensors (training, the reference) or, for the drafter on the
+# packed path, to PackedLinear layers; "qkv" / "gate_up" (fused rows) replace q, k, v / gate, up.
 def input_rows(W: dict, cfg: MTPConfig, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
     """e: scaled embedding of token t+1 [.., D]; h: the state for position t [.., D] -> x [.., D]."""
     return linear(W["fc_e"], rms_norm(e, W["enorm"], cfg.eps)) + linear(W["fc_h"], rms_norm(h, W["hnorm"], cfg.eps))
-
-
-def qkv(W: dict, cfg: MTPConfig, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-    """x [T, D] block input at positions with RoPE tables cos/sin [T, Dh] -> q [T,H,Dh], k, v [T,Hkv,Dh]."""
-    T = x.shape[0]
-    a = rms_norm(x, W["attn_norm"], cfg.eps)
-    qd, kvd = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
-    if "qkv" in W:  # one GEMV over the fused rows
-        q, k, v = linear(W["qkv"], a).split([qd, kvd, kvd], dim=-1)
-    else:
-        q, k, v = linear(W["q"], a), linear(W["k"], a), linear(W["v"], a)
-    q = rms_norm(q.reshape(T, cfg.n_heads, cfg.head_dim), W["q_norm"], cfg.eps)
-    k = rms_norm(k.reshape(T, cfg.n_kv_heads, cfg.head_dim), W["k_norm"], cfg.eps)
-    v = v.reshape(T, cfg.n_kv_heads, cfg.head_dim)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-
-
-def attend(cfg: MTPConfig, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None = None):
-    """q [T,H,Dh], K/V [S,Hkv,Dh], mask [T,S] bool (None = all) -> [T, H*Dh]."""
-    rep = cfg.n_heads // cfg.n_kv_heads
-    qh = q.transpose(0, 1)
-    Kh = K.transpose(0, 1).repeat_interleave(rep, dim=0)
-    Vh = V.transpose(0, 1).repeat_interleave(rep, dim=0)
-    sc = torch.matmul(qh.float(), Kh.float().transpose(1, 2)) * cfg.query_scale  # [H, T, S]
-    if mask is not None:
-        sc = sc.masked_fill(~mask, float("-inf"))
-    o = torch.matmul(torch.softmax(sc, dim=-1), Vh.float()).to(q.dtype)
-    return o.transpose(0, 1).reshape(q.shape[0], cfg.n_heads * cfg.head_dim)
-
-
-def block_out(W: dict, cfg: MTPConfig, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
-    """Residual stream after the block (the chained `h`), given the attention output before o-proj."""
-    h = x + rms_norm(linear(W["o"], attn), W["post_attn_norm"], cfg.eps)
-    m = rms_norm(h, W["ffn_norm"], cfg.eps)
-    if "gate_up" in W:
-        g, u = linear(W["gate_up"], m).split([cfg.ffn, cfg.ffn], dim=-1)
-    else:
-        g, u = linear(W["gate"], m), linear(W["up"], m)
-    m = linear(W["down"], F.gelu(g, approximate="tanh") * u)
-    return h + rms_norm(m, W["post_ffn_norm"], cfg.eps)
 
 
 class MTPHead:
@@ -163,6 +136,21 @@ class MTPHead:
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         return self.embed[tokens] * self.embed_scale
 
+    def step(self, x: torch.Tensor, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor,
+             mask: torch.Tensor | None = None, dense: bool = False) -> torch.Tensor:
+        """The block's output state [T, D] (the chained `h`) from its input x [T, D], the query
+        q [T, H, Dh] and the cells it reads K/V [S, Hkv, Dh] (mask [T, S], None = all).
+        dense: with the dense values W (the reference) rather than the drafter's ops."""
+        d = self.cfg.block
+        return finish(self.W if dense else self.ops, d, x, attend(d, q, K, V, mask))
+
+    def input_rows(self, e: torch.Tensor, h: torch.Tensor, dense: bool = False) -> torch.Tensor:
+        return input_rows(self.W if dense else self.ops, self.cfg, e, h)
+
+    def qkv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, dense: bool = False):
+        """Block input x [T, D] with its rows' RoPE cos/sin [T, Dh] -> q [T, H, Dh], k, v [T, Hkv, Dh]."""
+        return project_qkv(self.W if dense else self.ops, self.cfg.block, x, cos, sin)
+
     def logits(self, h: torch.Tensor, dense: bool = False) -> torch.Tensor:
         """Block output state [T, D] -> fp32 logits over the head's rows [T, N] (dense: with
         head_rows even when ops has a packed head, as the reference does)."""
@@ -194,33 +182,28 @@ def reference_drafts(head: MTPHead, tokens: list[int], hidden: torch.Tensor, k: 
     T = len(tokens)
     p0 = T - 2
     assert p0 >= 0 and hidden.shape[0] >= p0 + 1
-    cfg, W = head.cfg, head.W
     dev = head.device
-    pos = torch.arange(p0 + 1, device=dev)
     e = head.embed_tokens(torch.tensor(tokens[1: p0 + 2], device=dev))
-    x = input_rows(W, cfg, e, hidden[: p0 + 1].to(dev, head.dtype))
-    cos, sin = head.rope_at(pos)
-    _, Kc, Vc = qkv(W, cfg, x, cos, sin)
-    K, V, X = [Kc[i] for i in range(p0 + 1)], [Vc[i] for i in range(p0 + 1)], x
+    x = head.input_rows(e, hidden[: p0 + 1].to(dev, head.dtype), dense=True)
+    _, Kc, Vc = head.qkv(x, *head.rope_at(torch.arange(p0 + 1, device=dev)), dense=True)
+    K, V = [Kc[i] for i in range(p0 + 1)], [Vc[i] for i in range(p0 + 1)]
     drafts, logits = [], []
-    state_x, chain = X[p0: p0 + 1], []
+    state_x, chain = x[p0: p0 + 1], []
     for j in range(k):
         p = p0 + j
-        cos, sin = head.rope_at(torch.tensor([p], device=dev))
-        q, kk, vv = qkv(W, cfg, state_x, cos, sin)
+        q, kk, vv = head.qkv(state_x, *head.rope_at(torch.tensor([p], device=dev)), dense=True)
         if j > 0:  # chain cell: its K/V exist only in this chain
             K.append(kk[0])
             V.append(vv[0])
             chain.append(p)
         cells = read_set(p, p0 + 1, chain, sink, window)
         idx = [c if c <= p0 else p0 + 1 + chain.index(c) for c in cells]
-        o = attend(cfg, q, torch.stack([K[i] for i in idx]), torch.stack([V[i] for i in idx]))
-        h = block_out(W, cfg, state_x, o)
+        h = head.step(state_x, q, torch.stack([K[i] for i in idx]), torch.stack([V[i] for i in idx]), dense=True)
         lg = head.logits(h, dense=True)
         d = int(lg.argmax(-1).item())
         d = d if head.vocab_ids is None else int(head.vocab_ids[d].item())
         drafts.append(d)
         logits.append(lg[0])
         nxt = d if forced is None or j >= len(forced) else forced[j]
-        state_x = input_rows(W, cfg, head.embed_tokens(torch.tensor([nxt], device=dev)), h)
+        state_x = head.input_rows(head.embed_tokens(torch.tensor([nxt], device=dev)), h, dense=True)
     return drafts, torch.stack(logits) if logits else torch.zeros(0)

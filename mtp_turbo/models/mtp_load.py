@@ -1,33 +1,23 @@
-"""Loading an MTP head GGUF into a drafter, with the --draft-quant weight policy.
+"""Loading an MTP head GGUF with the --draft-quant weight policy.
 
-Owns: the per-matrix format policy (q/o, fc_embedding, fc_hidden and the FFN in the chosen format;
-K/V in Q8_0; norms float; the gathered LM head in the main model's format unless told otherwise),
-its byte count, packing the matrices for the GEMV kernels, checking the head belongs to the main
-model, and building the drafter for an engine. Ignores: the head's math and the drafter
-(mtp_drafter.py), the GEMV kernels (quant/), writing heads (train/export.py).
+Owns: applying the per-matrix format policy (mtp_head.policy_fmt: q/o, fc_embedding, fc_hidden
+and the FFN in the chosen format; K/V in Q8_0; norms float; the gathered LM head in the main
+model's format unless told otherwise) to a file's weights, packing the matrices for the GEMV
+kernels, and checking the head belongs to the main model. Ignores: the head's math (mtp_head.py),
+drafting (spec/drafters/mtp.py), the GEMV kernels (quant/), writing heads (train/export.py).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ..errors import ModelFileError
-from .mtp_drafter import (
-    _REQUANT_FMT, ARCH, DEFAULT_HEAD, DRAFT_QUANT_KEYS, DRAFT_QUANTS, GEMV_BACKENDS, HEAD_QUANTS, HIDDEN_SOURCES,
-    MTPConfig, MTPDrafter, MTPHead, tensor_names,
+from .mtp_head import (
+    ARCH, DRAFT_QUANT_KEYS, DRAFT_QUANTS, GEMV_BACKENDS, HEAD_QUANTS, HIDDEN_SOURCES, REQUANT_FMT, MTPConfig, MTPHead,
+    policy_fmt, tensor_names,
 )
-
-
-def _policy_fmt(draft_quant: str, key: str) -> tuple[str, str] | None:
-    """(packed format, quantizer name) of matrix `key` under --draft-quant (None = dense)."""
-    if draft_quant == "bf16":
-        return None
-    if key not in DRAFT_QUANT_KEYS:
-        return "q8_0", "q8_0"  # K/V
-    return draft_quant, _REQUANT_FMT[draft_quant] or draft_quant
 
 
 def policy_bytes(W: dict[str, torch.Tensor], draft_quant: str,
@@ -40,7 +30,7 @@ def policy_bytes(W: dict[str, torch.Tensor], draft_quant: str,
     stored = stored or {}
     out = {}
     for k, w in W.items():
-        pf = None if k.endswith("norm") else _policy_fmt(draft_quant, k)
+        pf = None if k.endswith("norm") else policy_fmt(draft_quant, k)
         if pf is None:
             continue
         fmt, qname = pf
@@ -69,7 +59,7 @@ def apply_draft_quant(W: dict[str, torch.Tensor], draft_quant: str,
     if draft_quant not in DRAFT_QUANTS:
         raise ConfigError(f"draft-quant must be one of {', '.join(DRAFT_QUANTS)}, got {draft_quant!r}")
     out = dict(W)
-    if _REQUANT_FMT[draft_quant] is None:
+    if REQUANT_FMT[draft_quant] is None:
         return out
     if pbytes is None:
         pbytes = policy_bytes({k: W[k] for k in DRAFT_QUANT_KEYS}, draft_quant)
@@ -172,7 +162,7 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
             stored[k] = gf.raw(name)
     packed_path = uses_packed(gemv_backend, device)
     # the policy's bytes, once: the packed layers read them and the dense values are decoded from them
-    pbytes = policy_bytes(W, draft_quant, stored) if packed_path or _REQUANT_FMT.get(draft_quant) else None
+    pbytes = policy_bytes(W, draft_quant, stored) if packed_path or REQUANT_FMT.get(draft_quant) else None
     Wq = apply_draft_quant(W, draft_quant, pbytes)
     ids = gf.metadata.get("mtp.vocab_ids")
     vocab_ids = None if ids is None else torch.as_tensor(np.asarray(ids, dtype=np.int64))
@@ -184,7 +174,7 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
         from ..quant.repack import PackedWeight
 
         rows = main.embed if vocab_ids is None else main.embed[vocab_ids.to(main.embed.device)]
-        raw = quantize(rows.float().cpu(), _REQUANT_FMT.get(head_quant) or head_quant)
+        raw = quantize(rows.float().cpu(), REQUANT_FMT.get(head_quant) or head_quant)
         head_pw = PackedWeight.from_gguf_bytes(raw, head_quant, tuple(rows.shape))
         head_rows = head_pw.dequantize().to(device, dtype)
     elif head_quant == "main" and packed_path:
@@ -199,21 +189,3 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
                   for k, (fmt, raw) in pbytes.items()}
         ops = pack_ops(W, packed, None if head_pw is None else head_pw.to(device), cfg, gemv_backend, tile)
     return MTPHead(cfg, W, main.embed, vocab_ids, device, dtype, ops=ops, head_rows=head_rows)
-
-
-def load_mtp_drafter(engine, spec) -> MTPDrafter:
-    """The drafter for `engine` per SpecConfig `spec` (spec.drafter path or the shipped head).
-    Reads spec.draft_tile / draft_head_quant when SpecConfig has them (A/B overrides)."""
-    from ..quant.gemv import parse_tile
-
-    path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
-    if not path.exists():
-        raise ModelFileError(f"MTP head file {path} does not exist" + (
-            " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
-    tile = getattr(spec, "draft_tile", None)
-    head = load_head(path, engine.model, expect_sha=engine.gguf.sha256(), draft_quant=spec.draft_quant,
-                     head_quant=getattr(spec, "draft_head_quant", None) or "main",
-                     tile=parse_tile(tile) if isinstance(tile, str) and tile else None,
-                     main_gguf=getattr(engine, "gguf", None))
-    return MTPDrafter(head, engine.ctx_size, sink=spec.draft_sink, window=spec.draft_window, main=engine.model,
-                      engine=engine)

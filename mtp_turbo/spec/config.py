@@ -25,7 +25,7 @@ class SpecConfig:
     # MTP drafter at temp > 0: draft the verifier's own draw from the head's distribution. Off by
     # default: +0.03 tokens/round on CPU (within noise, RESULTS.md), its GPU cost not yet measured
     draft_coupling: bool = False
-    draft_tile: str = ""  # GEMV tile override "KERNEL,BN,BK,W,S[,SPLIT_K[,N_TILES]]" for A/B ("" = per-matrix defaults)
+    draft_tile: str = ""  # GEMV tile override "KERNEL,BN,BK,W,S[,SPLIT_K]" for A/B ("" = per-matrix defaults)
     draft_head_quant: str = "main"  # drafter LM-head rows: main (the model's own bytes) | bf16 | q8_0 | q5_0 | q4_0
 
     def __post_init__(self) -> None:

@@ -1,7 +1,7 @@
-"""Write an MTP head to GGUF (arch "gemma3-mtp"); models/mtp_drafter.py reads it.
+"""Write an MTP head to GGUF (arch "gemma3-mtp"); models/mtp_load.py reads it.
 
 Owns: the file layout: matrices in Q8_0 (quant/formats.quantize), norms F32, tensor names from
-models/mtp_drafter.tensor_names (blk.{n_layer}.nextn.* + the block's usual names), metadata
+models/mtp_head.tensor_names (blk.{n_layer}.nextn.* + the block's usual names), metadata
 mtp.base_model_sha256, mtp.hidden_source, mtp.vocab_ids (I32; absent = full head), mtp.recipe
 (JSON). Ignores: training and the head's math.
 """
@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from ..io.gguf_write import write_gguf
-from ..models.mtp_drafter import ARCH, MTPConfig, tensor_names
+from ..models.mtp_head import ARCH, MTPConfig, tensor_names
 from ..quant.formats import ggml_type_of, quantize
 
 F32 = 0

@@ -18,22 +18,16 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ..models.gemma3 import Gemma3, rms_norm
-from ..models.mtp_drafter import MTPConfig, block_out, input_rows
+from ..models.block import attend, finish, project_qkv
+from ..models.gemma3 import Gemma3
+from ..models.mtp_head import MTPConfig, input_rows
 
 NEG = -1e30  # finite "masked": a fully masked padding row gives a uniform softmax, never NaN
 
 
-def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, T, H, Dh]; cos/sin [T, Dh]."""
-    half = x.shape[-1] // 2
-    rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return (x.float() * cos[None, :, None, :] + rot.float() * sin[None, :, None, :]).to(x.dtype)
-
-
 @dataclass
 class BatchKV:
-    """K/V of B rows for every main layer: k[i], v[i] [B, Hkv, capacity, Dh] (cell = position)."""
+    """K/V of B rows for every main layer: k[i], v[i] [B, capacity, Hkv, Dh] (cell = position)."""
 
     k: list[torch.Tensor]
     v: list[torch.Tensor]
@@ -41,7 +35,7 @@ class BatchKV:
     @classmethod
     def empty(cls, model: Gemma3, batch: int, capacity: int) -> "BatchKV":
         c = model.cfg
-        shape = (batch, c.n_kv_heads, capacity, c.head_dim)
+        shape = (batch, capacity, c.n_kv_heads, c.head_dim)
         mk = lambda: torch.zeros(shape, device=model.device, dtype=model.dtype)  # noqa: E731
         return cls([mk() for _ in range(c.n_layers)], [mk() for _ in range(c.n_layers)])
 
@@ -59,30 +53,16 @@ def main_hidden(model: Gemma3, tokens: torch.Tensor, pos0: int = 0, cache: Batch
     qp = torch.arange(pos0, pos0 + T, device=tokens.device)
     kp = torch.arange(0, pos0 + T, device=tokens.device)
     causal = kp[None, :] <= qp[:, None]  # [T, S]
-    sliding = causal & (qp[:, None] - kp[None, :] < c.sliding_window)
-    rep, G = c.n_heads // c.n_kv_heads, c.n_kv_heads
-    masks = {True: causal.repeat(rep, 1), False: sliding.repeat(rep, 1)}  # [rep*T, S], rows (r, t)
+    masks = {True: causal, False: causal & (qp[:, None] - kp[None, :] < c.sliding_window)}
     for i, L in enumerate(model.layers):
         g = c.is_global(i)
-        a = rms_norm(h, L["attn_norm"], c.eps)
-        q = rms_norm(F.linear(a, L["q"]).view(B, T, c.n_heads, c.head_dim), L["q_norm"], c.eps)
-        k = rms_norm(F.linear(a, L["k"]).view(B, T, c.n_kv_heads, c.head_dim), L["k_norm"], c.eps)
-        v = F.linear(a, L["v"]).view(B, T, c.n_kv_heads, c.head_dim)
         cos, sin = model.rope[g][0][pos0: pos0 + T], model.rope[g][1][pos0: pos0 + T]
-        q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-        kh, vh = k.transpose(1, 2), v.transpose(1, 2)  # [B, G, T, Dh]
+        q, k, v = project_qkv(L, c.block, h, cos, sin)  # [B, T, H | Hkv, Dh]
         if cache is not None:
-            cache.k[i][:, :, pos0: pos0 + T] = kh
-            cache.v[i][:, :, pos0: pos0 + T] = vh
-            kh, vh = cache.k[i][:, :, : pos0 + T], cache.v[i][:, :, : pos0 + T]
-        # GQA folded into query rows (head h = g*rep + r): K/V are never repeated in memory
-        qf = q.view(B, T, G, rep, c.head_dim).permute(0, 2, 3, 1, 4).reshape(B, G, rep * T, c.head_dim)
-        o = F.scaled_dot_product_attention(qf, kh, vh, attn_mask=masks[g], scale=c.query_scale)
-        o = o.view(B, G, rep, T, c.head_dim).permute(0, 3, 1, 2, 4).reshape(B, T, c.n_heads * c.head_dim)
-        h = h + rms_norm(F.linear(o, L["o"]), L["post_attn_norm"], c.eps)
-        m = rms_norm(h, L["ffn_norm"], c.eps)
-        m = F.linear(F.gelu(F.linear(m, L["gate"]), approximate="tanh") * F.linear(m, L["up"]), L["down"])
-        h = h + rms_norm(m, L["post_ffn_norm"], c.eps)
+            cache.k[i][:, pos0: pos0 + T] = k
+            cache.v[i][:, pos0: pos0 + T] = v
+            k, v = cache.k[i][:, : pos0 + T], cache.v[i][:, : pos0 + T]
+        h = finish(L, c.block, h, attend(c.block, q, k, v, masks[g], sdpa=True))
     return h
 
 
@@ -108,12 +88,8 @@ def committed_mask(pos: torch.Tensor, t: torch.Tensor, s: torch.Tensor, j: int, 
 
 def _qkv(W, cfg: MTPConfig, x: torch.Tensor, cos, sin):
     """x [B, T, D] -> q [B, H, T, Dh], k/v [B, Hkv, T, Dh] with RoPE at the rows' positions."""
-    B, T, _ = x.shape
-    a = rms_norm(x, W["attn_norm"], cfg.eps)
-    q = rms_norm(F.linear(a, W["q"]).view(B, T, cfg.n_heads, cfg.head_dim), W["q_norm"], cfg.eps)
-    k = rms_norm(F.linear(a, W["k"]).view(B, T, cfg.n_kv_heads, cfg.head_dim), W["k_norm"], cfg.eps)
-    v = F.linear(a, W["v"]).view(B, T, cfg.n_kv_heads, cfg.head_dim)
-    return _rope(q, cos, sin).transpose(1, 2), _rope(k, cos, sin).transpose(1, 2), v.transpose(1, 2)
+    q, k, v = project_qkv(W, cfg.block, x, cos, sin)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def _blocked(x: torch.Tensor, m: int, nb: int, C: int) -> torch.Tensor:
@@ -189,7 +165,7 @@ def chain_states(W, cfg: MTPConfig, rope, emb: torch.Tensor, hid: torch.Tensor, 
             o = o + pr[..., c0 + i: c0 + i + 1] * _blocked(vv, m, nb, C)[:, :, :, None].float()
         # [B, G, nb, rep, C, Dh] -> [B, nb*C, H*Dh] with head h = g*rep + r
         o = o.permute(0, 2, 4, 1, 3, 5).reshape(B, nb * C, cfg.n_heads * Dh)[:, :m].to(x.dtype)
-        h = block_out(W, cfg, x[:, :m], o)
+        h = finish(W, cfg.block, x[:, :m], o)
         out.append(h)
         if j > 1:
             chain_k.append(k_cur)

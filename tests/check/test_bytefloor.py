@@ -44,10 +44,15 @@ def test_gemma_drafter_policy():
     assert t["q4_0"]["attn_q"] == 1024 * 640 // 32 * 18
     assert t["q5_0"]["ffn_down"] == 640 * 2048 // 32 * 22
     assert t["bf16"]["fc_hidden"] == 640 * 640 * 2
-    for q in bf.QUANT_CHOICES:  # K/V and the head stay Q8_0 whatever the choice
-        assert t[q]["attn_k"] == t[q]["attn_v"] == 256 * 640 // 32 * 34
+    for q in bf.QUANT_CHOICES:  # the drafter's policy: K/V Q8_0 under every packed choice (bf16:
+        # every matrix dense), the head in the main file's Q8_0, norms f32
+        assert t[q]["attn_k"] == t[q]["attn_v"] == (256 * 640 * 2 if q == "bf16" else 256 * 640 // 32 * 34)
         assert t[q]["head"] == 32768 * 640 // 32 * 34
         assert t[q]["attn_norm"] == 640 * 4
+    # the matrix bytes the drafter really read a step (bench/RESULTS.md, session 9: 35.06 / 29.07 /
+    # 26.80 / 26.04 MB, counted from the loaded drafter's weights)
+    mats = [sum(b for n, b in t[q].items() if not n.endswith("norm")) / 1e6 for q in bf.QUANT_CHOICES]
+    assert [round(m, 2) for m in mats] == [35.06, 29.07, 26.8, 26.04]
     full = bf.step_bytes(d, "mtp", "q8_0", head_rows=262144)
     assert full["head"] == 262144 * 680
 

@@ -9,7 +9,7 @@ import torch
 
 import gguf
 from mtp_turbo.errors import ModelFileError
-from mtp_turbo.io.gguf_file import GGML_TYPES, GGUFFile, TensorInfo, check_supported, default_model_path
+from mtp_turbo.io.gguf_file import GGML_TYPES, GGUFFile, TensorInfo, default_model_path
 from mtp_turbo.io.gguf_write import write_gguf
 
 
@@ -69,15 +69,6 @@ def test_sha256_is_the_file_hash_and_cached(model, model_path):
     h = hashlib.sha256(np.memmap(model_path, mode="r", dtype=np.uint8)).hexdigest()
     assert model.sha256() == h
     assert model._sha256 == h and model.sha256() is model.sha256()
-
-
-def test_check_supported_names_first_unsupported_type(model):
-    all_types = {t.ggml_type for t in model.tensors.values()}
-    check_supported(model, all_types)  # no error
-    q6k = int(gguf.GGMLQuantizationType.Q6_K)
-    first = next(t for t in model.tensors.values() if t.ggml_type == q6k)
-    with pytest.raises(ModelFileError, match=rf"{first.name}.*Q6_K.*not supported"):
-        check_supported(model, all_types - {q6k})
 
 
 def test_default_model_path(model_path, monkeypatch):
@@ -263,18 +254,3 @@ def test_corrupted_header(tmp_path, small_file):
     for problem, bad in cases.items():
         with pytest.raises(ModelFileError, match=f"corrupted header.*{problem}"):
             GGUFFile(_damaged(tmp_path, bad))
-
-
-def test_load_falls_back_to_numpy_dequant_without_quant_module(model, monkeypatch):
-    import importlib.util
-
-    name = next(t.name for t in model.tensors.values() if t.ggml_type == int(gguf.GGMLQuantizationType.Q4_K))
-    want = model.load(name)
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda n, *a: None if n == "mtp_turbo.quant.dequant" else real(n, *a))
-    calls = []
-    real_dq = gguf.quants.dequantize
-    monkeypatch.setattr(gguf.quants, "dequantize", lambda *a: calls.append(a[1]) or real_dq(*a))
-    assert torch.equal(model.load(name), want)
-    assert calls == [gguf.GGMLQuantizationType.Q4_K]  # the fallback really ran

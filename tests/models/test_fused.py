@@ -83,7 +83,11 @@ def test_fused_gqa_two_kv_groups():
 
 
 def test_fused_rows_are_batch_invariant():
-    # a 4-row forward gives each row exactly what one-row forwards give (same kernels, same order)
+    # a 4-row forward gives each row what one-row forwards give. Bit for bit is a property of the
+    # CUDA kernels (tests/models/test_fused_gpu.py checks it there); in Triton's CPU interpreter
+    # tl.dot is a numpy matmul whose rounding for row j of a 16-row tile depends on the BLAS kernel
+    # (it differs between CPUs), so here the rows agree to fp32 rounding, far below any indexing,
+    # masking or row-mixing mistake (those show at 1e-2 and above)
     model = tiny_model(seed=5)
     c = model.cfg
     kv = KVCache(c.n_layers, 96, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
@@ -94,7 +98,7 @@ def test_fused_rows_are_batch_invariant():
     four = four.clone()
     for j in range(4):
         one, _ = dec.forward(toks[26 + j : 27 + j], torch.arange(26 + j, 27 + j))
-        assert torch.equal(one[0], four[j]), j
+        assert rel(one[0], four[j]) < 1e-6, (j, rel(one[0], four[j]))
 
 
 def test_fused_rejects_too_many_rows():

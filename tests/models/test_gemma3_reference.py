@@ -1,10 +1,15 @@
 """Our Gemma-3 forward against transformers' Gemma3ForCausalLM built from the same dequantized
 weights, in fp32 on the CPU: one long chunk, and the same text fed as chunks + 1-row steps."""
 
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hf_reference import build_hf_gemma3  # noqa: E402
 
 PROMPTS = [
     "The quick brown fox jumps over the lazy dog. " * 3,
@@ -15,8 +20,6 @@ PROMPTS = [
 
 @pytest.fixture(scope="module")
 def hf_model(engine):
-    from mtp_turbo.models.hf_reference import build_hf_gemma3
-
     return build_hf_gemma3(engine.model)
 
 

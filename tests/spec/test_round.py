@@ -5,8 +5,8 @@ import pytest
 
 from mtp_turbo.sampling.config import SamplerConfig
 from mtp_turbo.spec.config import SpecConfig
-from mtp_turbo.spec.drafter import ScriptedDrafter
-from mtp_turbo.spec.round import speculative_tokens
+from mtp_turbo.spec.drafters.ngram import ScriptedDrafter
+from mtp_turbo.spec.round import RoundStats, speculative_tokens
 
 # Real prompts where prompt lookup finds matches (repeated structure, code), ~128 tokens.
 PROMPTS = [
@@ -40,7 +40,7 @@ def test_greedy_parity_ngram(engine, plain, k):
     for i, p in enumerate(PROMPTS):
         got = engine.generate_ids(p, sampler=SamplerConfig(temperature=0.0), max_tokens=N, spec=spec)
         assert got == plain[("greedy", i)]
-        accepted += engine.last_stats.spec["accepted"]
+        accepted += engine.last_stats.spec.accepted
     assert accepted > 0  # the drafter did real work: rounds emitted more than one token
 
 
@@ -66,20 +66,17 @@ def test_oracle_drafter_with_errors_is_still_exact(engine, plain):
         return [t if (pos + j) % 3 else (t + 1) % 1000 for j, t in enumerate(d)]
 
     spec = SpecConfig(draft="ngram", draft_tokens=3)
-    from mtp_turbo.engine import Stats
-
-    stats = Stats()
+    sp = RoundStats("scripted", spec.draft_tokens)
     engine.start(ids)
     got = []
-    for toks in speculative_tokens(engine, SAMPLED, spec, N, stats, drafter=ScriptedDrafter(fn)):
+    for toks in speculative_tokens(engine, SAMPLED, spec, N, ScriptedDrafter(fn), sp):
         got += toks
     got = got[:N]
     assert got == target
-    sp = stats.spec
-    assert 0 < sp["accepted"] < sp["drafted"]
-    assert sp["drafted"] == sum(sp["drafted_per_position"])
-    assert sp["accepted"] == sum(sp["accepted_per_position"])
-    assert sp["tokens_per_round"] == pytest.approx((sp["accepted"] + sp["rounds"]) / sp["rounds"])
+    assert 0 < sp.accepted < sp.drafted
+    assert sp.drafted == sum(sp.drafted_per_position)
+    assert sp.accepted == sum(sp.accepted_per_position)
+    assert sp.tokens_per_round == pytest.approx((sp.accepted + sp.rounds) / sp.rounds)
 
 
 def test_stop_token_inside_a_round_ends_where_plain_does(engine, plain):

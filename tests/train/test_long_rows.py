@@ -12,13 +12,13 @@ import torch
 
 from mtp_turbo.cache.cells import DraftCells, DraftCellsConfig
 from mtp_turbo.cache.kv import KVCache
-from mtp_turbo.models.mtp_drafter import reference_drafts
+from mtp_turbo.models.mtp_head import reference_drafts
 from mtp_turbo.train import data as data_mod
 from mtp_turbo.train.distill import TrainConfig, train
 from mtp_turbo.train.forward import chain_states, committed_mask, virtual_positions
 from mtp_turbo.train.generate import GenConfig, sample_rows
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "models"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spec" / "drafters"))
 from test_mtp_drafter import D, V, make_head  # noqa: E402
 
 

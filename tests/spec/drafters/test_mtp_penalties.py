@@ -2,8 +2,8 @@
 the sampling chain's own penalty stage, over the window the verifier uses at that row (committed
 tokens ++ the earlier drafts of the chain, last penalty_last_n of them), checked against a plain
 reference (full-vocab logits, penalty_counts, the greedy chain) over sessions with chained drafts
-that repeat window tokens, tokens leaving the window, rollbacks and reduced heads; the static
-(graph) path equals the variable-shape path; without penalties nothing changes."""
+that repeat window tokens, tokens leaving the window, rollbacks and reduced heads; without
+penalties nothing changes."""
 
 import dataclasses
 import random
@@ -11,7 +11,8 @@ import random
 import pytest
 import torch
 
-from mtp_turbo.models.mtp_drafter import MTPDrafter, reference_drafts
+from mtp_turbo.models.mtp_head import reference_drafts
+from mtp_turbo.spec.drafters.mtp import MTPDrafter
 from mtp_turbo.sampling.chain import penalty_counts, probs_from_logits
 from mtp_turbo.sampling.config import SamplerConfig
 
@@ -21,7 +22,7 @@ PEN = SamplerConfig(temperature=0.6, top_k=0, top_p=0.95, min_p=0.05, repeat_pen
 STRONG = dataclasses.replace(PEN, repeat_penalty=1.3, presence_penalty=0.6, frequency_penalty=0.3)
 
 
-# tiny, one_thread, watch_chain, commit_round: tests/models/conftest.py
+# tiny, one_thread, watch_chain, commit_round: tests/spec/drafters/conftest.py
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -42,16 +43,13 @@ def reference_penalised(tiny, head, tokens, hidden, drafts, cfg, use_drafts=True
     return p.argmax(-1).tolist()
 
 
-def session(tiny, commit_round, head, cfg, seed, rounds, ks=(2, 3, 4), static_twin=True):
-    """Variable-shape and static drafters with the sampler set, driven alike; every propose is
-    checked against the reference (and the static one against the variable one). Returns stats."""
+def session(tiny, commit_round, head, cfg, seed, rounds, ks=(2, 3, 4)):
+    """A drafter with the sampler set; every propose is checked against the reference. Returns stats."""
     V = tiny.V
     rng = random.Random(seed)
     main = tiny.main(seed)
-    var = MTPDrafter(head, capacity=400, sink=SINK, window=WINDOW, static=False)
+    var = MTPDrafter(head, capacity=400, sink=SINK, window=WINDOW)
     drs = [var]
-    if static_twin:
-        drs.append(MTPDrafter(head, capacity=400, sink=SINK, window=WINDOW, static=True))
     for d in drs:
         d.set_sampler(cfg)
     tokens = [rng.randrange(V) for _ in range(rng.randrange(20, 50))]
@@ -66,10 +64,7 @@ def session(tiny, commit_round, head, cfg, seed, rounds, ks=(2, 3, 4), static_tw
         hid = main.hidden(tokens)[: len(tokens) - 1]
         want = reference_penalised(tiny, head, tokens, hid, got, cfg)
         assert got == want, (r, got, want)
-        if static_twin:
-            assert drs[1].propose(tokens, k) == got, r
-            torch.testing.assert_close(drs[1].last_logits, var.last_logits, rtol=1e-5, atol=1e-5)
-            assert drs[1].last_drafts.tolist() == got
+        assert var.last_drafts.tolist() == got
         # chained drafts that repeat a token of their window (committed or an earlier draft)
         L = cfg.penalty_last_n
         for j in range(1, k):
@@ -83,7 +78,7 @@ def session(tiny, commit_round, head, cfg, seed, rounds, ks=(2, 3, 4), static_tw
 
 
 @pytest.mark.parametrize("reduced", [False, True])
-def test_drafts_are_argmax_of_penalised_logits_and_static_equals_variable(reduced, tiny, commit_round):
+def test_drafts_are_argmax_of_penalised_logits(reduced, tiny, commit_round):
     ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40))) if reduced else None
     st = session(tiny, commit_round, tiny.head(vocab_ids=ids), PEN, seed=1 + reduced, rounds=30)
     assert st["differs_raw"] > 0  # the penalties did move drafts
@@ -103,14 +98,13 @@ def test_windows_all_history_and_short(last_n, tiny, commit_round):
 def test_greedy_with_penalties_and_negative_penalties(tiny, commit_round):
     """temp 0 with penalties uses them too; rewarding penalties (r < 1, presence < 0) as well."""
     greedy = SamplerConfig(temperature=0.0, repeat_penalty=1.2, presence_penalty=0.5, penalty_last_n=16)
-    assert session(tiny, commit_round, tiny.head(), greedy, seed=7, rounds=12, static_twin=False)["differs_raw"] > 0
+    assert session(tiny, commit_round, tiny.head(), greedy, seed=7, rounds=12)["differs_raw"] > 0
     reward = dataclasses.replace(PEN, repeat_penalty=0.8, presence_penalty=-0.7, frequency_penalty=-0.2)
-    st = session(tiny, commit_round, tiny.head(), reward, seed=8, rounds=12, static_twin=False)
+    st = session(tiny, commit_round, tiny.head(), reward, seed=8, rounds=12)
     assert st["differs_raw"] > 0 and st["repeats"] > 0
 
 
-@pytest.mark.parametrize("static", [False, True])
-def test_without_penalties_nothing_changes(static, tiny):
+def test_without_penalties_nothing_changes(tiny):
     """No sampler, None, greedy or temp > 0 without penalties (or penalty_last_n 0): the drafts,
     logits and the staged input layout are exactly those of a drafter never told a sampler."""
     head = tiny.head()
@@ -122,23 +116,22 @@ def test_without_penalties_nothing_changes(static, tiny):
             dataclasses.replace(PEN, penalty_last_n=0), dataclasses.replace(PEN, order=("top_k", "temperature"))]
     outs = []
     for cfg in [False] + cfgs:
-        d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW, static=static)
+        d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW)
         if cfg is not False:
             d.set_sampler(cfg)
             assert d._pen is None
         d.on_prefill(0, 39, H.clone(), toks)
         d.begin(toks)
         outs.append((d.propose(toks, 4), d.last_logits.clone()))
-        if static:
-            d.cells.truncate(36)
-            assert d._stage(toks, 36, 38, 3).shape == (2 * 3 + 3 * d.max_reads,)
+        d.cells.truncate(36)
+        assert d._stage(toks, 36, 38, 3).shape == (2 * 3 + 3 * d.max_reads,)
     for drafts, logits in outs[1:]:
         assert drafts == outs[0][0] and torch.equal(logits, outs[0][1])
     # huge penalties over the whole history: no draft may repeat a window token (+), every draft
     # must (-); the raw drafts break one of the two, so one of them moves
     moved = []
     for sign in (1.0, -1.0):
-        d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW, static=static)
+        d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW)
         d.set_sampler(dataclasses.replace(PEN, presence_penalty=50.0 * sign, penalty_last_n=-1))
         d.on_prefill(0, 39, H.clone(), toks)
         d.begin(toks)
@@ -152,7 +145,7 @@ def test_without_penalties_nothing_changes(static, tiny):
 
 def test_static_chain_with_penalties_has_no_host_syncs(tiny, watch_chain):
     ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40)))
-    dr = MTPDrafter(tiny.head(vocab_ids=ids), capacity=300, sink=SINK, window=WINDOW, static=True)
+    dr = MTPDrafter(tiny.head(vocab_ids=ids), capacity=300, sink=SINK, window=WINDOW)
     dr.set_sampler(PEN)
     ran = watch_chain(dr)  # each _chain call runs under NoSync
     rng = random.Random(1)

@@ -3,12 +3,13 @@ logits tests and the peer in benchmarks.
 
 Owns: the name map from our weights to transformers' and the +1 convention of the norms (GGUF
 stores 1 + w; transformers adds the 1 itself). Ignores: everything else. Needs `transformers`
-(a test extra), imported lazily.
+(a test extra), imported lazily. Imported by path (tests run with --import-mode=importlib): the
+tests and bench/decode_bench.py put this folder on sys.path.
 """
 
 from __future__ import annotations
 
-from .gemma3 import Gemma3
+from mtp_turbo.models.gemma3 import Gemma3
 
 LINEAR = {"q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
           "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj"}

@@ -1,32 +1,17 @@
-"""Drafters: what proposes the k tokens a round verifies.
+"""Model-free drafters: n-gram prompt lookup, and a scripted drafter for checks.
 
-Owns: the drafter interface and the model-free drafters (n-gram prompt lookup, and a scripted
-drafter for checks). Ignores: verification and the main model's cache (spec/round.py).
-
-Interface: `begin(tokens)` at the start of a generation (the committed sequence); `propose(tokens,
-k)` returns at most k drafts that would follow `tokens`; `observe(tokens, accepted, hidden)` after
-each verify, with the new committed sequence, how many drafts were accepted, and the main model's
-hidden states of the verified rows (for drafters that read them, like MTP).
+Owns: NGramDrafter (its incremental n-gram index) and ScriptedDrafter. Ignores: verification and
+the main model's cache (spec/round.py), the interface's hooks (base.py).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from typing import Callable
 
-import torch
-
-
-class Drafter(Protocol):
-    name: str
-
-    def begin(self, tokens: list[int]) -> None: ...
-
-    def propose(self, tokens: list[int], k: int) -> list[int]: ...
-
-    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None) -> None: ...
+from .base import Drafter
 
 
-class NGramDrafter:
+class NGramDrafter(Drafter):
     """Prompt lookup (vLLM's ngram / transformers' prompt_lookup): find the most recent earlier
     occurrence of the longest suffix of n tokens (ngram_max down to ngram_min) and propose what
     followed it. An index per n maps each n-gram to the end of its latest occurrence, updated
@@ -68,11 +53,8 @@ class NGramDrafter:
                 return tokens[e : min(e + k, L)]
         return []
 
-    def observe(self, tokens: list[int], accepted: int, hidden) -> None:
-        pass
 
-
-class ScriptedDrafter:
+class ScriptedDrafter(Drafter):
     """Drafts from a function of the committed tokens (for checks: any deterministic proposer)."""
 
     name = "scripted"
@@ -80,11 +62,5 @@ class ScriptedDrafter:
     def __init__(self, fn: Callable[[list[int], int], list[int]]):
         self.fn = fn
 
-    def begin(self, tokens: list[int]) -> None:
-        pass
-
     def propose(self, tokens: list[int], k: int) -> list[int]:
         return list(self.fn(list(tokens), k))[:k]
-
-    def observe(self, tokens: list[int], accepted: int, hidden) -> None:
-        pass

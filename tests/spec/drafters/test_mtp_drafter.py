@@ -10,8 +10,9 @@ import torch
 
 from mtp_turbo.errors import ModelFileError
 from mtp_turbo.models.gemma3 import Gemma3Config
-from mtp_turbo.models.mtp_drafter import (MTPConfig, MTPDrafter, MTPHead, load_head, reference_drafts,
-                                          tensor_names)
+from mtp_turbo.models.mtp_head import MTPConfig, MTPHead, reference_drafts, tensor_names
+from mtp_turbo.models.mtp_load import load_head
+from mtp_turbo.spec.drafters.mtp import MTPDrafter
 
 # V, D, tiny_main_cfg, random_weights and make_head stay here although tests/models/conftest.py
 # builds the same head (tiny.head): tests/train import D, V, make_head from this file by path
@@ -168,8 +169,8 @@ def _real_head(engine, path, sha):
 
 
 def test_engine_with_mtp_drafter_is_exact_and_checks_identity(engine, tmp_path):
-    from mtp_turbo.models.mtp_drafter import load_mtp_drafter
     from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.drafters.mtp import load_mtp_drafter
     from mtp_turbo.spec.config import SpecConfig
 
     p = tmp_path / "head.gguf"
@@ -180,9 +181,9 @@ def test_engine_with_mtp_drafter_is_exact_and_checks_identity(engine, tmp_path):
     spec = SpecConfig(draft="mtp", draft_tokens=3, drafter=str(p), draft_sink=4, draft_window=16)
     got = engine.generate_ids(prompt, sampler=greedy, max_tokens=20, spec=spec)
     assert got == plain
-    assert engine.last_stats.spec["drafter"] == "mtp" and engine.last_stats.spec["drafted"] > 0
+    assert engine.last_stats.spec.drafter == "mtp" and engine.last_stats.spec.drafted > 0
     # the prefill hook (as the engine will call it) feeds the drafter: drafts from the first round
-    dr = load_mtp_drafter(engine, spec)
+    dr = load_mtp_drafter(spec, engine.model, engine.gguf, engine.ctx_size)
     ids = engine.encode_prompt(prompt)
     engine.start(ids)
     from mtp_turbo.cache.kv import KVCache
@@ -192,29 +193,30 @@ def test_engine_with_mtp_drafter_is_exact_and_checks_identity(engine, tmp_path):
     for c0 in range(0, n_rows, 5):
         c1 = min(n_rows, c0 + 5)
         _, h = engine.model.forward(torch.tensor(ids[c0:c1]), c0, kv)
-        dr.on_prefill(c0, c1, h)
+        dr.on_prefill(c0, c1, h, ids)
     dr.begin(engine.tokens)
     assert len(dr.propose(engine.tokens, 3)) == 3
     assert dr.cells.sink_valid == 4 and dr.cells.cell1 == n_rows
     bad = tmp_path / "other.gguf"
     _real_head(engine, bad, "0" * 64)
     with pytest.raises(ModelFileError, match="sha256"):
-        load_mtp_drafter(engine, SpecConfig(draft="mtp", drafter=str(bad)))
+        load_mtp_drafter(SpecConfig(draft="mtp", drafter=str(bad)), engine.model, engine.gguf, engine.ctx_size)
 
 
 def test_shipped_head_belongs_to_the_default_model_and_is_exact(engine):
     """The head committed in mtp_turbo/data loads for the default model (identity checked against
     the model file's sha256), drafts real tokens, and temp-0 output equals plain greedy."""
-    from mtp_turbo.models.mtp_drafter import DEFAULT_HEAD, load_mtp_drafter
+    from mtp_turbo.models.mtp_head import DEFAULT_HEAD
     from mtp_turbo.sampling.config import SamplerConfig
     from mtp_turbo.spec.config import SpecConfig
+    from mtp_turbo.spec.drafters.mtp import load_mtp_drafter
 
     assert DEFAULT_HEAD.exists()
     spec = SpecConfig(draft="mtp", draft_tokens=3)
-    load_mtp_drafter(engine, spec)  # raises ModelFileError if the identity does not match
+    load_mtp_drafter(spec, engine.model, engine.gguf, engine.ctx_size)  # raises ModelFileError if the identity does not match
     prompt = "Question: What is the capital of France?\nAnswer: The capital of France is"
     g = SamplerConfig(temperature=0.0)
     plain = engine.generate_ids(prompt, sampler=g, max_tokens=24)
     spec_out = engine.generate_ids(prompt, sampler=g, max_tokens=24, spec=spec)
     assert spec_out == plain
-    assert engine.last_stats.spec["accepted"] > 0  # a trained head gets drafts accepted
+    assert engine.last_stats.spec.accepted > 0  # a trained head gets drafts accepted

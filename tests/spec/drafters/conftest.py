@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from mtp_turbo.models.gemma3 import Gemma3Config
-from mtp_turbo.models.mtp_drafter import MTPConfig, MTPHead, tensor_names
+from mtp_turbo.models.mtp_head import MTPConfig, MTPHead, tensor_names
 
 
 class FakeMain:

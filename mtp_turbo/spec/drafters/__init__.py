@@ -1,0 +1,21 @@
+"""Drafters (base.py: the interface; ngram.py: prompt lookup; mtp.py: the MTP head) and
+`make_drafter`, which builds the one a SpecConfig names."""
+
+from __future__ import annotations
+
+from ...errors import ConfigError
+from .base import Drafter
+
+
+def make_drafter(spec, main, main_gguf, capacity: int) -> Drafter:
+    """The drafter SpecConfig `spec` names, for main model `main` (from GGUFFile `main_gguf`) with
+    a context of `capacity` tokens."""
+    if spec.draft == "ngram":
+        from .ngram import NGramDrafter
+
+        return NGramDrafter(spec.ngram_min, spec.ngram_max)
+    if spec.draft == "mtp":
+        from .mtp import load_mtp_drafter
+
+        return load_mtp_drafter(spec, main, main_gguf, capacity)
+    raise ConfigError(f"no drafter for draft={spec.draft!r}")

@@ -1,0 +1,45 @@
+"""The drafter interface: what proposes the k tokens a speculative round verifies.
+
+Owns: `Drafter`, the base class every drafter derives from, with no-op hooks, so the engine and
+the round call every hook unconditionally (no `hasattr`). Ignores: how any drafter drafts.
+
+The round calls `begin(tokens)` at the start of a generation (the committed sequence),
+`propose(tokens, k)` for at most k drafts that would follow `tokens`, and `observe(tokens,
+accepted, hidden)` after each verify with the new committed sequence, how many drafts were
+accepted and the main model's hidden states of the verified rows that were committed. The engine
+calls `on_prefill` for each prefill chunk, `truncate(n)` when the committed sequence is cut to n
+tokens, and `reset()` when it is replaced wholesale (a session load). `reads_hidden` says whether
+the drafter needs the main model's hidden states (then the engine re-encodes a prompt it already
+holds, so that the drafter sees every chunk).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Drafter:
+    name = "drafter"
+    reads_hidden = False  # needs the main model's hidden rows of prefill chunks and verified rows
+
+    def begin(self, tokens: list[int]) -> None:
+        pass
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        raise NotImplementedError
+
+    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None) -> None:
+        pass
+
+    def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int]) -> None:
+        """Main rows [c0, c1) of the committed `tokens` were just encoded; hidden [c1 - c0, D]
+        is a buffer the next forward overwrites (copy what is kept)."""
+
+    def truncate(self, n: int) -> None:
+        """Only the first n committed tokens stay."""
+
+    def reset(self) -> None:
+        """Nothing committed is known any more."""
+
+    def set_sampler(self, sampler, coupling: bool = False) -> None:
+        """The SamplerConfig the verifier uses (None: raw argmax drafts), for drafters that use it."""

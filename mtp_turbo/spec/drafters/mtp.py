@@ -1,0 +1,387 @@
+"""The MTP drafter: the head's own KV cache and the drafting a speculative round drives.
+
+Owns: the drafter's static position-indexed KV cache (cell c = the row built from (h_c, token
+c+1), RoPE at position c when K is written) and the main model's hidden rows it keeps; the engine
+hooks (on_prefill, truncate, reset); a round's catch-up + chain drafting over the cells DraftCells
+allows (sink + window + current chain) with static shapes, replayed from one CUDA graph per
+(catch-up rows, k, penalty values) on CUDA and run eagerly elsewhere; how a draft is picked from
+the head's logits (set_sampler): the argmax after the sampler's penalty stage over the verifier's
+penalty window, or at temp > 0 with coupling the verifier's own draw from the head's
+distribution; building the drafter for an engine (load_mtp_drafter).
+Ignores: the head's math and file (models/mtp_head.py, models/mtp_load.py), the cell rules
+(cache/cells.py), verification (spec/verify.py), training (train/).
+
+Static shapes: the round's inputs live in one int64 vector staged on the host and uploaded with
+one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft step j its read cells
+padded with -1 to M = sink + window + 1 [k, M] | with penalties only: for each step j the head
+index leaving the penalty window [k] (-1 none), next to draft 0's window counts [N] uploaded to
+_pen_dev. The read cells follow from the cell bookkeeping alone (never from the drafts), so the
+host knows them up front; drafts are chosen and embedded on the device, and the k ids come back
+in one sync at the end. Graph replay and the eager run are the same kernels (equal results), so a
+capture failure costs only speed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ...cache.cells import DraftCells, DraftCellsConfig
+from ...errors import ModelFileError
+from ...models.mtp_head import DEFAULT_HEAD, MTPHead
+from ...sampling.chain import apply_penalties, probs_from_logits
+from ...sampling.draw import draw
+from ...sampling.rng import uniforms
+from .base import Drafter
+
+# captured CUDA graphs exist for catch-up batches of <= GRAPH_ROWS rows (a round catches up
+# accepted + 1 rows) and chains of <= GRAPH_K drafts; bigger work runs the same code eagerly
+GRAPH_ROWS, GRAPH_K = 8, 8
+
+
+class MTPDrafter(Drafter):
+    """See the module docstring and cache/cells.py for the cell convention; the round with T
+    committed tokens drafts from query p0 = T-2."""
+
+    name = "mtp"
+    reads_hidden = True
+
+    def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None,
+                 graphs: bool = True):
+        """main: the main model, for its final norm when the head reads post-norm hidden states;
+        graphs: replay the round's work from CUDA graphs (CUDA only)."""
+        c = head.cfg
+        self.head, self.main = head, main
+        self.capacity = capacity + 16  # chain cells may run k-1 past the committed rows
+        self.cells = DraftCells(DraftCellsConfig(sink=sink, window=window))
+        dev, dt = head.device, head.dtype
+        self.k_cache = torch.zeros(self.capacity, c.n_kv_heads, c.head_dim, device=dev, dtype=dt)
+        self.v_cache = torch.zeros_like(self.k_cache)
+        self.hbuf = torch.zeros(self.capacity, c.hidden, device=dev, dtype=dt)  # main hidden by position
+        self.h_lo = self.h_hi = 0  # positions [h_lo, h_hi) of hbuf hold current hidden rows
+        self.tokens: list[int] = []
+        self._prefill_next: int | None = None
+        self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tests)
+        self.last_drafts: torch.Tensor | None = None  # int64 [k] on the device
+        self.use_graphs = bool(graphs) and dev.type == "cuda"
+        self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
+        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * self.max_reads + GRAPH_K
+        self._stage_dev = torch.zeros(self._stage_len, dtype=torch.int64, device=dev)  # graphs read these
+        self._stage_host = torch.zeros(self._stage_len, dtype=torch.int64,
+                                       pin_memory=dev.type == "cuda")  # one non_blocking upload a round
+        self._graphs: dict[tuple, tuple] = {}  # (n, k, penalty key) -> (graph, drafts [k], logits [k, N])
+        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # the head's tables, >= capacity rows
+        # sampler (set_sampler): drafts are the argmax of the PENALISED head logits, or the coupled draw
+        self._pen = None  # SamplerConfig whose penalty stage runs, or None (raw argmax)
+        self._draw = None  # SamplerConfig whose whole chain + draw picks the drafts (coupling), or None
+        self._vmap: np.ndarray | None = None  # full token id -> head index (-1: not a head row)
+        n_rows = head.head_rows.shape[0]
+        self._pen_dev = torch.zeros(n_rows, dtype=torch.float32, device=dev)  # window counts [N]
+        self._pen_host = torch.zeros(n_rows, dtype=torch.float32, pin_memory=dev.type == "cuda")
+
+    # ---- engine hooks --------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.cells.reset()
+        self.h_lo = self.h_hi = 0
+        self.tokens = []
+        self._prefill_next = None
+
+    def truncate(self, n: int) -> None:
+        """Keep the first n committed tokens (rollback): cells >= n-1 and hidden rows >= n are stale."""
+        self.cells.truncate(max(n - 1, 0))
+        self.h_hi = max(min(self.h_hi, n), 0)
+        self.h_lo = min(self.h_lo, self.h_hi)
+        del self.tokens[n:]
+
+    def _store_hidden(self, c0: int, h: torch.Tensor) -> None:
+        h = h.to(self.hbuf.dtype)
+        if self.head.cfg.hidden_source == "post_norm":
+            h = self.main.final_norm(h)
+        n = h.shape[0]
+        self.hbuf[c0: c0 + n].copy_(h)  # copy: the caller's buffers are overwritten by the next forward
+        if self.h_lo <= c0 <= self.h_hi:
+            self.h_hi = c0 + n
+        else:
+            self.h_lo, self.h_hi = c0, c0 + n
+
+    def _encode(self, c0: int, n: int, toks: list[int]) -> None:
+        """Write committed K/V for cells [c0, c0+n) from hbuf and tokens c0+1..c0+n, all rows in
+        one pass (each matrix read once per <= 4 rows)."""
+        head = self.head
+        pos = torch.arange(c0, c0 + n, device=head.device)
+        e = head.embed_tokens(torch.tensor(toks[c0 + 1: c0 + n + 1], device=head.device))
+        _, k, v = head.qkv(head.input_rows(e, self.hbuf[c0: c0 + n]), *head.rope_at(pos))
+        self.k_cache[c0: c0 + n] = k
+        self.v_cache[c0: c0 + n] = v
+        self.cells.wrote(c0, n)
+
+    @torch.inference_mode()
+    def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int], n_rows: int | None = None) -> None:
+        """Main rows [c0, c1) of `tokens` (the committed sequence, the whole prompt) were just
+        encoded with hidden [c1-c0, D] (a static buffer: copied). n_rows: main rows the whole
+        prefill encodes (default len(tokens) - 1), for the sink + window plan."""
+        n_rows = len(tokens) - 1 if n_rows is None else n_rows
+        assert hidden.shape[0] == c1 - c0 and c1 <= n_rows < len(tokens), (c0, c1, n_rows, len(tokens))
+        if self._prefill_next != c0:  # a new prefill: everything depending on token c0 or later is stale
+            self.truncate(c0)
+            self.tokens = list(tokens)
+            # row c0-1 pairs the kept h_{c0-1} with the (new) token c0: encode it now, else the
+            # run and the sink would have a hole there
+            if c0 >= 1 and self.h_lo <= c0 - 1 < self.h_hi and self.cells.cell1 == c0 - 1:
+                self._encode(c0 - 1, 1, self.tokens)
+        self.tokens = list(tokens)
+        self._store_hidden(c0, hidden)
+        self._prefill_next = c1
+        for a, n in self.cells.prefill_plan(n_rows, c0, c1 - c0):
+            if n > 0:
+                self._encode(a, n, self.tokens)
+
+    # ---- the sampler ---------------------------------------------------------------------------
+    # Under the exact rule a draft is accepted with probability p_i(draft), p_i the main model's
+    # distribution after the whole sampler chain, so the best draft is that distribution's argmax.
+    # Temperature / top-p / min-p keep the argmax; the penalties move it. So the head's logits get
+    # the same penalty stage (sampling/chain.py) over the window the verifier will use at that row:
+    # the committed tokens plus the drafts before it in the chain. Drafts are proposals only:
+    # exactness does not depend on this, acceptance does.
+    def set_sampler(self, sampler, coupling: bool = False) -> None:
+        """The SamplerConfig the verifier uses (None = raw argmax drafts). Its penalty stage moves
+        the argmax (without penalties the drafts are exactly the unpenalised ones). coupling (temp
+        > 0 only): draft the token the verifier's own draw would pick if the head's distribution
+        were the main model's: the whole chain on the head's logits, inverse CDF in token-id order
+        with the verifier's uniform for that position (sampling/draw.py, rng.py). The output does
+        not depend on the drafts (every emitted token is the verifier's draw), so this stays exact;
+        acceptance becomes the chance the two draws agree, which can pass max p (the ceiling of
+        any fixed draft)."""
+        on = (sampler is not None and sampler.uses_penalties and "penalties" in sampler.order)
+        self._pen = sampler if on else None
+        self._draw = sampler if (coupling and sampler is not None and not sampler.greedy) else None
+        ids = self.head.vocab_ids
+        if self._draw is not None and ids is not None and ids.numel() > 1:
+            # the head's rows must run in token-id order for its CDF to line up with the verifier's
+            assert bool((ids[1:] > ids[:-1]).all()), "head vocab ids must be ascending for coupled drafts"
+
+    def _pen_key(self):
+        """The sampler values a captured chain bakes in (part of its graph key)."""
+        p, d = self._pen, self._draw
+        pen = None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
+        return pen if d is None else (pen, d)
+
+    def _head_index(self) -> np.ndarray:
+        """full token id -> head row index (-1 where the head has no row for it)."""
+        if self._vmap is None:
+            v = self.head.embed.shape[0]
+            ids = self.head.vocab_ids
+            if ids is None:
+                self._vmap = np.arange(v, dtype=np.int64)
+            else:
+                self._vmap = np.full(v, -1, dtype=np.int64)
+                self._vmap[ids.cpu().numpy()] = np.arange(ids.shape[0], dtype=np.int64)
+        return self._vmap
+
+    def _pen_window(self, tokens: list[int], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Penalty window of draft 0 (the last penalty_last_n committed tokens; -1 = all) as head
+        counts float32 [N], and for each chain step j the head index of the committed token that
+        leaves the window when draft j-1 enters it, int64 [k] (-1 = none; entry 0 is always -1).
+        Tokens without a head row are left out: they cannot change the head's argmax."""
+        last_n, T = self._pen.penalty_last_n, len(tokens)
+        vmap = self._head_index()
+        lo = 0 if last_n < 0 else max(0, T - last_n)
+        win = vmap[np.asarray(tokens[lo:], dtype=np.int64)]
+        counts = np.bincount(win[win >= 0], minlength=self._pen_dev.shape[0]).astype(np.float32)
+        leave = np.full(k, -1, dtype=np.int64)
+        if last_n > 0:
+            for j in range(1, k):
+                t = T - last_n + j - 1  # history T + j tokens, window [T + j - last_n, T + j)
+                if t >= 0:
+                    leave[j] = vmap[tokens[t]]
+        return counts, leave
+
+    def _pick(self, lg: torch.Tensor, c: torch.Tensor | None, i_prev: torch.Tensor | None,
+              leave: torch.Tensor | None, upos: torch.Tensor):
+        """Head logits lg [1, N] -> (head index [1] of the draft, counts [N] used). c: counts of
+        the previous step (None = penalties off); i_prev [1]: the previous draft's head index
+        (enters the window), leave [1]: the index leaving it (-1 = none); upos [1]: the draft's
+        sequence position (coupled draws). Out of place, no sync ([1]-shaped ids: indexing with a
+        0-dim tensor would call .item(), a sync that breaks capture)."""
+        if c is not None and i_prev is not None:
+            c = c.index_add(0, i_prev, torch.ones(1, dtype=c.dtype, device=c.device))
+            c = c.index_add(0, leave.clamp(min=0), -(leave >= 0).to(c.dtype))
+        if self._draw is not None:
+            probs = probs_from_logits(lg.float(), None if c is None else c[None], self._draw)
+            return draw(probs, uniforms(self._draw.seed, upos)), c
+        if c is None:
+            return lg.argmax(-1), None
+        return apply_penalties(lg, c[None], self._pen).argmax(-1), c
+
+    # ---- drafting ------------------------------------------------------------------------------
+    def begin(self, tokens: list[int]) -> None:
+        m = 0
+        lim = min(len(tokens), len(self.tokens))
+        while m < lim and tokens[m] == self.tokens[m]:
+            m += 1
+        self.truncate(m)
+        self.tokens = list(tokens)
+        self._prefill_next = None
+
+    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None) -> None:
+        self._prefill_next = None
+        n_new = len(tokens)
+        pos = n_new - accepted - 2  # = n - 1, n = tokens before the round
+        self.truncate(min(len(self.tokens), pos + 1))  # cells of the rejected part of the chain
+        self.tokens = list(tokens)
+        if hidden is not None and pos >= 0:
+            assert hidden.shape[0] == accepted + 1, (hidden.shape, accepted)
+            self._store_hidden(pos, hidden)
+
+    def _repair(self, p0: int) -> None:
+        """Re-encode cells query p0 reads but that hold nothing (a rollback into prompt rows the
+        prefill plan skipped): sink cells below the window, then the window from its first cell.
+        Uses the kept hidden rows; without them the drafter just sees less context."""
+        cells, sink = self.cells, self.cells.config.sink
+        lo = max(p0 - self.cells.config.window, 0)
+        force = False
+        s_need = min(sink, lo)
+        if cells.sink_valid < s_need and self.h_lo <= cells.sink_valid:
+            self._encode(cells.sink_valid, s_need - cells.sink_valid, self.tokens)
+            force = True
+        need = max(lo, self.h_lo)
+        if need < p0 and (force or not (cells.cell0 <= need <= cells.cell1)):
+            self.cells.truncate(need)
+            self._encode(need, p0 - need, self.tokens)
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        self._prefill_next = None
+        if tokens[: len(self.tokens)] != self.tokens[: len(tokens)]:
+            self.begin(tokens)
+        self.tokens = list(tokens)
+        p0 = len(tokens) - 2
+        if k <= 0 or p0 < 0 or self.h_hi <= p0:
+            return []
+        self._repair(p0)
+        c = max(min(self.cells.cell1, p0), self.h_lo)
+        self.cells.truncate(c)
+        if self._rope is None:  # grow the head's tables to every position once (same values)
+            self.head.rope_at(torch.tensor([self.capacity - 1], device=self.head.device))
+            self._rope = self.head.rope
+        # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
+        # one batch: each matrix is read once for all of them
+        n = p0 - c + 1
+        staged = self._stage(tokens, c, p0, k)
+        out = None
+        if self.use_graphs and n <= GRAPH_ROWS and k <= GRAPH_K:
+            g = self._graphs.get((n, k, self._pen_key())) or self._capture(staged, n, k)
+            if g is not None:
+                g[0].replay()
+                out = g[1:]
+        if out is None:
+            out = self._chain(staged, n, k)
+        self.last_drafts, self.last_logits = out
+        return [int(t) for t in out[0].tolist()]  # the one host sync per round
+
+    def _stage(self, tokens: list[int], c: int, p0: int, k: int) -> torch.Tensor:
+        """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
+        n, M = p0 - c + 1, self.max_reads
+        self.cells.wrote(c, n)
+        pen = self._pen is not None
+        L = 2 * n + k * M + (k if pen else 0)
+        fits = n <= GRAPH_ROWS and k <= GRAPH_K
+        host = self._stage_host[:L] if fits else torch.empty(L, dtype=torch.int64)
+        a = host.numpy()
+        a[:n] = np.arange(c, p0 + 1)
+        a[n: 2 * n] = tokens[c + 1: p0 + 2]
+        idx = a[2 * n: 2 * n + k * M].reshape(k, M)
+        idx.fill(-1)
+        if pen:  # window counts of draft 0 -> _pen_dev (pinned, reused after the round's sync)
+            counts, a[2 * n + k * M:] = self._pen_window(tokens, k)
+            self._pen_host.numpy()[:] = counts
+            self._pen_dev.copy_(self._pen_host, non_blocking=True)
+        for j in range(k):
+            r = self.cells.read_cells_with_chain(p0 + j, range(p0 + 1, p0 + j + 1))
+            assert r.size <= M, (r.size, M)
+            idx[j, : r.size] = r
+        if not fits:
+            return host.to(self.head.device)
+        dev = self._stage_dev[:L]
+        dev.copy_(host, non_blocking=True)  # pinned: the host buffer is reused only after the round's sync
+        return dev
+
+    def _chain(self, staged: torch.Tensor, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The round's device work from its staged inputs -> (draft ids int64 [k], fp32 logits [k, N]).
+        No host syncs and no shape that depends on positions: capturable."""
+        head = self.head
+        cos_t, sin_t = self._rope
+        pos, toks = staged[:n], staged[n: 2 * n]
+        km = k * self.max_reads
+        raw = staged[2 * n: 2 * n + km].view(k, self.max_reads)
+        # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
+        # and the head index leaving the window at each chain step [k]
+        cnt = None if self._pen is None else self._pen_dev
+        leave = None if self._pen is None else staged[2 * n + km:]
+        i = None
+        valid, idx = raw >= 0, raw.clamp(min=0)
+        x = head.input_rows(head.embed[toks] * head.embed_scale, self.hbuf[pos])
+        q, kk, vv = head.qkv(x, cos_t[pos], sin_t[pos])
+        self.k_cache.index_copy_(0, pos, kk.to(self.k_cache.dtype))
+        self.v_cache.index_copy_(0, pos, vv.to(self.v_cache.dtype))
+        x, q = x[-1:], q[-1:]
+        drafts, logits = [], []
+        for j in range(k):
+            if j > 0:  # chain cell p0 + j
+                pj = pos[-1:] + j
+                q, kk, vv = head.qkv(x, cos_t[pj], sin_t[pj])
+                self.k_cache.index_copy_(0, pj, kk.to(self.k_cache.dtype))
+                self.v_cache.index_copy_(0, pj, vv.to(self.v_cache.dtype))
+            h = head.step(x, q, self.k_cache[idx[j]], self.v_cache[idx[j]], valid[j: j + 1])
+            lg = head.logits(h)
+            logits.append(lg[0])
+            # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
+            i, cnt = self._pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
+                                pos[-1:] + 2 + j)
+            d = i if head.vocab_ids is None else head.vocab_ids[i]
+            drafts.append(d)
+            if j + 1 < k:
+                x = head.input_rows(head.embed[d] * head.embed_scale, h)
+        return torch.cat(drafts), torch.stack(logits)
+
+    def _capture(self, staged: torch.Tensor, n: int, k: int):
+        """Warm up on a side stream and capture the (n, k) work; None (and no more graphs) on
+        failure. The warm-up runs are this round's work done early: they write the same K/V."""
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                for _ in range(2):
+                    self._chain(staged, n, k)
+            torch.cuda.current_stream().wait_stream(s)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                drafts, logits = self._chain(staged, n, k)
+        except Exception as e:  # a capture failure costs speed, never the answer
+            print(f"mtp-turbo: drafter CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
+                  "drafting eagerly", file=sys.stderr)
+            self.use_graphs = False
+            return None
+        key = (n, k, self._pen_key())  # the sampler values are constants of the captured work
+        self._graphs[key] = (graph, drafts, logits)
+        return self._graphs[key]
+
+
+def load_mtp_drafter(spec, main, main_gguf, capacity: int) -> MTPDrafter:
+    """The drafter for main model `main` (loaded from GGUFFile `main_gguf`, whose sha256 the head
+    must name) with a cache of `capacity` cells, per SpecConfig `spec` (spec.drafter path or the
+    shipped head; its draft_quant / draft_head_quant / draft_tile / sink / window)."""
+    from ...models.mtp_load import load_head
+    from ...quant.gemv import parse_tile
+
+    path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
+    if not path.exists():
+        raise ModelFileError(f"MTP head file {path} does not exist" + (
+            " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))
+    head = load_head(path, main, expect_sha=main_gguf.sha256(), draft_quant=spec.draft_quant,
+                     head_quant=spec.draft_head_quant, tile=parse_tile(spec.draft_tile) if spec.draft_tile else None,
+                     main_gguf=main_gguf)
+    return MTPDrafter(head, capacity, sink=spec.draft_sink, window=spec.draft_window, main=main)
