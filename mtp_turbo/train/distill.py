@@ -12,7 +12,7 @@ AdamW, warmup + cosine LR (over --steps or --time-budget, whichever ends first),
 CUDA, tqdm, periodic held-out eval (KL and top-1 agreement with the main model's full-vocab
 argmax, per chain step; also with the sink --eval-offset positions away), checkpoint/resume, the
 final table, writing the head (train/export.py).
-Ignores: serving (models/mtp_drafter.py), data building (train/data.py).
+Ignores: serving (spec/drafters/mtp.py), data building (train/data.py).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ..errors import ConfigError
-from ..models.gemma3 import LAYER_TENSORS, rms_norm
-from ..models.mtp_drafter import MTPConfig
+from ..models.block import rms_norm
+from ..models.gemma3 import LAYER_TENSORS
+from ..models.mtp_head import MTPConfig
 from ..models.mtp_load import load_head
 from ..sampling.config import SamplerConfig
 from . import data as data_mod
