@@ -1,16 +1,22 @@
-"""Command line: `mtp-turbo generate | perplexity | info | check | quant-report | byte-floor | bench-*`.
+"""Command line: `mtp-turbo generate | serve | bench | perplexity | info | check | quant-report |
+byte-floor | train-data | train-mtp`.
 
 Owns: argument parsing and printing. Ignores: all math. Flags are generated from the frozen config
-dataclasses (EngineConfig, SamplerConfig, SpecConfig), so each flag maps 1:1 to a field. Errors the
-user can fix print one line and exit 1; Ctrl-C exits 130.
+dataclasses (EngineConfig, SamplerConfig, SpecConfig, and each command's own), so each flag maps 1:1
+to a field; --help shows each default once. Only the module of the command being run is imported
+(`mtp-turbo --help` loads no torch). What can be checked before the model loads is checked first
+(flag ranges, the drafter file, the prompt against the context). Errors the user can fix print one
+line `mtp-turbo: error: ...` and exit 1; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import random
 import sys
+from pathlib import Path
 
 from .errors import ConfigError, MtpTurboError
 
@@ -39,7 +45,7 @@ HELP = {
     # SpecConfig
     "draft": "drafter: none (plain decoding), ngram (prompt lookup), mtp (the model's MTP head)",
     "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward",
-    "spec_sample": "exact = lossless speculative sampling (default); greedy = LEGACY LOSSY rule that keeps "
+    "spec_sample": "exact = lossless speculative sampling; greedy = LEGACY LOSSY rule that keeps "
     "drafts equal to the unpenalised argmax (changes the output distribution; for comparison only)",
     "ngram_max": "n-gram drafter: longest suffix matched",
     "ngram_min": "n-gram drafter: shortest suffix matched",
@@ -61,25 +67,49 @@ HELP = {
 }
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Appends each option's default once: '(default: X)', 'on'/'off' for switches; nothing where
+    the help already names its default or there is none to show (None, a store_true flag)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        h = action.help or ""
+        d = action.default
+        switch = isinstance(action, argparse.BooleanOptionalAction)
+        if (not action.option_strings or d is argparse.SUPPRESS or d in (None, "", [], ()) or "(default" in h
+                or (action.nargs == 0 and not switch)):  # store_true flags, --help
+            return h
+        shown = ("on" if d else "off") if isinstance(d, bool) else ",".join(map(str, d)) if isinstance(d, tuple) else d
+        return f"{h} (default: {str(shown).replace('%', '%%')})" if h else f"(default: {shown})"
+
+
+class Parser(argparse.ArgumentParser):
+    """Every (sub)parser of the command line: its help shows defaults (HelpFormatter)."""
+
+    def __init__(self, *args, **kw):
+        kw.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kw)
+
+
 def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def add_config_args(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = ()) -> None:
-    """One flag per dataclass field, typed and defaulted from the field."""
+def add_config_args(p: argparse.ArgumentParser, cls, skip: tuple[str, ...] = (), help: dict | None = None) -> None:
+    """One flag per dataclass field, typed and defaulted from the field; help from `help` (HELP)."""
+    helps = HELP if help is None else help
     g = p.add_argument_group(cls.__name__)
     for f in dataclasses.fields(cls):
         if f.name in skip:
             continue
         default = f.default
-        h = HELP.get(f.name, "")
+        h = helps.get(f.name, "")
         if isinstance(default, bool):
             g.add_argument(_flag(f.name), action=argparse.BooleanOptionalAction, default=default, help=h)
         elif isinstance(default, tuple):
-            g.add_argument(_flag(f.name), default=",".join(default), help=f"{h} (default: %(default)s)")
+            g.add_argument(_flag(f.name), default=",".join(default), help=h)
         else:
             typ = {int: int, float: float}.get(type(default), str)
-            g.add_argument(_flag(f.name), type=typ, default=default, help=f"{h} (default: %(default)s)")
+            g.add_argument(_flag(f.name), type=typ, default=default, help=h)
 
 
 def config_from_args(cls, args, **override):
@@ -94,54 +124,142 @@ def config_from_args(cls, args, **override):
     return cls(**kw)
 
 
-def _engine(args):
-    from .engine import Engine, EngineConfig
+def engine_config_class():
+    # EngineConfig lives in engine.py, which imports torch (~3 s): asked to move to a torch-free
+    # module so that `generate --help` needs no torch; until then the import falls back.
+    try:
+        from .engine_config import EngineConfig  # type: ignore[import-not-found]
+    except ImportError:
+        from .engine import EngineConfig
+    return EngineConfig
 
-    return Engine(config_from_args(EngineConfig, args))
+
+def model_file(cfg) -> Path:
+    from .io.gguf_file import default_model_path
+
+    return Path(cfg.model) if cfg.model else default_model_path()
+
+
+def check_drafter(spec) -> None:
+    """A --drafter that cannot be used, reported before the model loads."""
+    if spec.drafter:
+        if spec.draft != "mtp":
+            raise ConfigError(f"--drafter {spec.drafter} is an MTP head: it needs --draft mtp (got --draft {spec.draft})")
+        if not Path(spec.drafter).is_file():
+            raise ConfigError(f"--drafter {spec.drafter}: no such file")
+
+
+def context_of(gf, ctx_size: int) -> int:
+    """The context the engine will have for this file: --ctx-size, at most the model's own."""
+    arch = gf.metadata.get("general.architecture", "")
+    return min(ctx_size, int(gf.metadata.get(f"{arch}.context_length", ctx_size)))
+
+
+def check_prompt_fits(gf, prompt: str, ctx: int) -> None:
+    """The engine's own prompt check (a prompt of >= ctx tokens is refused), before the weights
+    load. A prompt cannot have more tokens than UTF-8 bytes (+ BOS), so only a long one is tokenized."""
+    if len(prompt.encode("utf-8")) + 1 < ctx:
+        return
+    from .io.tokenizer import GGUFTokenizer
+
+    n = len(GGUFTokenizer(gf).encode(prompt))
+    if n >= ctx:
+        limit = int(gf.metadata.get(f"{gf.metadata.get('general.architecture', '')}.context_length", ctx))
+        raise ConfigError(f"the prompt has {n} tokens but the context holds {ctx} (raise --ctx-size, up to {limit})")
+
+
+def warn(msg: str) -> None:
+    print(f"mtp-turbo: warning: {msg}", file=sys.stderr)
+
+
+def chat_prompt_of(gf, messages: list[dict]):
+    """The chat prompt from the file's metadata alone (no tokenizer built): its template, or the
+    plain-text rendering with a warning that the model has none."""
+    from .io.tokenizer import chat_prompt
+
+    md = gf.metadata
+    pieces = md["tokenizer.ggml.tokens"]
+    cp = chat_prompt(messages, md.get("tokenizer.chat_template"), str(pieces[int(md["tokenizer.ggml.bos_token_id"])]),
+                     str(pieces[int(md["tokenizer.ggml.eos_token_id"])]))
+    if cp.template == "plain":
+        warn(f"{gf.path.name} has no chat template (a base model?): --chat sends the message as plain text "
+             "('User: ...' then 'Assistant:') and stops at the next 'User:' line")
+    return cp
 
 
 # ---- commands -------------------------------------------------------------------------------------
 def cmd_generate(args) -> int:
+    from .io.gguf_file import GGUFFile
     from .sampling.config import SamplerConfig
+    from .server.stops import StopStrings
     from .spec.config import SpecConfig
 
-    if args.max_tokens < 0:  # checked before the model loads
+    if args.max_tokens < 0:
         raise ConfigError(f"max-tokens must be >= 0, got {args.max_tokens}")
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not prompt:
+        raise ConfigError("the prompt is empty")
     seed = args.seed if args.seed >= 0 else random.randrange(2**31)
     sampler = config_from_args(SamplerConfig, args, seed=seed)
     spec = config_from_args(SpecConfig, args)
-    if not prompt:
-        raise ConfigError("the prompt is empty")
-    eng = _engine(args)
+    ecfg = config_from_args(engine_config_class(), args)
+    check_drafter(spec)
+    session = Path(args.session) if args.session else None
+    if session is not None and not session.parent.is_dir():
+        raise ConfigError(f"--session {session}: folder {session.parent} does not exist")
+    gf = GGUFFile(model_file(ecfg))
+    stops = list(args.stop)
     if args.chat:
-        prompt = eng.tokenizer.apply_chat_template([{"role": "user", "content": prompt}])
+        cp = chat_prompt_of(gf, [{"role": "user", "content": prompt}])
+        prompt, stops = cp.text, stops + list(cp.stop)
+    check_prompt_fits(gf, prompt, context_of(gf, ecfg.ctx_size))
+
+    from .engine import Engine
+
+    eng = Engine(ecfg)
+    if session is not None and session.exists():
+        eng.load_session(session)
+    matcher = StopStrings(stops)
     out = sys.stdout
-    for piece in eng.generate(prompt, sampler=sampler, max_tokens=args.max_tokens, spec=spec):
-        out.write(piece.text)
-        out.flush()
-    out.write("\n")
+    gen = eng.generate(prompt, sampler=sampler, max_tokens=args.max_tokens, spec=spec, special=args.special)
+    try:
+        for piece in gen:
+            out.write(matcher.feed(piece.text))
+            out.flush()
+            if matcher.hit is not None:
+                break
+    finally:
+        gen.close()
+    out.write(matcher.flush() + "\n")
+    out.flush()
+    if session is not None:
+        eng.save_session(session)
     if args.stats:
-        print(f"seed {seed} | device {eng.device} | " + eng.last_stats.summary(), file=sys.stderr)
+        st = eng.last_stats
+        finish = f" (stop string {matcher.hit!r})" if matcher.hit is not None else ""
+        print(f"seed {seed} | device {eng.device} | {st.summary()}{finish}", file=sys.stderr)
     return 0
 
 
 def cmd_perplexity(args) -> int:
-    from pathlib import Path
-
+    ecfg = config_from_args(engine_config_class(), args)
+    if args.ctx < 8 or args.ctx > ecfg.ctx_size:
+        raise ConfigError(f"perplexity --ctx must be in [8, --ctx-size {ecfg.ctx_size}], got {args.ctx}")
+    if args.chunks is not None and args.chunks < 1:
+        raise ConfigError(f"--chunks must be >= 1, got {args.chunks}")
     try:
         text = Path(args.file).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise MtpTurboError(f"cannot read {args.file}: {e.strerror}") from None
-    eng = _engine(args)
-    r = eng.perplexity(text, ctx=args.ctx, max_chunks=args.chunks)
+    from .engine import Engine
+
+    eng = Engine(ecfg)
+    r = eng.perplexity(text, ctx=args.ctx, max_chunks=args.chunks, progress=args.progress)
     print(f"perplexity {r['ppl']:.4f} over {r['tokens_scored']} tokens ({r['chunks']} chunks of {args.ctx})")
     return 0
 
 
 def cmd_info(args) -> int:
-    from pathlib import Path
-
     from .io.gguf_file import GGUFFile, default_model_path, ggml_type_name
     from .models.gemma3 import Gemma3Config
 
@@ -158,76 +276,112 @@ def cmd_info(args) -> int:
         types[ggml_type_name(t.ggml_type)] = types.get(ggml_type_name(t.ggml_type), 0) + 1
         total += t.nbytes
     print(f"tensors: {len(gf.tensors)} ({total / 2**20:.1f} MiB): " + ", ".join(f"{k} x{v}" for k, v in sorted(types.items())))
+    print(f"chat template: {'yes' if gf.metadata.get('tokenizer.chat_template') else 'none (--chat and /v1/chat/completions use plain text)'}")
     emb = gf.tensors.get("token_embd.weight")
     if emb is not None:
         print(f"config: {Gemma3Config.from_metadata(gf.metadata, emb.shape[0])}")
     return 0
 
 
-def _register_optional(sub, module: str, fn: str = "register") -> None:
-    """Subcommands owned by other packages register themselves (check tools, quant tools)."""
-    import importlib
-
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return
-    getattr(mod, fn)(sub)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    from .engine import EngineConfig
+# ---- parsers ----------------------------------------------------------------------------------------
+def add_generate(sub) -> None:
     from .sampling.config import SamplerConfig
     from .spec.config import SpecConfig
 
-    p = argparse.ArgumentParser(
+    g = sub.add_parser("generate", help=COMMANDS["generate"][0],
+                       description="Stream a continuation of PROMPT to stdout (statistics go to stderr).")
+    g.add_argument("prompt", help='the prompt text ("-" reads stdin)')
+    g.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most")
+    g.add_argument("--chat", action="store_true",
+                   help="send the prompt as a user message through the model's chat template (for instruct "
+                   "models; a model whose file has none, like the default base model, gets plain 'User:/Assistant:' "
+                   "text and a warning)")
+    g.add_argument("--stop", action="append", default=[], metavar="TEXT",
+                   help="end the output where this text appears (not printed); repeatable")
+    g.add_argument("--special", action="store_true",
+                   help="print control/markup tokens (<end_of_turn>, <start_of_image>, ...) as text; off: they print nothing")
+    g.add_argument("--session", default=None, metavar="FILE",
+                   help="prompt cache: load FILE if it exists (its tokens' K/V are reused where the prompt starts "
+                   "the same), save the prompt and output there after generating")
+    g.add_argument("--stats", action="store_true", help="print prompt/decode speed and speculation stats to stderr")
+    add_config_args(g, engine_config_class())
+    add_config_args(g, SamplerConfig)
+    add_config_args(g, SpecConfig)
+    g.set_defaults(func=cmd_generate)
+
+
+def add_perplexity(sub) -> None:
+    pp = sub.add_parser("perplexity", help=COMMANDS["perplexity"][0])
+    pp.add_argument("file", help="UTF-8 text file")
+    pp.add_argument("--ctx", type=int, default=512, help="tokens per chunk; the second half of each is scored")
+    pp.add_argument("--chunks", type=int, default=None, help="score at most this many chunks (default: all)")
+    add_config_args(pp, engine_config_class())
+    pp.set_defaults(func=cmd_perplexity)
+
+
+def add_info(sub) -> None:
+    i = sub.add_parser("info", help=COMMANDS["info"][0])
+    i.add_argument("--model", default=None, help=HELP["model"])
+    i.set_defaults(func=cmd_info)
+
+
+# name -> (one-line help, "module:function" that adds the command's parser to the subparsers, or
+# the table of a group's own subcommands)
+CHECKS = {
+    "montecarlo": ("Monte Carlo exactness of speculative sampling", "mtp_turbo.check.montecarlo:register"),
+    "enumerate": ("exact output distribution of speculative sampling", "mtp_turbo.check.enumerate:register"),
+    "cells": ("randomized simulator of the drafter's sink + window cell bookkeeping", "mtp_turbo.check.cells_sim:register"),
+}
+COMMANDS = {
+    "generate": ("stream a continuation of a prompt", "mtp_turbo.cli:add_generate"),
+    "serve": ("OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, /v1/models, /metrics)",
+              "mtp_turbo.server.command:add_parser"),
+    "bench": ("speed of plain, MTP and n-gram decoding at temp 0 and sampled (tok/s, tokens/round, time "
+              "split), optionally beside llama.cpp", "mtp_turbo.benchmark:add_parser"),
+    "perplexity": ("perplexity of a text file, computed as llama.cpp's llama-perplexity", "mtp_turbo.cli:add_perplexity"),
+    "info": ("model metadata and tensor types", "mtp_turbo.cli:add_info"),
+    "check": ("exactness and bookkeeping checks (Monte Carlo, enumeration, cells)", CHECKS),
+    "quant-report": ("quantization error table (GEMV rel-RMSE) on real tensors", "mtp_turbo.quant.report:register"),
+    "byte-floor": ("bytes read per draft step and the time floor", "mtp_turbo.check.bytefloor:register"),
+    "train-data": ("tokenize ShareGPT + Shakespeare into MTP training rows (.npy + .json)",
+                   "mtp_turbo.train.data:add_parser"),
+    "train-mtp": ("train an MTP head for the main model by self-distillation", "mtp_turbo.train.distill:add_parser"),
+}
+
+
+def add_lazy(sub, table: dict, argv: list[str] | None) -> None:
+    """Add the commands of `table` to `sub`: all of them fully when argv is None, else only the one
+    argv names (its module imported, its parser built from the rest of argv), the others as
+    entries with their one-line help."""
+    chosen = next((a for a in argv if not a.startswith("-")), None) if argv is not None else None
+    for name, (h, target) in table.items():
+        if argv is not None and name != chosen:
+            sub.add_parser(name, help=h, add_help=False)
+        elif isinstance(target, dict):
+            group = sub.add_parser(name, help=h)
+            rest = argv[argv.index(name) + 1:] if argv is not None else None
+            add_lazy(group.add_subparsers(dest=name, required=True, metavar=name.upper()), target, rest)
+        else:
+            mod, fn = target.split(":")
+            getattr(importlib.import_module(mod), fn)(sub)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The whole parser (argv None), or one that is complete only for the command argv runs."""
+    p = Parser(
         prog="mtp-turbo",
         description="Fast, exact single-stream LLM decoding with speculative drafting. "
         "Speculation never changes the output: at temp 0 it is the greedy text, at temp > 0 it is "
         "distributed exactly as plain sampling with the same sampler chain (and, for the same seed, "
         "the same text).",
     )
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    g = sub.add_parser("generate", help="stream a continuation of a prompt",
-                       description="Stream a continuation of PROMPT to stdout.")
-    g.add_argument("prompt", help='the prompt text ("-" reads stdin)')
-    g.add_argument("--max-tokens", "-n", type=int, default=256, help="tokens to generate at most (default: %(default)s)")
-    g.add_argument("--chat", action="store_true", help="wrap the prompt in the model's chat template")
-    g.add_argument("--stats", action="store_true", help="print prompt/decode speed and speculation stats to stderr")
-    add_config_args(g, EngineConfig)
-    add_config_args(g, SamplerConfig)
-    add_config_args(g, SpecConfig)
-    g.set_defaults(func=cmd_generate)
-
-    pp = sub.add_parser("perplexity", help="perplexity of a text file, computed as llama.cpp's llama-perplexity")
-    pp.add_argument("file", help="UTF-8 text file")
-    pp.add_argument("--ctx", type=int, default=512, help="tokens per chunk; the second half of each is scored (default: %(default)s)")
-    pp.add_argument("--chunks", type=int, default=None, help="score at most this many chunks")
-    add_config_args(pp, EngineConfig)
-    pp.set_defaults(func=cmd_perplexity)
-
-    i = sub.add_parser("info", help="model metadata and tensor types")
-    i.add_argument("--model", default=None, help=HELP["model"])
-    i.add_argument("--device", default="auto", help="accepted for symmetry; info reads no weights")
-    i.set_defaults(func=cmd_info)
-
-    c = sub.add_parser("check", help="exactness and bookkeeping checks (Monte Carlo, enumeration, cells)")
-    csub = c.add_subparsers(dest="check", required=True, metavar="CHECK")
-    _register_optional(csub, "mtp_turbo.check.montecarlo")
-    _register_optional(csub, "mtp_turbo.check.enumerate")
-    _register_optional(csub, "mtp_turbo.check.cells_sim")
-
-    _register_optional(sub, "mtp_turbo.quant.report")
-    _register_optional(sub, "mtp_turbo.check.bytefloor")
-    _register_optional(sub, "mtp_turbo.bench", "register")
-    _register_optional(sub, "mtp_turbo.train")
+    add_lazy(p.add_subparsers(dest="command", required=True, metavar="COMMAND"), COMMANDS, argv)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)
     try:
         rc = args.func(args)
     except MtpTurboError as e:
