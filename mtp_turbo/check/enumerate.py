@@ -14,6 +14,10 @@ enumerate` subcommand. Ignores: real models.
   prod p_i(t_i) and apply `spec.verify.accept_exact` to it.
 All in float64 through `sample_dist`; both speculative forms must match the reference to ~1e-12.
 The legacy greedy-match rule is enumerated the same way as a negative control.
+With `sampler="fused"` (`--sampler fused`) every distribution is the one the fused sampler kernels
+draw from (sampling/fused.py: the softmax of the final logits the kernel computes; float32 logits;
+plain rows one at a time, verification rows k+1 at once): the identities must then hold to 1e-12
+as well, and the report adds the fused reference's distance to the torch one (float32 rounding).
 """
 
 from __future__ import annotations
@@ -29,9 +33,10 @@ from ..sampling.chain import sample_dist
 from ..sampling.config import SamplerConfig
 from ..spec.verify import accept_exact, accept_greedy
 
-__all__ = ["EnumModel", "enumerate_check", "format_report", "register", "enum_config"]
+__all__ = ["EnumModel", "enumerate_check", "format_report", "register", "enum_config", "SAMPLERS"]
 
 TOL = 1e-12
+SAMPLERS = ("torch", "fused")
 
 
 def enum_config() -> SamplerConfig:
@@ -59,21 +64,36 @@ class EnumModel:
         return (3 * h[-1] + len(h) * len(h) + sum(h)) % self.vocab
 
 
-def _rows(model: EnumModel, h: list[int], drafts: list[int], cfg: SamplerConfig) -> tuple[Tensor, Tensor]:
+def _dist(logits: Tensor, tokens: Tensor, cfg: SamplerConfig, sampler: str) -> Tensor:
+    """sample_dist(logits, tokens, cfg), or the fused kernels' distribution for the same rows."""
+    if sampler == "torch":
+        return sample_dist(logits, tokens, cfg)
+    from ..sampling.fused import kernel_device, sample_tokens
+
+    dev, backend = kernel_device()
+    r, n = logits.shape[0], tokens.shape[0]
+    pos = torch.arange(n - r + 1, n + 1, device=dev)
+    _, fl = sample_tokens(logits.float().to(dev), tokens.to(dev), pos, cfg, backend=backend, return_logits=True)
+    return torch.softmax(fl.double(), dim=1).cpu()
+
+
+def _rows(model: EnumModel, h: list[int], drafts: list[int], cfg: SamplerConfig,
+          sampler: str = "torch") -> tuple[Tensor, Tensor]:
     """(p [k+1, V] from sample_dist, raw logits [k+1, V]) for inputs h ++ d1..di, i = 0..k."""
     k = len(drafts)
     logits = torch.stack([model.logits(h + drafts[:i]) for i in range(k + 1)])
-    return sample_dist(logits, torch.tensor(h + drafts), cfg), logits
+    return _dist(logits, torch.tensor(h + drafts), cfg, sampler), logits
 
 
-def reference(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerConfig) -> dict:
+def reference(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerConfig,
+              sampler: str = "torch") -> dict:
     out: dict[tuple, float] = defaultdict(float)
 
     def rec(h: list[int], prob: float) -> None:
         if len(h) - len(prompt) == horizon:
             out[tuple(h[len(prompt):])] += prob
             return
-        p = sample_dist(model.logits(h)[None], torch.tensor(h), cfg)[0].tolist()
+        p = _dist(model.logits(h)[None], torch.tensor(h), cfg, sampler)[0].tolist()
         for x, px in enumerate(p):
             if px > 0:
                 rec(h + [x], prob * px)
@@ -83,7 +103,7 @@ def reference(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerCon
 
 
 def speculative(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerConfig, k: int,
-                form: str) -> dict:
+                form: str, sampler: str = "torch") -> dict:
     """Distribution of the first `horizon` tokens under rounds of k drafts; form in
     {"closed", "verify", "greedy"}."""
     out: dict[tuple, float] = defaultdict(float)
@@ -99,7 +119,7 @@ def speculative(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerC
         drafts: list[int] = []
         for _ in range(k):
             drafts.append(model.draft(h + drafts))
-        p, logits = _rows(model, h, drafts, cfg)
+        p, logits = _rows(model, h, drafts, cfg, sampler)
         if form == "closed":
             reach = prob  # probability of having accepted drafts[:a]
             for a in range(k + 1):
@@ -147,23 +167,28 @@ def _max_diff(p: dict, q: dict) -> float:
 
 
 def enumerate_check(ks=(1, 2, 3), horizon: int = 3, prompt=(1, 0, 2, 2),
-                    cfg: SamplerConfig | None = None, model: EnumModel | None = None) -> dict:
+                    cfg: SamplerConfig | None = None, model: EnumModel | None = None,
+                    sampler: str = "torch") -> dict:
     """Max abs differences between each speculative form and the reference, per k."""
+    assert sampler in SAMPLERS, sampler
     cfg = cfg or enum_config()
     model = model or EnumModel()
     prompt = list(prompt)
-    ref = reference(model, prompt, horizon, cfg)
+    ref = reference(model, prompt, horizon, cfg, sampler)
     rows = []
     for k in ks:
         rows.append(dict(
             k=k,
-            closed=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "closed")),
-            verify=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "verify")),
-            greedy=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "greedy")),
+            closed=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "closed", sampler)),
+            verify=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "verify", sampler)),
+            greedy=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "greedy", sampler)),
         ))
     ok = all(r["closed"] <= TOL and r["verify"] <= TOL for r in rows)
-    return dict(vocab=model.vocab, horizon=horizon, outcomes=len(ref), ref_mass=sum(ref.values()),
-                rows=rows, ok=ok)
+    rep = dict(vocab=model.vocab, horizon=horizon, outcomes=len(ref), ref_mass=sum(ref.values()),
+               rows=rows, ok=ok, sampler=sampler)
+    if sampler != "torch":  # the fused distribution itself: float32 logits vs the float64 reference
+        rep["vs_torch"] = _max_diff(ref, reference(model, prompt, horizon, cfg))
+    return rep
 
 
 def format_report(rep: dict) -> str:
@@ -172,12 +197,15 @@ def format_report(rep: dict) -> str:
              f"{'k':>3}{'closed form':>14}{'verify rule':>14}{'greedy-match':>14}"]
     for r in rep["rows"]:
         lines.append(f"{r['k']:>3}{r['closed']:>14.2e}{r['verify']:>14.2e}{r['greedy']:>14.2e}")
+    if "vs_torch" in rep:
+        lines.append(f"{rep['sampler']} sampler; its reference vs the torch chain's (float32 logits): "
+                     f"{rep['vs_torch']:.2e}")
     lines.append(f"{'PASS' if rep['ok'] else 'FAIL'} (tolerance {TOL:g})")
     return "\n".join(lines)
 
 
 def _main(args: argparse.Namespace) -> int:
-    rep = enumerate_check(horizon=args.horizon)
+    rep = enumerate_check(horizon=args.horizon, sampler=args.sampler)
     print(format_report(rep))
     return 0 if rep["ok"] else 1
 
@@ -186,5 +214,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     """Add `enumerate` to the `mtp-turbo check` subparsers; its func(args) returns the exit code."""
     p = subparsers.add_parser("enumerate", help="exact output distribution of speculative sampling")
     p.add_argument("--horizon", type=int, default=3, help="generated tokens enumerated (default 3)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="torch",
+                   help="whose distributions: the torch chain (default) or the fused kernels (CUDA, else "
+                   "Triton's interpreter)")
     p.set_defaults(func=_main)
     return p

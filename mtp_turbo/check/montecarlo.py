@@ -9,6 +9,9 @@ Every sequence goes through the production math: rows are pushed through `probs_
 are `spec.verify.accept_exact` / `accept_greedy`. Sequence s uses the counter positions
 s * STRIDE + (absolute token position), so sequences are independent and, within one seed,
 plain and speculative runs use the same uniform for the same token position.
+With `sampler="fused"` (`--sampler fused`) the rows' tokens are drawn by the fused sampler
+kernels instead (sampling/fused.py `sample_rows`, on CUDA, else in Triton's CPU interpreter):
+the same windows, uniforms and accept rules, so the table then checks the kernels' exactness.
 
 Pass rule (CLI exit code): TV(ref, exact) <= 1.5 * TV(ref, ref2) + 3 * sigma, where
 sigma = 0.5 * sqrt(2 (1 - 2/pi) / n) bounds the standard deviation of the TV between two
@@ -33,12 +36,13 @@ from ..sampling.draw import draw
 from ..sampling.rng import uniforms
 from ..spec.verify import accept_exact, accept_greedy
 
-__all__ = ["ToyModel", "run_montecarlo", "format_report", "register", "toy_config"]
+__all__ = ["ToyModel", "run_montecarlo", "format_report", "register", "toy_config", "SAMPLERS"]
 
 VOCAB = 6
 HORIZON = 3
 PROMPT = (0, 3, 1, 3)
 STRIDE = 64  # counter positions per sequence (> prompt + horizon + k)
+SAMPLERS = ("torch", "fused")
 
 
 def toy_config(seed: int = 0) -> SamplerConfig:
@@ -76,26 +80,48 @@ def _row_probs(model: ToyModel, hist: Tensor, lens: Tensor, cfg: SamplerConfig) 
     return probs_from_logits(logits, counts, cfg), logits
 
 
+def _windows(hist: Tensor, lens: Tensor, last_n: int) -> Tensor:
+    """The penalty windows of the rows hist[s, :lens[s]] as [S, L] with -1 padding."""
+    j = torch.arange(hist.shape[1])[None, :]
+    ok = (j < lens[:, None]) & (last_n != 0)
+    if last_n > 0:
+        ok &= j >= (lens - last_n)[:, None]
+    return torch.where(ok, hist, -1)
+
+
+def _draw_rows(logits: Tensor, hist: Tensor, lens: Tensor, u: Tensor, cfg: SamplerConfig, sampler: str) -> Tensor:
+    """Tokens [S] for rows with raw logits [S, V] and histories hist[s, :lens[s]], uniforms u [S]."""
+    if sampler == "torch":
+        counts = window_counts(hist, lens, logits.shape[1], cfg.penalty_last_n, logits.dtype)
+        return draw(probs_from_logits(logits, counts, cfg), u)
+    from ..sampling.fused import kernel_device, sample_rows
+
+    dev, backend = kernel_device()
+    win = _windows(hist, lens, cfg.penalty_last_n)
+    ids = sample_rows(logits.float().to(dev), win.to(dev), u.to(dev), cfg, backend=backend)
+    return ids.cpu()
+
+
 def _start(n_seq: int, width: int) -> Tensor:
     hist = torch.zeros(n_seq, width, dtype=torch.int64)
     hist[:, : len(PROMPT)] = torch.tensor(PROMPT)
     return hist
 
 
-def plain_run(model: ToyModel, cfg: SamplerConfig, n_seq: int) -> Tensor:
+def plain_run(model: ToyModel, cfg: SamplerConfig, n_seq: int, sampler: str = "torch") -> Tensor:
     """One token at a time; returns the generated tokens [S, HORIZON]."""
     p0 = len(PROMPT)
     hist = _start(n_seq, p0 + HORIZON)
     seq_base = torch.arange(n_seq, dtype=torch.int64) * STRIDE
     for j in range(HORIZON):
         lens = torch.full((n_seq,), p0 + j, dtype=torch.int64)
-        probs, _ = _row_probs(model, hist, lens, cfg)
-        hist[:, p0 + j] = draw(probs, uniforms(cfg.seed, seq_base + lens))
+        u = uniforms(cfg.seed, seq_base + lens)
+        hist[:, p0 + j] = _draw_rows(model.logits(hist, lens), hist, lens, u, cfg, sampler)
     return hist[:, p0:]
 
 
 def spec_run(model: ToyModel, cfg: SamplerConfig, n_seq: int, k: int, drafter: str,
-             mode: str) -> tuple[Tensor, float]:
+             mode: str, sampler: str = "torch") -> tuple[Tensor, float]:
     """Speculative rounds until HORIZON tokens; returns (tokens [S, HORIZON], tokens per round).
 
     Each round works on the still-active sequences only. Row i's logits are computed once and
@@ -110,18 +136,19 @@ def spec_run(model: ToyModel, cfg: SamplerConfig, n_seq: int, k: int, drafter: s
         ext, ln = hist[idx], lens[idx]  # [A, W], [A]
         a = idx.numel()
         rows_a = torch.arange(a)
-        probs, raw, drafts = [], [], []
+        raw, drafts = [], []
         for i in range(k + 1):
-            p, lg = _row_probs(model, ext, ln + i, cfg)
-            probs.append(p)
-            raw.append(lg)
+            raw.append(model.logits(ext, ln + i))
+            lg = raw[-1]
             if i < k:  # chain the drafter on its own outputs
                 d = torch.argmax(lg, dim=1) if drafter == "greedy-chain" else model.toy_draft(ext, ln + i)
                 ext[rows_a, ln + i] = d
                 drafts.append(d)
         drafts_t = torch.stack(drafts, dim=1)  # [A, k]
         pos = (idx * STRIDE)[:, None] + ln[:, None] + torch.arange(k + 1)[None, :]  # [A, k+1]
-        t = draw(torch.cat(probs), uniforms(cfg.seed, pos.t().reshape(-1))).view(k + 1, a).t()
+        # row i of every sequence sees ext[:, :ln + i] (the drafts before it); one batched draw
+        t = _draw_rows(torch.cat(raw), ext.repeat(k + 1, 1), torch.cat([ln + i for i in range(k + 1)]),
+                       uniforms(cfg.seed, pos.t().reshape(-1)), cfg, sampler).view(k + 1, a).t()
         if mode == "exact":
             acc, out = accept_exact(t, drafts_t)
         else:
@@ -160,27 +187,29 @@ def _tv(p: Tensor, q: Tensor) -> float:
 
 
 def run_montecarlo(n_seq: int = 400_000, seed: int = 2024, k: int = 2,
-                   same_seed_seqs: int = 20_000) -> dict:
+                   same_seed_seqs: int = 20_000, sampler: str = "torch") -> dict:
     """Run the check; returns a report dict (TVs, tokens/round, thresholds, pass flags).
 
     Each run uses its own seed (independent samples); `same_seed_seqs` sequences are also rerun
     speculatively with the reference seed, where they must equal the reference token for token.
+    sampler: "torch" (the chain + draw) or "fused" (the fused kernels) draws every token.
     """
+    assert sampler in SAMPLERS, sampler
     t_start = time.perf_counter()
     model = ToyModel()
-    ref_seqs = plain_run(model, toy_config(seed), n_seq)
+    ref_seqs = plain_run(model, toy_config(seed), n_seq, sampler)
     ref = _hist(ref_seqs, model.vocab)
-    ref2 = _hist(plain_run(model, toy_config(seed + 1), n_seq), model.vocab)
+    ref2 = _hist(plain_run(model, toy_config(seed + 1), n_seq, sampler), model.vocab)
     true = true_distribution(model, toy_config(seed))
     floor = _tv(ref, ref2)
     sigma = 0.5 * math.sqrt(2 * (1 - 2 / math.pi) / n_seq)
     limit = 1.5 * floor + 3 * sigma
     rows = []
     for r, drafter in enumerate(("toy", "greedy-chain")):
-        ex_seqs, ex_tpr = spec_run(model, toy_config(seed + 2 + 2 * r), n_seq, k, drafter, "exact")
-        gm_seqs, gm_tpr = spec_run(model, toy_config(seed + 3 + 2 * r), n_seq, k, drafter, "greedy")
+        ex_seqs, ex_tpr = spec_run(model, toy_config(seed + 2 + 2 * r), n_seq, k, drafter, "exact", sampler)
+        gm_seqs, gm_tpr = spec_run(model, toy_config(seed + 3 + 2 * r), n_seq, k, drafter, "greedy", sampler)
         m = min(same_seed_seqs, n_seq)
-        same, _ = spec_run(model, toy_config(seed), m, k, drafter, "exact")
+        same, _ = spec_run(model, toy_config(seed), m, k, drafter, "exact", sampler)
         ex, gm = _hist(ex_seqs, model.vocab), _hist(gm_seqs, model.vocab)
         rows.append(dict(
             drafter=drafter, k=k, tv_exact=_tv(ref, ex), tv_greedy=_tv(ref, gm),
@@ -192,7 +221,7 @@ def run_montecarlo(n_seq: int = 400_000, seed: int = 2024, k: int = 2,
         r["exact_ok"] = r["tv_exact"] <= limit and r["same_seed_identical"] == 1.0
         r["greedy_far"] = r["tv_greedy"] >= 5 * floor
     ok = all(r["exact_ok"] for r in rows) and rows[-1]["greedy_far"]
-    return dict(n_seq=n_seq, seed=seed, k=k, tv_floor=floor, tv_true_ref=_tv(true, ref),
+    return dict(n_seq=n_seq, seed=seed, k=k, sampler=sampler, tv_floor=floor, tv_true_ref=_tv(true, ref),
                 tv_true_ref2=_tv(true, ref2), sigma=sigma, limit=limit, rows=rows, ok=ok,
                 seconds=time.perf_counter() - t_start)
 
@@ -212,12 +241,14 @@ def format_report(rep: dict) -> str:
             f"{r['drafter']:<14}{r['tv_exact']:>10.5f}{r['tv_greedy']:>11.5f}"
             f"{r['tokens_per_round_exact']:>14.3f}{r['tokens_per_round_greedy']:>14.3f}"
             f"{r['same_seed_identical']:>16.4f}{str(r['exact_ok']):>10}{str(r['greedy_far']):>12}")
+    if rep.get("sampler", "torch") != "torch":
+        lines.append(f"tokens drawn by the {rep['sampler']} sampler")
     lines.append(f"{'PASS' if rep['ok'] else 'FAIL'} ({rep['seconds']:.1f} s)")
     return "\n".join(lines)
 
 
 def _main(args: argparse.Namespace) -> int:
-    rep = run_montecarlo(n_seq=args.sequences, seed=args.seed, k=args.k)
+    rep = run_montecarlo(n_seq=args.sequences, seed=args.seed, k=args.k, sampler=args.sampler)
     print(format_report(rep))
     return 0 if rep["ok"] else 1
 
@@ -228,5 +259,8 @@ def register(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--sequences", type=int, default=400_000, help="sequences per run (default 400000)")
     p.add_argument("--seed", type=int, default=2024, help="base seed of the random streams")
     p.add_argument("--k", type=int, default=2, help="drafts per round (default 2)")
+    p.add_argument("--sampler", choices=SAMPLERS, default="torch",
+                   help="what draws the tokens: the torch chain (default) or the fused kernels (CUDA, "
+                   "else Triton's interpreter: small --sequences only)")
     p.set_defaults(func=_main)
     return p

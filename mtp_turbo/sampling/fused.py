@@ -73,7 +73,8 @@ from .draw import draw
 from .exact import padded_counts
 from .rng import _keys, _signed, uniforms
 
-__all__ = ["sample_tokens", "sample_rows", "kernels_available", "window_rows", "KMAX", "SCAN_MAX"]
+__all__ = ["sample_tokens", "sample_rows", "kernels_available", "kernel_device", "window_rows", "KMAX",
+           "SCAN_MAX"]
 
 KMAX = 128  # top-k at most this runs in registers after a per-chunk selection (the fast path)
 SCAN_MAX = 64  # penalty windows up to this are scanned; longer ones go through a count table
@@ -91,6 +92,22 @@ def kernels_available() -> bool:
     except ImportError:
         return False
     return True
+
+
+def kernel_device() -> tuple[torch.device, str]:
+    """(device, backend) for running the kernels here, for the checks: CUDA when present, else the
+    CPU through Triton's interpreter (slow; selected before Triton is first imported, else an error)."""
+    if torch.cuda.is_available():
+        return torch.device("cuda"), "auto"
+    import os
+    import sys
+
+    if "triton" not in sys.modules:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") != "1" or not kernels_available():
+        raise RuntimeError("the fused sampler needs CUDA, or Triton's interpreter (TRITON_INTERPRET=1 before "
+                           "triton is imported)")
+    return torch.device("cpu"), "triton"
 
 
 def _pow2(n: int) -> int:

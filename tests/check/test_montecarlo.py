@@ -37,3 +37,23 @@ def test_cli_registration(capsys):
     rc = args.func(args)
     assert rc in (0, 1)  # 3000 sequences: the table prints; pass/fail is statistical here
     assert "TV exact" in capsys.readouterr().out
+
+
+@pytest.mark.interpret
+def test_fused_sampler_draws_the_same_tokens():
+    """--sampler fused: the fused kernels (Triton's interpreter here) draw, for the same seeds, the
+    very tokens of the torch chain, plain and speculative (both drafters); tokens/round equal."""
+    pytest.importorskip("triton")
+    import torch
+
+    model, n = montecarlo.ToyModel(), 80
+    cfg = montecarlo.toy_config(5)
+    assert torch.equal(montecarlo.plain_run(model, cfg, n, "fused"), montecarlo.plain_run(model, cfg, n))
+    for drafter in ("toy", "greedy-chain"):
+        a, tpr_a = montecarlo.spec_run(model, cfg, n, 2, drafter, "exact", "fused")
+        b, tpr_b = montecarlo.spec_run(model, cfg, n, 2, drafter, "exact")
+        assert torch.equal(a, b) and tpr_a == tpr_b
+    parser = argparse.ArgumentParser(prog="mtp-turbo check")
+    montecarlo.register(parser.add_subparsers(dest="cmd"))
+    assert parser.parse_args(["montecarlo", "--sampler", "fused"]).sampler == "fused"
+    assert parser.parse_args(["montecarlo"]).sampler == "torch"
