@@ -113,9 +113,9 @@ def step_layers(head) -> list[tuple[str, object, int]]:
     """(name, weight op, input width) of every matrix product of one draft step, in order."""
     cfg, ops = head.cfg, head.ops
     D, qd = cfg.hidden, cfg.n_heads * cfg.head_dim
-    names = ["fc_e", "fc_h"] + (["qkv"] if "qkv" in ops else ["q", "k", "v"]) + ["o"]
+    names = (["fc"] if "fc" in ops else ["fc_e", "fc_h"]) + (["qkv"] if "qkv" in ops else ["q", "k", "v"]) + ["o"]
     names += (["gate_up"] if "gate_up" in ops else ["gate", "up"]) + ["down"]
-    width = {"o": qd, "down": cfg.ffn}
+    width = {"o": qd, "down": cfg.ffn, "fc": 2 * D}
     layers = [(n, ops[n], width.get(n, D)) for n in names]
     layers.append(("head", ops.get("head", head.head_rows), D))
     return layers

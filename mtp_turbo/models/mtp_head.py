@@ -99,8 +99,12 @@ def policy_fmt(draft_quant: str, key: str) -> tuple[str, str] | None:
 # W maps names to dense [out, in] tensors (training, the reference) or, for the drafter on the
 # packed path, to PackedLinear layers; "qkv" / "gate_up" (fused rows) replace q, k, v / gate, up.
 def input_rows(W: dict, cfg: MTPConfig, e: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-    """e: scaled embedding of token t+1 [.., D]; h: the state for position t [.., D] -> x [.., D]."""
-    return linear(W["fc_e"], rms_norm(e, W["enorm"], cfg.eps)) + linear(W["fc_h"], rms_norm(h, W["hnorm"], cfg.eps))
+    """e: scaled embedding of token t+1 [.., D]; h: the state for position t [.., D] -> x [.., D].
+    With W["fc"] (= [fc_embedding | fc_hidden], the drafter's) one product over both normed inputs."""
+    en, hn = rms_norm(e, W["enorm"], cfg.eps), rms_norm(h, W["hnorm"], cfg.eps)
+    if "fc" in W:
+        return linear(W["fc"], torch.cat([en, hn], dim=-1))
+    return linear(W["fc_e"], en) + linear(W["fc_h"], hn)
 
 
 class MTPHead:

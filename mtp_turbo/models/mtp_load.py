@@ -87,7 +87,8 @@ def pack_ops(W: dict[str, torch.Tensor], packed: dict, head, cfg: MTPConfig, bac
              tile=None) -> dict:
     """The cached drafter's ops: W (norms, dense matrices) with every packed matrix replaced by a
     PackedLinear; q|k|v fused into one "qkv" layer and gate|up into "gate_up" when their formats
-    match (one GEMV call, one launch); head (a PackedWeight or None) as ops["head"].
+    match (one GEMV call, one launch), fc_embedding | fc_hidden as "fc" when packed has it (joined
+    along K by load_head); head (a PackedWeight or None) as ops["head"].
     backend: PackedLinear's ("auto" | "torch" | "triton"); tile: a TileConfig for all (A/B)."""
     from ..quant.gemv import PackedLinear
     from ..quant.repack import PackedWeight
@@ -102,6 +103,8 @@ def pack_ops(W: dict[str, torch.Tensor], packed: dict, head, cfg: MTPConfig, bac
     for k, pw in packed.items():
         if k in ops:
             ops[k] = mk(pw)
+    if "fc" in packed:  # fc_embedding | fc_hidden as one packed GEMV: its parts are not read
+        del ops["fc_e"], ops["fc_h"]
     if head is not None:
         ops["head"] = mk(head)
     return ops
@@ -179,6 +182,11 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
         head_rows = head_pw.dequantize().to(device, dtype)
     elif head_quant == "main" and packed_path:
         head_pw = _main_head(main_gguf, vocab_ids)
+    # fc_embedding | fc_hidden joined along K: one GEMV over both normed inputs (a block format's
+    # rows are independent 32-blocks, so joined rows are the parts' bytes side by side)
+    Wq["fc"] = torch.cat([Wq["fc_e"], Wq["fc_h"]], dim=1)
+    if pbytes and "fc_e" in pbytes and pbytes["fc_e"][0] == pbytes["fc_h"][0]:
+        pbytes["fc"] = (pbytes["fc_e"][0], np.concatenate([pbytes["fc_e"][1], pbytes["fc_h"][1]], axis=1))
     # cast matrices to the compute dtype (norms stay float32)
     W = {k: w if k.endswith("norm") else w.to(dtype) for k, w in Wq.items()}
     ops = None

@@ -79,7 +79,9 @@ def test_low_bit_changes_exactly_the_policy_matrices(head_file, dq):
     for k, w8 in h8.W.items():
         wq = hq.W[k]
         assert wq.dtype == w8.dtype and wq.shape == w8.shape, k
-        if k in DRAFT_QUANT_KEYS:
+        if k == "fc":  # fc_embedding | fc_hidden joined along K, for the one fc GEMV
+            assert torch.equal(wq, torch.cat([hq.W["fc_e"], hq.W["fc_h"]], dim=1))
+        elif k in DRAFT_QUANT_KEYS:
             assert not torch.equal(wq, w8), k  # really requantized
             # exactly the low-bit values of the stored Q8_0 matrix (q4_0 through the Lloyd search)
             assert torch.equal(wq, quantize_dequantize(w8, REQUANT[dq])), k
@@ -200,7 +202,8 @@ def test_packed_path_matches_value_path(head_file, dq):
             assert ops["qkv"].w.fmt == "q8_0" and "q" not in ops
         else:  # q in the low-bit format, K/V Q8_0
             assert ops["q"].w.fmt == dq and ops["k"].w.fmt == "q8_0" and ops["v"].w.fmt == "q8_0"
-        for k in ("o", "fc_e", "fc_h", "down"):
+        assert "fc_e" not in ops and "fc_h" not in ops  # joined along K into one layer
+        for k in ("o", "fc", "down"):
             assert ops[k].w.fmt == dq, k
             assert torch.equal(ops[k].w.dequantize(), dense.W[k]), k  # packed bytes = policy values
     d0, l0 = _drive(dense)

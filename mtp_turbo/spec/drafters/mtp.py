@@ -31,7 +31,10 @@ import torch
 
 from ...cache.cells import DraftCells, DraftCellsConfig
 from ...errors import ModelFileError
+from ...models.fused import available as fused_available
 from ...models.mtp_head import DEFAULT_HEAD, MTPHead
+from ...models.mtp_step import MAX_ROWS as MAX_STEP_ROWS
+from ...models.mtp_step import FusedMTPStep, TorchMTPStep
 from ...sampling.chain import apply_penalties, probs_from_logits
 from ...sampling.draw import draw
 from ...sampling.rng import uniforms
@@ -50,9 +53,11 @@ class MTPDrafter(Drafter):
     reads_hidden = True
 
     def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None,
-                 graphs: bool = True):
+                 graphs: bool = True, kernels: str = "auto"):
         """main: the main model, for its final norm when the head reads post-norm hidden states;
-        graphs: replay the round's work from CUDA graphs (CUDA only)."""
+        graphs: replay the round's work from CUDA graphs (CUDA only); kernels: the round's device
+        work on the fused Triton kernels ("triton"), torch ops ("torch"), or "auto" (Triton on
+        CUDA when it imports)."""
         c = head.cfg
         self.head, self.main = head, main
         self.capacity = capacity + 16  # chain cells may run k-1 past the committed rows
@@ -73,7 +78,11 @@ class MTPDrafter(Drafter):
         self._stage_host = torch.zeros(self._stage_len, dtype=torch.int64,
                                        pin_memory=dev.type == "cuda")  # one non_blocking upload a round
         self._graphs: dict[tuple, tuple] = {}  # (n, k, penalty key) -> (graph, drafts [k], logits [k, N])
-        self._rope: tuple[torch.Tensor, torch.Tensor] | None = None  # the head's tables, >= capacity rows
+        head.rope_at(torch.tensor([self.capacity - 1], device=dev))  # the head's tables, every position
+        self.torch_step = TorchMTPStep(head, self.k_cache, self.v_cache, head.rope)
+        self.step = self.torch_step
+        if kernels == "triton" or (kernels == "auto" and dev.type == "cuda" and fused_available()):
+            self.step = FusedMTPStep(head, self.k_cache, self.v_cache, head.rope)
         # sampler (set_sampler): drafts are the argmax of the PENALISED head logits, or the coupled draw
         self._pen = None  # SamplerConfig whose penalty stage runs, or None (raw argmax)
         self._draw = None  # SamplerConfig whose whole chain + draw picks the drafts (coupling), or None
@@ -110,12 +119,9 @@ class MTPDrafter(Drafter):
     def _encode(self, c0: int, n: int, toks: list[int]) -> None:
         """Write committed K/V for cells [c0, c0+n) from hbuf and tokens c0+1..c0+n, all rows in
         one pass (each matrix read once per <= 4 rows)."""
-        head = self.head
-        pos = torch.arange(c0, c0 + n, device=head.device)
-        e = head.embed_tokens(torch.tensor(toks[c0 + 1: c0 + n + 1], device=head.device))
-        _, k, v = head.qkv(head.input_rows(e, self.hbuf[c0: c0 + n]), *head.rope_at(pos))
-        self.k_cache[c0: c0 + n] = k
-        self.v_cache[c0: c0 + n] = v
+        dev, st = self.head.device, self.torch_step
+        pos = torch.arange(c0, c0 + n, device=dev)
+        st.write_qkv(st.inputs(torch.tensor(toks[c0 + 1: c0 + n + 1], device=dev), self.hbuf, pos), pos)
         self.cells.wrote(c0, n)
 
     @torch.inference_mode()
@@ -264,9 +270,6 @@ class MTPDrafter(Drafter):
         self._repair(p0)
         c = max(min(self.cells.cell1, p0), self.h_lo)
         self.cells.truncate(c)
-        if self._rope is None:  # grow the head's tables to every position once (same values)
-            self.head.rope_at(torch.tensor([self.capacity - 1], device=self.head.device))
-            self._rope = self.head.rope
         # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
         # one batch: each matrix is read once for all of them
         n = p0 - c + 1
@@ -313,30 +316,25 @@ class MTPDrafter(Drafter):
         """The round's device work from its staged inputs -> (draft ids int64 [k], fp32 logits [k, N]).
         No host syncs and no shape that depends on positions: capturable."""
         head = self.head
-        cos_t, sin_t = self._rope
+        st = self.step if n <= MAX_STEP_ROWS else self.torch_step
         pos, toks = staged[:n], staged[n: 2 * n]
         km = k * self.max_reads
-        raw = staged[2 * n: 2 * n + km].view(k, self.max_reads)
+        cells = staged[2 * n: 2 * n + km].view(k, self.max_reads)
         # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
         # and the head index leaving the window at each chain step [k]
         cnt = None if self._pen is None else self._pen_dev
         leave = None if self._pen is None else staged[2 * n + km:]
         i = None
-        valid, idx = raw >= 0, raw.clamp(min=0)
-        x = head.input_rows(head.embed[toks] * head.embed_scale, self.hbuf[pos])
-        q, kk, vv = head.qkv(x, cos_t[pos], sin_t[pos])
-        self.k_cache.index_copy_(0, pos, kk.to(self.k_cache.dtype))
-        self.v_cache.index_copy_(0, pos, vv.to(self.v_cache.dtype))
-        x, q = x[-1:], q[-1:]
+        zero = torch.zeros(1, dtype=torch.int64, device=head.device)
+        x = st.inputs(toks, self.hbuf, pos)  # catch-up rows c..p0-1 and draft 0's row p0
+        q = st.write_qkv(x, pos)[-1:]
+        x = x[-1:]
         drafts, logits = [], []
         for j in range(k):
-            if j > 0:  # chain cell p0 + j
-                pj = pos[-1:] + j
-                q, kk, vv = head.qkv(x, cos_t[pj], sin_t[pj])
-                self.k_cache.index_copy_(0, pj, kk.to(self.k_cache.dtype))
-                self.v_cache.index_copy_(0, pj, vv.to(self.v_cache.dtype))
-            h = head.step(x, q, self.k_cache[idx[j]], self.v_cache[idx[j]], valid[j: j + 1])
-            lg = head.logits(h)
+            if j > 0:  # chain cell p0 + j: a draft's K/V, not committed
+                q = st.write_qkv(x, pos[-1:] + j)
+            h = st.attend(x, q, cells[j])
+            lg = st.logits(h, j)
             logits.append(lg[0])
             # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
             i, cnt = self._pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
@@ -344,7 +342,7 @@ class MTPDrafter(Drafter):
             d = i if head.vocab_ids is None else head.vocab_ids[i]
             drafts.append(d)
             if j + 1 < k:
-                x = head.input_rows(head.embed[d] * head.embed_scale, h)
+                x = st.inputs(d, h, zero)
         return torch.cat(drafts), torch.stack(logits)
 
     def _capture(self, staged: torch.Tensor, n: int, k: int):

@@ -1,0 +1,172 @@
+"""The MTP head's device work of a drafting round, as four operations over the drafter's caches:
+torch (the head's math, mtp_head.py: every device) or the fused Triton kernels of the main
+model's decode step (CUDA; the CPU through Triton's interpreter in tests).
+
+Owns: `TorchMTPStep` and `FusedMTPStep`, which compute the same four things:
+- inputs(toks [n], hsrc [*, D], hidx [n]) -> x [n, D]: the block inputs of rows pairing the main
+  model's state hsrc[hidx[m]] with the embedding of token toks[m];
+- write_qkv(x [n, D], pos [n]) -> q [n, H, Dh]: the rows' K/V written into the drafter's cache at
+  cells pos (RoPE at those positions, from the tables given at construction), their queries;
+- attend(x [1, D], q [1, H, Dh], cells [M] int64 (-1 = padding)) -> h [1, D]: one query over the
+  given cells, then the rest of the block: the chained state;
+- logits(h [1, D], j) -> fp32 [1, N]: final norm and the head's rows, for chain step j (a fused
+  step keeps each step's logits in its own buffer row).
+No host syncs and fixed launch shapes: both can be captured in a CUDA graph. The fused step
+launches about a dozen kernels a draft step (mtp_inputs, fc, attention norm, qkv, q/k norm + RoPE
++ K/V write, attn_cells, o, residual norm, gate|up, down, residual + final norm, head) where the
+torch step launches ~130 small kernels.
+Ignores: which cells a query reads and what the drafts are (spec/drafters/mtp.py), the head's
+weights and file (mtp_head.py, mtp_load.py).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import fused_kernels as fk
+from .fused import MP, FusedTiles, _pow2
+from .mtp_head import MTPHead
+
+MAX_ROWS = MP  # catch-up rows one fused launch takes (the GEMV's row tile)
+MAX_CHAIN = 8  # drafts a chain makes at most (SpecConfig: draft_tokens <= 7)
+
+
+class TorchMTPStep:
+    """rope: the head's (cos, sin) tables [>= capacity, Dh]."""
+
+    def __init__(self, head: MTPHead, k_cache: torch.Tensor, v_cache: torch.Tensor, rope):
+        self.head, self.k_cache, self.v_cache, self.rope = head, k_cache, v_cache, rope
+
+    def inputs(self, toks, hsrc, hidx):
+        h = self.head
+        return h.input_rows(h.embed[toks] * h.embed_scale, hsrc[hidx])
+
+    def write_qkv(self, x, pos):
+        q, k, v = self.head.qkv(x, self.rope[0][pos], self.rope[1][pos])
+        self.k_cache.index_copy_(0, pos, k.to(self.k_cache.dtype))
+        self.v_cache.index_copy_(0, pos, v.to(self.v_cache.dtype))
+        return q
+
+    def attend(self, x, q, cells):
+        valid, idx = cells >= 0, cells.clamp(min=0)
+        return self.head.step(x, q, self.k_cache[idx], self.v_cache[idx], valid[None])
+
+    def logits(self, h, j):
+        return self.head.logits(h)
+
+
+class FusedMTPStep:
+    """The four operations on fused_kernels.py's kernels, over static buffers of up to MAX_ROWS
+    rows. Dense matrices (torch tensors in the activation dtype) go through the fused GEMV
+    (`linear`, gating in its epilogue); packed ones (PackedLinear) through their own GEMV, with
+    `gelu_gate` after gate|up. fc_embedding | fc_hidden is one GEMV over both normed inputs."""
+
+    def __init__(self, head: MTPHead, k_cache: torch.Tensor, v_cache: torch.Tensor, rope,
+                 tiles: FusedTiles = FusedTiles()):
+        c, ops = head.cfg, head.ops
+        self.head, self.k_cache, self.v_cache, self.tiles = head, k_cache, v_cache, tiles
+        self.cos, self.sin = (t.contiguous() for t in rope)
+        self.dt, dev = head.dtype, head.device
+        self.prec = "ieee" if self.dt == torch.float32 else "tf32"
+        D, qd, kvd = c.hidden, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+
+        def dense_cat(names, dim=0):
+            return torch.cat([ops[n] for n in names], dim).to(self.dt).contiguous()
+
+        # the matrices: the packed op where the drafter has one, else the dense values fused
+        self.fc = ops["fc"] if "fc" in ops and not isinstance(ops["fc"], torch.Tensor) else dense_cat(("fc_e", "fc_h"), 1)
+        if "qkv" in ops:
+            self.qkv = ops["qkv"]
+        elif all(isinstance(ops[n], torch.Tensor) for n in ("q", "k", "v")):
+            self.qkv = dense_cat(("q", "k", "v"))
+        else:
+            self.qkv = (ops["q"], ops["k"], ops["v"])  # mixed formats: three GEMVs
+        if "gate_up" in ops:
+            self.gate_up = ops["gate_up"]
+        else:
+            self.gate_up = dense_cat(("gate", "up"))
+        self.o, self.down = ops["o"], ops["down"]
+        self.head_op = ops.get("head")  # PackedLinear of the LM head rows, or None: dense rows
+        self.head_rows = head.head_rows.to(self.dt).contiguous() if self.head_op is None else None
+        self.norms = {k: ops[k].float().contiguous() for k in ops if k.endswith("norm")}
+
+        def buf(*shape, dtype=self.dt):
+            return torch.zeros(shape, dtype=dtype, device=dev)
+
+        R = MAX_ROWS
+        self.xcat, self.x = buf(R, 2 * D), buf(R, D)
+        self.xn, self.qkv_out, self.q = buf(R, D), buf(R, qd + 2 * kvd), buf(R, c.n_heads, c.head_dim)
+        self.att, self.o_out, self.h1 = buf(1, qd), buf(1, D), buf(1, D)
+        self.gu, self.dn, self.state = buf(1, c.ffn), buf(1, D), buf(1, D)
+        self.lg = buf(MAX_CHAIN, head.head_rows.shape[0], dtype=torch.float32)
+        self.scale = float(head.embed_scale.float())
+
+    # ---- pieces ----------------------------------------------------------------------------------
+    def _linear(self, x, w, y, gated=False, head=False):
+        """y[:M] = x[:M] @ w.T (gated: gelu(gate) * up). y is the output buffer; a packed op's
+        result is a new fp32 tensor (returned instead, gated: gated into y)."""
+        t = self.tiles
+        M, K = x.shape
+        if not isinstance(w, torch.Tensor):
+            out = w(x, out_dtype=torch.float32)
+            if not gated:
+                return out
+            F = out.shape[1] // 2
+            fk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
+            return y
+        N = w.shape[0] // 2 if gated else w.shape[0]
+        if head:
+            bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
+        else:
+            bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
+        fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
+                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
+        return y
+
+    def _norm(self, h, delta, wpost, wpre, hout, xout):
+        """pro 1 (delta None): xout = norm(h) * wpre; pro 2: hout = h + norm(delta) * wpost, xout =
+        norm(hout) * wpre."""
+        M, K = h.shape
+        pro = 1 if delta is None else 2
+        fk.residual_norm[(M,)](h, delta if delta is not None else h, wpost if wpost is not None else wpre, wpre,
+                               hout if hout is not None else xout, xout, K, self.head.cfg.eps, PRO=pro,
+                               KP=_pow2(K), num_warps=self.tiles.warps)
+
+    # ---- the four operations -------------------------------------------------------------------
+    def inputs(self, toks, hsrc, hidx):
+        n, D = toks.shape[0], self.head.cfg.hidden
+        assert n <= MAX_ROWS and hsrc.is_contiguous()
+        nm = self.norms
+        fk.mtp_inputs[(n,)](toks, self.head.embed, self.scale, hsrc, hidx, nm["enorm"], nm["hnorm"], self.xcat,
+                            D, self.head.cfg.eps, KP=_pow2(D), num_warps=self.tiles.warps)
+        return self._linear(self.xcat[:n], self.fc, self.x)[:n]
+
+    def write_qkv(self, x, pos):
+        c, n = self.head.cfg, x.shape[0]
+        self._norm(x, None, None, self.norms["attn_norm"], None, self.xn[:n])
+        if isinstance(self.qkv, tuple):
+            qkv = torch.cat([w(self.xn[:n], out_dtype=torch.float32) for w in self.qkv], dim=1)
+        else:
+            qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
+        fk.qk_rope_write[(n,)](qkv, pos, self.norms["q_norm"], self.norms["k_norm"], self.cos, self.sin, self.q, self.k_cache,
+                               self.v_cache, c.eps, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim,
+                               num_warps=self.tiles.warps)
+        return self.q[:n]
+
+    def attend(self, x, q, cells):
+        c, nm = self.head.cfg, self.norms
+        fk.attn_cells[(c.n_kv_heads,)](q, self.k_cache, self.v_cache, cells, self.att, cells.shape[0], c.query_scale,
+                                       H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16, BS=32,
+                                       PREC=self.prec, num_warps=4)
+        o = self._linear(self.att, self.o, self.o_out)
+        self._norm(x, o, nm["post_attn_norm"], nm["ffn_norm"], self.h1, self.xn[:1])
+        gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)
+        dn = self._linear(gu, self.down, self.dn)
+        self._norm(self.h1, dn, nm["post_ffn_norm"], nm["out_norm"], self.state, self.xn[:1])
+        return self.state
+
+    def logits(self, h, j):
+        assert h is self.state, "logits follow attend (its final norm is fused into attend's last kernel)"
+        if self.head_op is not None:
+            return self.head_op(self.xn[:1], out_dtype=torch.float32)
+        return self._linear(self.xn[:1], self.head_rows, self.lg[j: j + 1], head=True)
