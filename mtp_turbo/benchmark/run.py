@@ -1,0 +1,185 @@
+"""The timed rows of `mtp-turbo bench` on one engine: every (mode, k) at every temperature over the
+same prompts, with the texts checked against each other; the ppN prefill; the bandwidth floor.
+
+Each generation starts from an empty cache (no prompt reuse between runs), so prompt speeds are
+prefill speeds and every run of a row does the same work."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+import time
+
+import torch
+
+from ..sampling.config import SamplerConfig
+from ..spec.config import SpecConfig
+
+
+def fresh(eng) -> None:
+    """Forget the committed sequence: the next prompt is prefilled whole."""
+    reset = getattr(eng, "reset", None)  # asked of the engine; until then its two fields
+    if callable(reset):
+        reset()
+    else:
+        eng.kv.reset()
+        eng.tokens = []
+
+
+def sampler_at(base: SamplerConfig, temp: float) -> SamplerConfig:
+    """temp 0: greedy without penalties (llama-bench's tg); else the sampled chain at temp."""
+    if temp == 0:
+        return SamplerConfig(temperature=0.0, seed=base.seed, order=base.order)
+    return dataclasses.replace(base, temperature=temp)
+
+
+def _spec_figures(sp) -> dict:
+    """A run's speculation counts from the stats' spec (RoundStats; older engines: a dict)."""
+    if not sp:
+        return {}
+    get = sp.get if isinstance(sp, dict) else (lambda name, d=0: getattr(sp, name, d))
+    rounds = int(get("rounds", 0))
+    return {"rounds": rounds, "drafted": int(get("drafted", 0)), "accepted": int(get("accepted", 0)),
+            "emitted": float(get("emitted", 0) or get("tokens_per_round", 0.0) * rounds),
+            "draft_s": float(get("draft_s", 0.0)), "verify_s": float(get("verify_s", 0.0)),
+            "accept_s": float(get("accept_s", 0.0) or get("sample_s", 0.0))}
+
+
+def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[list[int], dict]:
+    fresh(eng)
+    ids = [t for p in eng.generate(prompt, sampler=sampler, max_tokens=max_tokens, spec=spec, stop_ids=stop_ids)
+           for t in p.token_ids]
+    st = eng.last_stats
+    return ids, {"prompt_tokens": st.prompt_tokens, "prompt_cached": st.prompt_cached, "prompt_s": st.prompt_s,
+                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, **_spec_figures(getattr(st, "spec", None))}
+
+
+def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: bool) -> dict:
+    """One table row from its runs: sums, then ratios (so long runs weigh more, as in tok/s)."""
+    tot = {key: sum(r.get(key, 0) for r in runs) for key in
+           ("gen_tokens", "decode_s", "prompt_s", "rounds", "drafted", "accepted", "emitted", "draft_s", "verify_s",
+            "accept_s")}
+    uncached = sum(r["prompt_tokens"] - r["prompt_cached"] for r in runs)
+    dec = tot["decode_s"]
+    row = {"mode": "plain" if mode == "none" else mode, "k": k, "temp": temp, "runs": len(runs),
+           "gen_tokens": tot["gen_tokens"], "decode_s": dec,
+           "decode_tps": tot["gen_tokens"] / dec if dec > 0 else 0.0,
+           "prompt_tps": uncached / tot["prompt_s"] if tot["prompt_s"] > 0 else 0.0,
+           "tokens_per_round": tot["emitted"] / tot["rounds"] if tot["rounds"] else 1.0,
+           "acceptance": tot["accepted"] / tot["drafted"] if tot["drafted"] else None,
+           "same_text": same}
+    if tot["rounds"] and dec > 0:
+        split = {name: tot[f"{name}_s"] / dec for name in ("draft", "verify", "accept")}
+        split["other"] = max(0.0, 1.0 - sum(split.values()))
+        row["split"] = split
+    return row
+
+
+def first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
+def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[list[dict], list[str]]:
+    """Rows in order: per temperature, plain first (the reference), then each drafter x k.
+    Returns (rows, mismatches): a row whose tokens differ from the reference for any prompt, or
+    from its own first rep, is a bug (exactness: same seed, same text)."""
+    stop_ids = () if cfg.ignore_eos else None
+    modes = sorted(cfg.mode_list, key=lambda m: m != "none")
+    configs = [(m, None) if m == "none" else (m, k) for m in modes for k in ((None,) if m == "none" else cfg.k_list)]
+    rows, mismatches = [], []
+    for temp in cfg.temp_list:
+        sampler = sampler_at(base, temp)
+        reference: dict[int, list[int]] | None = None
+        ref_name = ""
+        for mode, k in configs:
+            spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k)
+            name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
+            bar.set_description(name)
+            if cfg.warmup:
+                generate(eng, prompts[0], sampler, spec, min(cfg.max_tokens, 16), stop_ids)
+                bar.update()
+            runs, ids_of = [], {}
+            for rep in range(cfg.reps):
+                for i, prompt in enumerate(prompts):
+                    ids, fig = generate(eng, prompt, sampler, spec, cfg.max_tokens, stop_ids)
+                    bar.update()
+                    runs.append(fig)
+                    if i in ids_of and ids != ids_of[i]:
+                        mismatches.append(f"{name}: prompt {i} rep {rep} differs from rep 0 at token "
+                                          f"{first_difference(ids, ids_of[i])}")
+                    ids_of.setdefault(i, ids)
+            same = True
+            if reference is None:
+                reference, ref_name = ids_of, name
+            else:
+                for i, ids in ids_of.items():
+                    if ids != reference[i]:
+                        same = False
+                        mismatches.append(f"{name}: prompt {i} differs from {ref_name} at token "
+                                          f"{first_difference(ids, reference[i])} of {len(ids)}")
+            rows.append(aggregate(mode, k, temp, runs, same))
+    return rows, mismatches
+
+
+def prefill_speed(eng, n: int, prompts: list[str], reps: int, warmup: bool, bar) -> dict:
+    """Prompt speed as llama-bench's ppN: an n-token prompt (the prompt set's tokens, repeated)
+    prefilled from an empty cache, plain; the median over reps."""
+    tok = eng.tokenizer
+    body = [t for p in prompts for t in tok.encode(p, add_bos=False)] or [tok.bos_id + 1]
+    ids = [tok.bos_id] + (body * (n // len(body) + 1))[: n - 1]
+    greedy = SamplerConfig(temperature=0.0)
+    tps = []
+    for i in range(reps + warmup):
+        fresh(eng)
+        for _ in eng.generate(ids, sampler=greedy, max_tokens=1, stop_ids=()):
+            pass
+        bar.update()
+        if i >= warmup:
+            tps.append(eng.last_stats.prompt_tps)
+    return {"n": n, "tps": statistics.median(tps), "name": f"pp{n}"}
+
+
+def _unique_bytes(tensors) -> int:
+    seen, total = set(), 0
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            s = t.untyped_storage()
+            if s.data_ptr() not in seen:
+                seen.add(s.data_ptr())
+                total += s.nbytes()
+    return total
+
+
+def copy_bandwidth(device: torch.device) -> float:
+    """GB/s (bytes read + written) of a large copy on the device."""
+    if device.type == "cuda":
+        from ..check.bytefloor import measure_copy_bandwidth
+
+        return measure_copy_bandwidth()
+    a = torch.empty(1 << 26, dtype=torch.float32)  # 256 MiB
+    b = torch.empty_like(a)
+    b.copy_(a)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        b.copy_(a)
+        times.append(time.perf_counter() - t0)
+    return 2 * a.numel() * 4 / min(times) / 1e9
+
+
+def bandwidth_floor(eng, context: int) -> dict | None:
+    """Bytes a plain decode step reads at `context` cells (every weight once, the K/V attended)
+    over the copy bandwidth: the tok/s no plain decoder on this device can beat."""
+    m = eng.model
+    try:
+        weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
+        c, kv = m.cfg, eng.kv
+        cell = 2 * c.n_kv_heads * c.head_dim * kv.k.element_size()
+        window = getattr(c, "sliding_window", context)
+        kv_bytes = sum(cell * (context if c.is_global(i) else min(context, window)) for i in range(c.n_layers))
+    except (AttributeError, TypeError):
+        return None  # the model's layout changed: no floor rather than a wrong one
+    bw = copy_bandwidth(eng.device)
+    total = weights + kv_bytes
+    return {"weight_bytes": weights, "kv_bytes": kv_bytes, "context": context, "bandwidth_GBps": bw,
+            "ms_per_token": total / (bw * 1e9) * 1e3, "tps": bw * 1e9 / total}

@@ -1,0 +1,166 @@
+"""`mtp-turbo bench`: llama.cpp's outputs parsed (fixtures captured from real runs), its tools run
+as subprocesses with the flags of our sampler chain, the rows' text checks (a drafter that changes
+the text is reported, a bug), the table/JSON/plot, and one tiny real run on the CPU."""
+
+import json
+import stat
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mtp_turbo.benchmark import peers, report
+from mtp_turbo.benchmark.config import BenchConfig, load_prompts
+from mtp_turbo.benchmark.run import aggregate, run_rows
+from mtp_turbo.cli import main
+from mtp_turbo.errors import ConfigError, MtpTurboError
+from mtp_turbo.sampling.config import SamplerConfig
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_llama_bench_json_is_parsed():
+    r = peers.parse_llama_bench((DATA / "llama_bench_cpu.json").read_text())
+    assert r["pp"]["name"] == "pp64" and r["pp"]["tps"] == pytest.approx(51.37532)
+    assert r["tg"]["name"] == "tg16" and r["tg"]["tps"] == pytest.approx(1.383726)
+    assert r["build"] == "0c1e570" and r["backends"] == "CPU"
+    with pytest.raises(MtpTurboError, match="no pp or tg"):
+        peers.parse_llama_bench("[]")
+
+
+def test_llama_completion_timings_are_parsed():
+    t = peers.parse_completion_timings((DATA / "llama_completion_cpu.stderr").read_text())
+    assert t == {"prompt_ms": 2163.74, "prompt_tokens": 6, "eval_ms": 7122.55, "eval_tokens": 7}
+    older = ("llama_perf_context_print: prompt eval time =      23.10 ms /     5 tokens (    4.62 ms per token)\n"
+             "llama_perf_context_print:        eval time =    1163.21 ms /   127 runs   (    9.16 ms per token)\n")
+    assert peers.parse_completion_timings(older)["eval_tokens"] == 127
+    with pytest.raises(MtpTurboError, match="no timings"):
+        peers.parse_completion_timings("load time = 3 ms")
+
+
+def _fake_tool(tmp_path, name, stdout_file=None, stderr_file=None, exit_code=0) -> str:
+    """An executable that records its arguments and prints a captured output."""
+    p = tmp_path / name
+    lines = [f"#!{sys.executable}", "import sys, json",
+             f"open({str(tmp_path / (name + '.args'))!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')"]
+    if stdout_file:
+        lines.append(f"sys.stdout.write(open({str(stdout_file)!r}).read())")
+    if stderr_file:
+        lines.append(f"sys.stderr.write(open({str(stderr_file)!r}).read())")
+    lines.append(f"sys.exit({exit_code})")
+    p.write_text("\n".join(lines) + "\n")
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return str(p)
+
+
+def test_llama_tools_run_with_our_settings(tmp_path):
+    lb = _fake_tool(tmp_path, "llama-bench", stdout_file=DATA / "llama_bench_cpu.json")
+    r = peers.run_llama_bench(lb, "m.gguf", 512, 128, "-ngl 99")
+    args = json.loads((tmp_path / "llama-bench.args").read_text())
+    assert args == ["-m", "m.gguf", "-fa", "1", "-p", "512", "-n", "128", "-o", "json", "-ngl", "99"]
+    assert r["tg"]["tps"] == pytest.approx(1.383726)
+
+    lc = _fake_tool(tmp_path, "llama-completion", stderr_file=DATA / "llama_completion_cpu.stderr")
+    s = SamplerConfig(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.08, presence_penalty=0.4,
+                      penalty_last_n=64, seed=5)
+    r = peers.run_llama_completion(lc, "m.gguf", ["first prompt", "second\nprompt"], s, 0.6, 32, True, 1024)
+    runs = [json.loads(line) for line in (tmp_path / "llama-completion.args").read_text().splitlines()]
+    assert len(runs) == 2 and r["decode_tps"] == pytest.approx(2 * 7 / (2 * 7122.55) * 1e3)
+    a = runs[0]
+    flag = {a[i]: a[i + 1] for i in range(len(a) - 1) if a[i].startswith("-")}
+    assert flag["--temp"] == "0.6" and flag["--top-k"] == "40" and flag["--repeat-penalty"] == "1.08"
+    assert flag["--presence-penalty"] == "0.4" and flag["--repeat-last-n"] == "64" and flag["-s"] == "5"
+    assert flag["--samplers"] == "top_k;penalties;temperature;min_p;top_p" and flag["-n"] == "32"
+    assert "--ignore-eos" in a and "--no-escape" in a and "-no-cnv" in a
+    broken = _fake_tool(tmp_path, "broken", stderr_file=DATA / "llama_completion_cpu.stderr", exit_code=3)
+    with pytest.raises(MtpTurboError, match="broken exited with 3: .*graphs reused"):
+        peers.run_llama_bench(broken, "m.gguf", 1, 1)
+    with pytest.raises(MtpTurboError, match="failed to run"):
+        peers.run_llama_bench(str(tmp_path / "llama-bench.args"), "m.gguf", 1, 1)  # not executable
+
+
+def test_config_checks_and_prompt_sets(tmp_path):
+    cfg = BenchConfig(modes="plain,ngram", temps="0,0.6", draft_tokens="1,3")
+    assert cfg.mode_list == ("none", "ngram") and cfg.temp_list == (0.0, 0.6) and cfg.k_list == (1, 3)
+    for bad, word in [(dict(modes="plain,magic"), "modes"), (dict(temps="-1"), "temps"), (dict(draft_tokens="9"),
+                      "draft-tokens"), (dict(draft_tokens="1.5"), "draft-tokens"), (dict(reps=0), "reps"),
+                      (dict(prompts="nope.txt"), "prompts"), (dict(llama_bench="/no/such"), "llama-bench"),
+                      (dict(plot="/no/such/dir/x.png"), "plot")]:
+        with pytest.raises(ConfigError, match=word):
+            BenchConfig(**bad)
+    mt = load_prompts("mtbench", 3)
+    assert len(mt) == 3 and mt[0].startswith("Compose an engaging travel blog post")
+    assert load_prompts("humaneval", 1)[0].startswith("from typing import List")
+    (tmp_path / "p.txt").write_text("one\n\ntwo\n")
+    (tmp_path / "p.json").write_text(json.dumps(["a", "b", "c"]))
+    assert load_prompts(str(tmp_path / "p.txt"), 5) == ["one", "two"] and load_prompts(str(tmp_path / "p.json"), 2) == ["a", "b"]
+
+
+class ScriptedEngine:
+    """Greedy text = the prompt's length in tokens; a drafter named 'ngram' changes token 2 at k=3."""
+
+    def __init__(self):
+        self.kv, self.tokens = SimpleNamespace(reset=lambda: None), []
+
+    def generate(self, prompt, sampler, max_tokens, spec, stop_ids):
+        ids = [len(prompt)] * max_tokens
+        if spec is not None and spec.draft_tokens == 3:
+            ids[2] += 1
+        rounds = 0 if spec is None else max_tokens // 2
+        sp = None if spec is None else SimpleNamespace(rounds=rounds, drafted=rounds * 2, accepted=rounds, emitted=max_tokens,
+                                                       draft_s=0.1, verify_s=0.5, accept_s=0.1)
+        self.last_stats = SimpleNamespace(prompt_tokens=10, prompt_cached=0, prompt_s=0.5, gen_tokens=max_tokens,
+                                          decode_s=1.0, spec=sp)
+        yield SimpleNamespace(token_ids=tuple(ids))
+
+
+def test_rows_and_their_text_checks():
+    bar = SimpleNamespace(update=lambda *a: None, set_description=lambda *a: None)
+    cfg = BenchConfig(modes="ngram,plain", temps="0,0.6", draft_tokens="2,3", max_tokens=8, n_prompts=2, reps=2)
+    rows, mismatches = run_rows(ScriptedEngine(), cfg, SamplerConfig(), ["ab", "abcd"], bar)
+    assert [(r["mode"], r["k"], r["temp"]) for r in rows] == [
+        ("plain", None, 0.0), ("ngram", 2, 0.0), ("ngram", 3, 0.0), ("plain", None, 0.6), ("ngram", 2, 0.6),
+        ("ngram", 3, 0.6)]
+    assert [r["same_text"] for r in rows] == [True, True, False, True, True, False]
+    assert len(mismatches) == 4 and "ngram k=3 temp=0: prompt 0 differs from plain temp=0 at token 2" in mismatches[0]
+    r = rows[1]
+    assert r["runs"] == 4 and r["decode_tps"] == 8.0 and r["prompt_tps"] == 20.0 and r["tokens_per_round"] == 2.0
+    assert r["acceptance"] == 0.5 and r["split"] == pytest.approx({"draft": 0.1, "verify": 0.5, "accept": 0.1,
+                                                                   "other": 0.3})
+    assert "split" not in rows[0] and rows[0]["tokens_per_round"] == 1.0
+
+
+def test_table_and_plot(tmp_path):
+    rows = [aggregate("none", None, 0.0, [dict(prompt_tokens=10, prompt_cached=0, prompt_s=1.0, gen_tokens=100,
+                                               decode_s=1.0)], True),
+            aggregate("mtp", 3, 0.0, [dict(prompt_tokens=10, prompt_cached=0, prompt_s=1.0, gen_tokens=100,
+                                           decode_s=0.5, rounds=40, drafted=120, accepted=60, emitted=100,
+                                           draft_s=0.1, verify_s=0.3, accept_s=0.05)], False)]
+    result = {"meta": dict(model="m.gguf", device="cpu", torch="2", prompts="mtbench", n_prompts=1, max_tokens=100,
+                           reps=1, seed=0), "rows": rows, "mismatches": ["mtp k=3 temp=0: prompt 0 differs"],
+              "llama_bench": {"tg": {"name": "tg128", "tps": 50.0, "std": 1.0}, "pp": {"name": "pp512", "tps": 10.0}},
+              "pp": {"name": "pp512", "tps": 20.0, "n": 512},
+              "floor": {"weight_bytes": 2**20, "kv_bytes": 0, "context": 64, "bandwidth_GBps": 1.0,
+                        "ms_per_token": 1.0, "tps": 400.0}}
+    t = report.table(result)
+    assert "| plain | - | 0 | 100.0 | 10.0 | 1.00 | - | - | - | - | - | yes | 2.00 | 25% |" in t
+    assert "| mtp | 3 | 0 | 200.0 | 10.0 | 2.50 | 50% | 20% | 60% | 10% | 10% | **NO** | 4.00 | 50% |" in t
+    assert "pp512: 20.0 tok/s | llama-bench pp512: 10.0 tok/s, ratio 2.00" in t and "plain greedy ratio 2.00" in t
+    assert "MISMATCH" in t
+    pytest.importorskip("matplotlib")
+    report.plot(result, str(tmp_path / "b.png"))
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_tiny_bench_on_the_cpu(capsys, tmp_path, model_path):
+    rc = main(["bench", "--model", str(model_path), "--device", "cpu", "--ctx-size", "160", "--no-progress",
+               "--modes", "plain,ngram", "--temps", "0,0.7", "--draft-tokens", "2", "--max-tokens", "3",
+               "--n-prompts", "1", "--pp", "16", "--no-warmup", "--json", str(tmp_path / "b.json")])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    res = json.loads((tmp_path / "b.json").read_text())
+    assert [(r["mode"], r["temp"]) for r in res["rows"]] == [("plain", 0), ("ngram", 0), ("plain", 0.7), ("ngram", 0.7)]
+    assert all(r["same_text"] and r["gen_tokens"] == 3 and r["decode_tps"] > 0 for r in res["rows"])
+    assert res["mismatches"] == [] and res["pp"]["tps"] > 0 and res["meta"]["sampled_chain"]["repeat_penalty"] == 1.08
+    assert "| plain | - | 0.7 |" in out and "prompt pp16:" in out
