@@ -209,33 +209,9 @@ class GGUFTokenizer:
         return self.chat_template is not None
 
     def chat_prompt(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> "ChatPrompt":
-        """The prompt a chat request becomes: the file's chat template where it has one, else the
-        plain-text rendering (`plain_chat`, with the stop strings that end the assistant's turn)."""
-        if self.chat_template is None:
-            return ChatPrompt(plain_chat(messages, add_generation_prompt), PLAIN_CHAT_STOPS, "plain")
-        return ChatPrompt(self.render_template(messages, add_generation_prompt), (), "model")
-
-    def render_template(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
-        """The file's own Jinja chat template, rendered in a sandbox as transformers does, without
-        a leading BOS (encode adds it). The template's raise_exception becomes a ConfigError."""
-        if self.chat_template is None:
-            raise ConfigError(f"{self._name} has no chat template")
-        from jinja2 import TemplateError
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        def raise_exception(message: str):
-            raise ConfigError(f"chat template: {message}")
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        env.globals["raise_exception"] = raise_exception
-        bos = self._pieces[self.bos_id]
-        try:
-            text = env.from_string(self.chat_template).render(
-                messages=list(messages), add_generation_prompt=add_generation_prompt, bos_token=bos,
-                eos_token=self._pieces[self.eos_id])
-        except TemplateError as e:
-            raise ConfigError(f"{self._name}: its chat template failed: {e}") from None
-        return text[len(bos):] if text.startswith(bos) else text
+        """The prompt a chat request becomes (see the module function chat_prompt)."""
+        return chat_prompt(messages, self.chat_template, self._pieces[self.bos_id], self._pieces[self.eos_id],
+                           add_generation_prompt)
 
     def apply_chat_template(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool = True) -> str:
         """Gemma's chat format (built in, whatever the file carries), without BOS (encode adds
@@ -290,6 +266,30 @@ def plain_chat(messages: Sequence[dict[str, Any]], add_generation_prompt: bool =
     if add_generation_prompt:
         lines.append("Assistant:")
     return "\n".join(lines)
+
+
+def chat_prompt(messages: Sequence[dict[str, Any]], template: str | None, bos_token: str, eos_token: str,
+                add_generation_prompt: bool = True) -> ChatPrompt:
+    """The prompt chat messages become: the model's Jinja chat template where its file has one
+    (rendered in a sandbox as transformers does, a leading BOS left out: encode adds it; the
+    template's raise_exception becomes a ConfigError), else the plain-text rendering (plain_chat,
+    with the stop strings that end the assistant's turn)."""
+    if not template:
+        return ChatPrompt(plain_chat(messages, add_generation_prompt), PLAIN_CHAT_STOPS, "plain")
+    from jinja2 import TemplateError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str):
+        raise ConfigError(f"chat template: {message}")
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = raise_exception
+    try:
+        text = env.from_string(template).render(messages=list(messages), add_generation_prompt=add_generation_prompt,
+                                                bos_token=bos_token, eos_token=eos_token)
+    except TemplateError as e:
+        raise ConfigError(f"the model's chat template failed: {e}") from None
+    return ChatPrompt(text[len(bos_token):] if bos_token and text.startswith(bos_token) else text, (), "model")
 
 
 class StreamDecoder:
