@@ -114,3 +114,163 @@ def test_help_explains(capsys):
     for flag in ("--temperature", "--top-k", "--repeat-penalty", "--seed", "--draft", "--spec-sample", "LOSSY",
                  "--prefill-chunk", "--device"):
         assert flag in out
+
+
+# ---- the first hour: help, defaults, checks before the model loads, chat, sessions -------------------
+def test_help_loads_no_torch():
+    """`mtp-turbo --help` and the commands whose modules need no torch start without importing it."""
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom mtp_turbo.cli import main\n"
+            "for argv in (['--help'], ['check', '--help'], ['check', 'cells', '--help'], ['info', '--help'],"
+            " ['train-data', '--help']):\n"
+            "    try:\n        main(argv)\n    except SystemExit as e:\n        assert e.code == 0, argv\n"
+            "print('TORCH', 'torch' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "generate" in r.stdout and "train-mtp" in r.stdout and "cells" in r.stdout
+    assert r.stdout.strip().endswith("TORCH False")
+
+
+def _option_help(text: str) -> dict[str, str]:
+    """--flag -> its help text (the lines of its block, joined)."""
+    out, name = {}, None
+    for line in text.splitlines():
+        s = line.strip()
+        if line.startswith("  -") and s.startswith("-"):
+            name = s.split()[0].rstrip(",")
+            out[name] = s
+        elif name and line.startswith("    "):
+            out[name] += " " + s
+        else:
+            name = None
+    return out
+
+
+def test_help_shows_each_default_once(capsys):
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    opts = _option_help(capsys.readouterr().out)
+    assert len(opts) > 35
+    for flag, h in opts.items():
+        assert h.count("(default") <= 1, (flag, h)
+    assert opts["--cuda-graphs"].endswith("(default: on)") and opts["--draft-coupling"].endswith("(default: off)")
+    assert "(default: 4096)" in opts["--ctx-size"] and "(default: 0.95)" in opts["--top-p"]
+    assert "(default: Gemma-3-270M" in opts["--model"] and "None" not in opts["--model"]
+    assert "(default: top_k,penalties,temperature,min_p,top_p)" in opts["--order"]
+    assert "default" not in opts["--chat"] and "default" not in opts["--stats"]
+
+
+def test_train_flags_are_their_config_fields(capsys):
+    """train-mtp / train-data: one documented flag per TrainConfig / DataConfig field, same defaults."""
+    from mtp_turbo.cli import build_parser, config_from_args
+    from mtp_turbo.train.data import DataConfig
+    from mtp_turbo.train.distill import TrainConfig
+
+    for cmd, cls in (("train-mtp", TrainConfig), ("train-data", DataConfig)):
+        argv = [cmd, "--data", "d.npy", "--out", "h.gguf"] if cmd == "train-mtp" else [cmd, "--out", "d.npy"]
+        parser = build_parser(argv)
+        sub = next(a for a in parser._actions if a.dest == "command").choices[cmd]
+        helps = {a.dest: a.help for a in sub._actions}
+        for f in dataclasses.fields(cls):
+            assert helps.get(f.name), (cmd, f.name)
+        assert config_from_args(cls, parser.parse_args(argv)) == cls()
+    args = build_parser(["train-mtp"]).parse_args(["train-mtp", "--data", "d", "--out", "o", "--gen-temps", "0.5",
+                                                   "--accept-weight", "0.2"])
+    tc = config_from_args(TrainConfig, args)
+    assert tc.gen_temps == "0.5" and tc.accept_weight == 0.2
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Fail the test if the command loads the weights."""
+    def boom(*a, **k):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("mtp_turbo.engine.Engine", boom)
+    monkeypatch.setattr("mtp_turbo.models.load.load_gemma3", boom)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["generate", "hi", "--draft", "mtp", "--drafter", "/no/such/head.gguf"], ["--drafter", "no such file"]),
+    (["generate", "hi", "--drafter", "/no/such/head.gguf"], ["--drafter", "--draft mtp"]),
+    (["generate", "word " * 100, "--ctx-size", "32"], ["102 tokens", "context holds 32"]),
+    (["generate", "word " * 100, "--ctx-size", "32", "--chat"], ["tokens", "context holds 32"]),
+    (["generate", "hi", "--session", "/no/such/dir/s.session"], ["--session", "does not exist"]),
+    (["perplexity", "tests/data/tempest_act1.txt", "--ctx", "4"], ["--ctx"]),
+    (["perplexity", "/no/such/file.txt"], ["cannot read"]),
+    (["bench", "--modes", "plain,magic"], ["--modes"]),
+    (["serve", "--port", "70000"], ["port"]),
+    (["train-mtp", "--data", "/no/such.npy", "--out", "h.gguf"], ["--data", "no such file"]),
+    (["train-mtp", "--data", "tests/data/README.md", "--out", "h.gguf", "--hidden-source", "middle"],
+     ["hidden-source"]),
+])
+def test_bad_input_is_reported_before_the_model_loads(capsys, no_model, argv, words):
+    rc, _, err = run(capsys, *argv, "--device", "cpu") if argv[0] != "train-mtp" else run(capsys, *argv)
+    assert rc == 1
+    one_line_error("\n".join(ln for ln in err.splitlines() if "warning: " not in ln), *words)
+
+
+class FakeEngine:
+    """Stands in for the engine: records what the CLI asked and streams scripted pieces."""
+
+    calls: list = []
+
+    def __init__(self, cfg):
+        from mtp_turbo.engine import Stats
+
+        self.device, self.cfg, self.last_stats = "cpu", cfg, Stats(prompt_tokens=3, gen_tokens=2, decode_s=0.1,
+                                                                    finish_reason="length")
+        FakeEngine.calls.append(("init", cfg))
+
+    def generate(self, prompt, **kw):
+        from mtp_turbo.engine import Piece
+
+        FakeEngine.calls.append(("generate", prompt, kw))
+        yield Piece(" Paris.", (1,))
+        yield Piece("\nUser: and then", (2, 3))
+        FakeEngine.calls.append(("not closed",))
+
+    def perplexity(self, text, ctx, max_chunks=None, progress=True):
+        FakeEngine.calls.append(("perplexity", progress))
+        return {"ppl": 2.0, "tokens_scored": 10, "chunks": 1}
+
+
+@pytest.fixture
+def fake_engine(monkeypatch):
+    FakeEngine.calls = []
+    monkeypatch.setattr("mtp_turbo.engine.Engine", FakeEngine)
+    return FakeEngine.calls
+
+
+def test_chat_on_a_base_model_is_plain_text_with_a_warning(capsys, fake_engine):
+    rc, out, err = run(capsys, "generate", "What is the capital of France?", "--chat", "--special", "--stats",
+                       "--device", "cpu")
+    assert rc == 0 and out == " Paris.\n"  # the plain-text turn ends at the next 'User:'
+    assert "warning: gemma-3-270m-q4_k_m.gguf has no chat template" in err and "stop string '\\nUser:'" in err
+    _, prompt, kw = fake_engine[1]
+    assert prompt == "User: What is the capital of France?\nAssistant:" and kw["special"] is True
+    assert ("not closed",) not in fake_engine  # the generation was ended at the stop string
+
+
+def test_stop_flag_and_perplexity_progress(capsys, fake_engine):
+    rc, out, err = run(capsys, "generate", "x", "--stop", "is.", "--stop", "ris", "--device", "cpu")
+    assert rc == 0 and out == " Pa\n" and "warning" not in err and fake_engine[1][2]["special"] is False
+    rc, out, err = run(capsys, "perplexity", "tests/data/tempest_act1.txt", "--no-progress", "--device", "cpu")
+    assert rc == 0 and "perplexity 2.0000" in out and fake_engine[-1] == ("perplexity", False)
+
+
+def test_session_resume_and_save(capsys, tmp_path, model_path):
+    s = tmp_path / "s.session"
+    argv = ["generate", "The capital of France is", "-n", "2", "--temperature", "0", "--device", "cpu",
+            "--model", str(model_path), "--no-progress", "--stats", "--ctx-size", "64", "--session", str(s)]
+    rc, first, err = run(capsys, *argv)
+    assert rc == 0 and s.is_file() and "(0 cached)" in err
+    rc, again, err = run(capsys, *argv)
+    assert rc == 0 and again == first and "prompt: 6 tokens (5 cached)" in err
+
+
+def test_check_cells_says_pass(capsys):
+    rc, out, _ = run(capsys, "check", "cells", "--rounds", "300", "--runs", "1")
+    assert rc == 0 and out.strip().splitlines()[-1].startswith("PASS")

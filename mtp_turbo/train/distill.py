@@ -93,6 +93,52 @@ class TrainConfig:
             raise ConfigError("pos-offset/eval-offset must be >= 0, offset-frac and gen-frac in [0, 1]")
         if self.accept_weight < 0 or not self.accept_temp > 0 or not (0 <= self.accept_min_p < 1):
             raise ConfigError("accept-weight must be >= 0, accept-temp > 0, accept-min-p in [0, 1)")
+        if self.hidden_source not in ("pre_norm", "post_norm"):
+            raise ConfigError(f"hidden-source must be pre_norm or post_norm, got {self.hidden_source!r}")
+
+
+# `train-mtp --help`: one line per TrainConfig field (its flag is the field's name)
+TRAIN_HELP = {
+    "steps": "optimizer steps (the cosine schedule spans them, or --time-budget if that ends first)",
+    "batch": "rows per step",
+    "seq_len": "tokens per row: 0 = the data's row length, else a crop of that many from position 0",
+    "lr": "peak AdamW learning rate",
+    "warmup": "steps of linear learning-rate warmup",
+    "weight_decay": "AdamW weight decay (not on the norms)",
+    "chain": "chain depth k trained: the head predicts 1..k tokens ahead from its own states",
+    "vocab_rows": "rows of the head's reduced vocabulary (the data's most frequent ids); 0 = the full head",
+    "sink": "head attention: first cells always attended (as the drafter's --draft-sink)",
+    "window": "head attention: most recent cells attended (as --draft-window)",
+    "hidden_source": "main-model hidden state the head reads: pre_norm (before the final norm) or post_norm",
+    "eval_every": "steps between held-out evaluations (KL, top-1 agreement, acceptance per chain step); 0 = at the end only",
+    "eval_rows": "held-out rows evaluated",
+    "ckpt_every": "steps between checkpoints (OUT.ckpt); 0 = at the end only",
+    "time_budget": "seconds of training, not counting --gen-time (0 = no limit); stops cleanly and writes the head",
+    "seed": "seed of the initialisation, the batches and the sampled rows",
+    "init": "warm start from this head GGUF (its vocab ids and hidden source are kept); empty = from the main "
+    "model's last sliding layer",
+    "block": "query rows per block of the head's banded attention (memory vs speed)",
+    "pos_offset": "largest virtual position gap after the sink (the sink seen from far, as in a long prompt); 0 = off",
+    "offset_frac": "share of batches that get a gap, uniform in [1, pos-offset]",
+    "eval_offset": "also evaluate with the sink this many positions away; 0 = off",
+    "gen_rows": "rows of the main model's own replies sampled before training and mixed into the batches; 0 = off",
+    "gen_len": "tokens of each sampled row (0 = the data's row length)",
+    "gen_batch": "rows sampled at once",
+    "gen_time": "seconds at most for sampling them",
+    "gen_temps": "comma list of temperatures the rows are sampled at (0 = greedy)",
+    "gen_frac": "share of training batches drawn from the sampled rows",
+    "gen_top_k": "sampled rows' chain: top-k (0 = off)",
+    "gen_top_p": "sampled rows' chain: top-p (1 = off)",
+    "gen_min_p": "sampled rows' chain: min-p (0 = off)",
+    "gen_repeat_penalty": "sampled rows' chain: repetition penalty (1 = off)",
+    "gen_presence_penalty": "sampled rows' chain: presence penalty",
+    "gen_frequency_penalty": "sampled rows' chain: frequency penalty",
+    "gen_penalty_last_n": "sampled rows' chain: tokens the penalties see (-1 = all)",
+    "accept_weight": "weight of the acceptance term (1 - sum p_s q_s per chain step, at --accept-temp): pulls the "
+    "head's top token onto the main model's where sampling is uncertain; 0 = off",
+    "accept_temp": "temperature of the acceptance term's distributions",
+    "accept_min_p": "min-p of the acceptance term's main-model distribution",
+}
 
 
 def frequent_ids(rows: np.ndarray, vocab: int, n: int) -> np.ndarray:
@@ -344,15 +390,21 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
 
 
 def cmd_train_mtp(args) -> int:
+    from ..cli import config_from_args
     from ..engine import pick_device
     from ..io.gguf_file import GGUFFile, default_model_path
     from ..io.tokenizer import GGUFTokenizer
     from ..models.load import load_gemma3
 
+    tc = config_from_args(TrainConfig, args)  # checked before the model loads, as the files are
+    for flag, path in (("--data", args.data), ("--init", tc.init)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise ConfigError(f"--out {args.out}: its folder does not exist")
     device = pick_device(args.device)
     gf = GGUFFile(args.model or default_model_path())
     model = load_gemma3(gf, device)
-    tc = TrainConfig(**{f: getattr(args, f) for f in TrainConfig.__dataclass_fields__})
     res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt,
                 tokenizer=GGUFTokenizer(gf) if tc.gen_rows else None)
     if args.history:
@@ -361,28 +413,20 @@ def cmd_train_mtp(args) -> int:
 
 
 def add_parser(sub) -> None:
-    d = TrainConfig()
-    p = sub.add_parser("train-mtp", help="train an MTP head for the main model by self-distillation")
+    """`train-mtp`: the files, then one flag per TrainConfig field (help from TRAIN_HELP)."""
+    from ..cli import add_config_args
+
+    p = sub.add_parser("train-mtp", help="train an MTP head for the main model by self-distillation",
+                       description="Train an MTP head for the main model by self-distillation on rows from "
+                       "`mtp-turbo train-data`; writes a head GGUF that `--draft mtp --drafter OUT` loads.")
     p.add_argument("--data", required=True, help="rows from `mtp-turbo train-data` (.npy)")
     p.add_argument("--out", required=True, help="head GGUF to write (checkpoint: OUT.ckpt)")
     p.add_argument("--model", default=None, help="main model GGUF (default: Gemma-3-270M)")
-    p.add_argument("--device", default="auto")
-    for name in ("steps", "batch", "seq_len", "warmup", "chain", "vocab_rows", "sink", "window", "eval_every",
-                 "eval_rows", "ckpt_every", "seed", "block", "pos_offset", "eval_offset", "gen_rows", "gen_len",
-                 "gen_batch", "gen_top_k", "gen_penalty_last_n"):
-        p.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(d, name))
-    for name in ("lr", "weight_decay", "offset_frac", "gen_time", "gen_frac", "gen_top_p", "gen_min_p",
-                 "gen_repeat_penalty", "gen_presence_penalty", "gen_frequency_penalty", "accept_weight",
-                 "accept_temp", "accept_min_p"):
-        p.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(d, name))
-    p.add_argument("--time-budget", type=float, default=d.time_budget,
-                   help="seconds of training (after --gen-time); stops cleanly and writes the head")
-    p.add_argument("--init", default="", help="warm start from this head GGUF (keeps its vocab ids, hidden source)")
-    p.add_argument("--gen-temps", default=d.gen_temps, help="comma list of per-row temperatures (0 = greedy)")
-    p.add_argument("--hidden-source", choices=("pre_norm", "post_norm"), default=d.hidden_source)
+    p.add_argument("--device", default="auto", help="auto (CUDA if present), cpu or cuda")
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint")
     p.add_argument("--ckpt", default=None, help="checkpoint path (default: OUT.ckpt)")
     p.add_argument("--history", default=None, help="write eval history + recipe JSON here")
+    add_config_args(p, TrainConfig, help=TRAIN_HELP)
     p.set_defaults(func=cmd_train_mtp)
 
 
