@@ -110,7 +110,7 @@ TRAIN_HELP = {
     "sink": "head attention: first cells always attended (as the drafter's --draft-sink)",
     "window": "head attention: most recent cells attended (as --draft-window)",
     "hidden_source": "main-model hidden state the head reads: pre_norm (before the final norm) or post_norm",
-    "eval_every": "steps between held-out evaluations (KL, top-1 agreement, acceptance per chain step); 0 = at the end only",
+    "eval_every": "steps between held-out evaluations (KL, top-1 agreement, acceptance per chain step); 0 = at the start and the end only",
     "eval_rows": "held-out rows evaluated",
     "ckpt_every": "steps between checkpoints (OUT.ckpt); 0 = at the end only",
     "time_budget": "seconds of training, not counting --gen-time (0 = no limit); stops cleanly and writes the head",
