@@ -159,7 +159,7 @@ def test_help_shows_each_default_once(capsys):
     assert "(default: 4096)" in opts["--ctx-size"] and "(default: 0.95)" in opts["--top-p"]
     assert "(default: Gemma-3-270M" in opts["--model"] and "None" not in opts["--model"]
     assert "(default: top_k,penalties,temperature,min_p,top_p)" in opts["--order"]
-    assert "default" not in opts["--chat"] and "default" not in opts["--stats"]
+    assert "(default" not in opts["--chat"] and "(default" not in opts["--stats"]
 
 
 def test_train_flags_are_their_config_fields(capsys):
