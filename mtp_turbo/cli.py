@@ -149,22 +149,18 @@ def check_drafter(spec) -> None:
             raise ConfigError(f"--drafter {spec.drafter}: no such file")
 
 
-def context_of(gf, ctx_size: int) -> int:
-    """The context the engine will have for this file: --ctx-size, at most the model's own."""
-    arch = gf.metadata.get("general.architecture", "")
-    return min(ctx_size, int(gf.metadata.get(f"{arch}.context_length", ctx_size)))
-
-
-def check_prompt_fits(gf, prompt: str, ctx: int) -> None:
-    """The engine's own prompt check (a prompt of >= ctx tokens is refused), before the weights
-    load. A prompt cannot have more tokens than UTF-8 bytes (+ BOS), so only a long one is tokenized."""
+def check_prompt_fits(gf, prompt: str, ctx_size: int) -> None:
+    """The engine's own prompt check (a prompt of >= ctx tokens is refused; ctx = --ctx-size, at
+    most the model's context), before the weights load. A prompt cannot have more tokens than
+    UTF-8 bytes (+ BOS), so only a long one is tokenized."""
+    limit = int(gf.metadata.get(f"{gf.metadata.get('general.architecture', '')}.context_length", ctx_size))
+    ctx = min(ctx_size, limit)
     if len(prompt.encode("utf-8")) + 1 < ctx:
         return
     from .io.tokenizer import GGUFTokenizer
 
     n = len(GGUFTokenizer(gf).encode(prompt))
     if n >= ctx:
-        limit = int(gf.metadata.get(f"{gf.metadata.get('general.architecture', '')}.context_length", ctx))
         raise ConfigError(f"the prompt has {n} tokens but the context holds {ctx} (raise --ctx-size, up to {limit})")
 
 
@@ -212,7 +208,7 @@ def cmd_generate(args) -> int:
     if args.chat:
         cp = chat_prompt_of(gf, [{"role": "user", "content": prompt}])
         prompt, stops = cp.text, stops + list(cp.stop)
-    check_prompt_fits(gf, prompt, context_of(gf, ecfg.ctx_size))
+    check_prompt_fits(gf, prompt, ecfg.ctx_size)
 
     from .engine import Engine
 

@@ -13,7 +13,6 @@ import asyncio
 import logging
 import queue
 import threading
-import time
 from dataclasses import dataclass, field
 
 from ..errors import MtpTurboError
@@ -169,10 +168,3 @@ class EngineWorker:
         finish = "stop" if stops.hit is not None else FINISH.get(st.finish_reason, "length")
         job.emit("done", Result("".join(text), st.prompt_tokens, st.prompt_cached, n, finish))
 
-
-def wait_idle(worker: EngineWorker, timeout: float) -> bool:
-    """True once no job waits or runs (for tests and shutdown)."""
-    end = time.monotonic() + timeout
-    while worker.pending and time.monotonic() < end:
-        time.sleep(0.01)
-    return worker.pending == 0
