@@ -48,6 +48,9 @@ SCAN = tl.constexpr(1)
 # Reductions and scans call tl.reduce / tl.associative_scan with Triton's own combine functions:
 # the same code as tl.sum / tl.max / tl.min / tl.cumsum (which are @jit wrappers of them), without
 # a nested jit call, which costs ~3 ms each in Triton's interpreter (the CPU tests).
+# Runtime ints Triton must not turn into constants when they equal 1 (they feed .to(), masks and
+# conditions); compact takes the last five.
+_RUNTIME_INTS = ["ME", "PQ", "DIGIT", "PD", "NB", "LAST_N", "K", "TOPP_BITS", "KA", "KB"]
 _ADD = tl.standard._sum_combine
 _MAX = tl.standard._elementwise_max
 _MIN = tl.standard._elementwise_min
@@ -247,7 +250,7 @@ def _resolve_radix(PART, STATE, r, q, NPASS, NB, PD, target, AT: tl.constexpr, N
     return p0.to(tl.int64) * 16 + d, above
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
 def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, FL,
               V, NB, NPASS, ME, PQ, DIGIT, PD, LAST_N, K, REP, FREQ, PRES, T, MIN_P, TOPP_BITS, KA, KB,
               S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
@@ -421,7 +424,7 @@ def _cstage(v, ids, kept, c, CODE: tl.constexpr, K, REP, FREQ, PRES, T, MIN_P, t
     return v, kept
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_RUNTIME_INTS[5:])
 def compact(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, CK, CI, SCR, U, OUT, FL,
             V, NC, LAST_N, K, REP, FREQ, PRES, T, MIN_P, TOPP_BITS, KA, KB,
             S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
@@ -489,7 +492,7 @@ def compact(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, CK, CI, SCR, U, OUT, FL,
     tl.store(OUT + r, tok.to(tl.int64))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["LAST_N"])
 def count_table(TOK, TOK_ROW, POS, CNT, V, LAST_N, END_FROM_POS: tl.constexpr, BLK: tl.constexpr):
     """CNT[r, t] += 1 for every token t of row r's window (CNT zeroed by the caller)."""
     r = tl.program_id(0).to(tl.int64)
