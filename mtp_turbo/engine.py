@@ -129,6 +129,7 @@ class Engine:
         self.tokens: list[int] = []
         self.drafter: Drafter | None = None  # the drafter of the last speculative call (keeps its cache)
         self._drafter_spec = None
+        self._programs: dict = {}  # (sampler, mode, split, with drafter) -> spec.program.RoundProgram
         # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
         # then room for a round's drafts
         self.tok_buf = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
@@ -210,6 +211,11 @@ class Engine:
         logits, hidden = self.runner.forward(inp, self.kv.length)
         return logits[:T], hidden[:T]
 
+    def forward_body(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """forward()'s device work alone (captured inside a round's CUDA graph): tokens [T] at
+        device positions pos [T]."""
+        return self.runner.body(tokens, pos)
+
     def sample_next(self, logits: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
         """Draw the token at position len(tokens) from logits [1, V]; stays on the device."""
         n = len(self.tokens)
@@ -263,8 +269,8 @@ class Engine:
         speculative = spec is not None and spec.draft != "none"
         if speculative:
             self._use_drafter(spec)
-        else:  # plain decoding does not keep a drafter's cache current: let it go
-            self.drafter, self._drafter_spec = None, None
+        elif self.drafter is not None:  # plain decoding does not keep a drafter's cache current: let it go
+            self._set_drafter(None, None)
         t0 = time.perf_counter()
         stats.prompt_cached = self.start(ids)
         if self.device.type == "cuda":
@@ -275,7 +281,8 @@ class Engine:
             from .spec.round import speculative_tokens
 
             stats.spec = RoundStats(self.drafter.name, spec.draft_tokens)
-            token_iter = speculative_tokens(self, sampler, spec, budget, self.drafter, stats.spec)
+            program = self._program(sampler, spec.spec_sample, self.drafter, spec.round_split)
+            token_iter = speculative_tokens(self, sampler, spec, budget, self.drafter, stats.spec, program)
         else:
             token_iter = self._plain_tokens(sampler, budget)
         yield from self._stream(token_iter, stops, stats, max_tokens, budget, special)
@@ -286,22 +293,32 @@ class Engine:
             return
         from .spec.drafters import make_drafter
 
-        self.drafter = make_drafter(spec, self.model, self.gguf, self.ctx_size)
-        self._drafter_spec = spec
+        self._set_drafter(make_drafter(spec, self.model, self.gguf, self.ctx_size), spec)
         # a new drafter has encoded nothing: re-encode the prompt from scratch for it
         if self.drafter.reads_hidden:
             self.kv.reset()
             self.tokens = []
 
+    def _set_drafter(self, drafter: Drafter | None, spec) -> None:
+        self.drafter, self._drafter_spec = drafter, spec
+        self._programs.clear()  # their graphs captured the old drafter's buffers
+
+    def _program(self, sampler: SamplerConfig, mode: str, drafter: Drafter | None, split: bool = False):
+        """The device program of rounds (k = 0: plain steps) for this sampler and drafter, kept with
+        its CUDA graphs across calls."""
+        from .spec.program import RoundProgram
+
+        key = (sampler, mode, split, drafter is not None)
+        if key not in self._programs:
+            self._programs[key] = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split)
+        return self._programs[key]
+
     def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
+        program = self._program(sampler, "exact", None)
         for _ in range(budget):
-            logits, _ = self.forward(1)
-            n = len(self.tokens)
-            t = self.sample_next(logits, sampler)
-            self.tok_buf[n : n + 1].copy_(t)  # stays on the device: no upload next step
-            tok = int(t.item())  # the one host sync per token
-            self.commit([tok], on_device=True)
-            yield [tok]
+            _, emitted, _ = program.run(0)  # the one host sync per token, inside
+            self.commit(emitted, on_device=True)
+            yield emitted
 
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int,
                 special: bool) -> Iterator[Piece]:

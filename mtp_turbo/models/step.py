@@ -59,6 +59,16 @@ class StepRunner:
         graph.replay()
         return out
 
+    def body(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The step's device work for tokens [T] at device positions pos [T] (consecutive), T <=
+        max_rows: no host sync and nothing shaped by positions, so a caller's CUDA graph can
+        capture it (call it once outside the capture first: kernels compile on first use)."""
+        if self.fused is None and self.compile and self.model.device.type == "cuda":
+            if self._compiled is None:
+                self._compiled = torch.compile(self._body, dynamic=False, fullgraph=True)
+            return self._compiled(tokens, pos)
+        return self._body(tokens, pos)
+
     # ---- capture ------------------------------------------------------------------------------
     def _body(self, tokens: torch.Tensor, pos: torch.Tensor):
         if self.fused is not None:

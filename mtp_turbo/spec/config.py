@@ -13,7 +13,9 @@ SPEC_SAMPLE = ("exact", "greedy")
 @dataclass(frozen=True)
 class SpecConfig:
     draft: str = "none"  # none | ngram | mtp
-    draft_tokens: int = 3  # k: drafts per round (verify forwards k+1 rows)
+    draft_tokens: int = 3  # k: drafts per round at most (verify forwards k+1 rows)
+    adaptive: bool = True  # choose each round's k in 0..draft_tokens from measured acceptance and round times
+    round_split: bool = False  # time the round's draft / verify / accept apart (three CUDA graphs, events between)
     spec_sample: str = "exact"  # exact (lossless) | greedy (legacy, lossy: for comparison only)
     ngram_max: int = 4  # longest suffix the n-gram drafter matches
     ngram_min: int = 2  # shortest suffix it accepts as a match

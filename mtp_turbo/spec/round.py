@@ -1,9 +1,9 @@
-"""One speculative round, repeated: draft k tokens, verify k+1 rows in one main forward,
-accept/reject, commit the emitted tokens, and tell the drafter.
+"""Speculative rounds, repeated: choose k, draft, verify k+1 rows, accept on the device (one device
+program a round, program.py), commit the emitted tokens, tell the drafter.
 
 Owns: the round loop and its stats (RoundStats: rounds, drafts and acceptance per draft position,
-tokens per round, the time split). Ignores: model internals (the target's forward), the acceptance
-math (spec/verify.py, which shares sample_dist with plain decoding), how drafts are made
+tokens per round, the time split). Ignores: the device work (program.py), model internals (the
+target), the acceptance rules (verify.py), choosing k (adaptive.py), how drafts are made
 (spec/drafters/).
 
 Cache bookkeeping: before a round the target's cache holds every committed token but the pending
@@ -19,13 +19,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Iterator
 
-import torch
-
 from ..sampling.config import SamplerConfig
+from .adaptive import KChooser
 from .config import SpecConfig
 from .drafters.base import Drafter
+from .program import RoundProgram
 from .target import Target
-from .verify import verify
 
 
 @dataclass
@@ -38,9 +37,13 @@ class RoundStats:
     emitted: int = 0  # tokens the rounds emitted (accepted drafts + one sampled token each)
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
+    round_s: float = 0.0  # wall time of the rounds, host work included
+    host_s: float = 0.0  # of which host work around the device program (staging, bookkeeping)
+    # the device program's parts (only with SpecConfig.round_split: CUDA events between them)
     draft_s: float = 0.0
     verify_s: float = 0.0
     accept_s: float = 0.0
+    k_counts: dict[int, int] = field(default_factory=dict)  # rounds per number of drafts
 
     def __post_init__(self) -> None:
         self.drafted_per_position = self.drafted_per_position or [0] * self.k
@@ -71,34 +74,14 @@ class RoundStats:
 
     def summary(self) -> str:
         acc = ", ".join(f"{a:.2f}" for a in self.acceptance_per_position)
-        return (f"spec ({self.drafter}, k <= {self.k}): {self.rounds} rounds, {self.drafted} drafted, "
-                f"{self.accepted} accepted, {self.tokens_per_round:.2f} tokens/round, acceptance per "
-                f"position [{acc}] | draft {self.draft_s * 1e3:.1f} ms, verify {self.verify_s * 1e3:.1f} ms, "
-                f"accept {self.accept_s * 1e3:.1f} ms")
-
-
-class _Timer:
-    """Device-accurate time split without extra host syncs: CUDA events, read at the end."""
-
-    def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.marks: dict[str, list] = {"draft": [], "verify": [], "accept": []}
-
-    def mark(self):
-        if self.cuda:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            return e
-        return time.perf_counter()
-
-    def add(self, what: str, a, b) -> None:
-        self.marks[what].append((a, b))
-
-    def totals(self) -> dict[str, float]:
-        if self.cuda:
-            torch.cuda.synchronize()
-            return {w: sum(a.elapsed_time(b) for a, b in v) / 1e3 for w, v in self.marks.items()}
-        return {w: sum(b - a for a, b in v) for w, v in self.marks.items()}
+        ks = ", ".join(f"{k}: {n}" for k, n in sorted(self.k_counts.items()))
+        s = (f"spec ({self.drafter}, k <= {self.k}): {self.rounds} rounds (per k {{{ks}}}), {self.drafted} drafted, "
+             f"{self.accepted} accepted, {self.tokens_per_round:.2f} tokens/round, acceptance per position "
+             f"[{acc}] | rounds {self.round_s * 1e3:.1f} ms, of which host {self.host_s * 1e3:.1f} ms")
+        if self.draft_s or self.verify_s:
+            s += (f" | device: draft {self.draft_s * 1e3:.1f} ms, verify {self.verify_s * 1e3:.1f} ms, "
+                  f"accept {self.accept_s * 1e3:.1f} ms")
+        return s
 
 
 def drafter_sampler(sampler: SamplerConfig, spec: SpecConfig) -> SamplerConfig | None:
@@ -112,40 +95,38 @@ def drafter_sampler(sampler: SamplerConfig, spec: SpecConfig) -> SamplerConfig |
 
 
 def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig, budget: int,
-                       drafter: Drafter, stats: RoundStats) -> Iterator[list[int]]:
-    """Yield the tokens each round emits (accepted drafts + one recovered or bonus token)."""
+                       drafter: Drafter, stats: RoundStats, program: RoundProgram | None = None) -> Iterator[list[int]]:
+    """Yield the tokens each round emits (accepted drafts + one recovered or bonus token).
+    program: the RoundProgram to run rounds with (the engine keeps one per sampler and drafter, so
+    its CUDA graphs outlive a call); default a new one."""
     drafter.set_sampler(drafter_sampler(sampler, spec), coupling=spec.draft_coupling)
     drafter.begin(target.tokens)
-    K = spec.draft_tokens
+    if program is None:
+        program = RoundProgram(target, sampler, spec.spec_sample, drafter, split=spec.round_split)
+    chooser = KChooser(spec.draft_tokens, adaptive=spec.adaptive)
     produced = 0
-    timer = _Timer(target.device)
-    try:
-        while produced < budget:
-            n = len(target.tokens)
-            # k drafts need k+1 cells from n-1 and may emit k+1 tokens: stay inside both limits
-            k = max(0, min(K, budget - produced - 1, target.ctx_size - n))
-            t_a = timer.mark()
-            drafts = drafter.propose(target.tokens, k) if k > 0 else []
-            k = len(drafts)
-            if k:
-                target.tok_buf[n: n + k] = torch.tensor(drafts, dtype=torch.int64)
-            t_b = timer.mark()
-            logits, hidden = target.forward(1 + k, pad_to=K + 1 if k else 0)
-            t_c = timer.mark()
-            if k:
-                res = verify(logits, target.tok_buf[: n + k], k, sampler, pos0=n, mode=spec.spec_sample)
-                a, emitted = res.accepted, res.emitted
-            else:
-                a, emitted = 0, [int(target.sample_next(logits[:1], sampler).item())]
-            t_d = timer.mark()
-            timer.add("draft", t_a, t_b)
-            timer.add("verify", t_b, t_c)
-            timer.add("accept", t_c, t_d)
-            target.commit(emitted, a)
-            drafter.observe(target.tokens, a, hidden[: a + 1] if hidden is not None else None)
-            produced += len(emitted)
-            stats.add(k, a, len(emitted))
-            yield emitted
-    finally:
-        tot = timer.totals()
-        stats.draft_s, stats.verify_s, stats.accept_s = tot["draft"], tot["verify"], tot["accept"]
+    while produced < budget:
+        t0 = time.perf_counter()
+        n = len(target.tokens)
+        # k drafts need k+1 cells from n-1 and may emit k+1 tokens: stay inside both limits
+        want = max(0, min(chooser.choose(), budget - produced - 1, target.ctx_size - n))
+        host = None  # a host drafter's drafts (None: the device drafter's, or a plain step)
+        if want and not drafter.on_device:
+            host = drafter.propose(target.tokens, want) or None
+        t1 = time.perf_counter()
+        a, emitted, k = program.run(want if drafter.on_device else 0, host)
+        t2 = time.perf_counter()
+        target.commit(emitted, a, on_device=True)
+        drafter.observe(target.tokens, a, None, stored=True)
+        t3 = time.perf_counter()
+        chooser.update(want, k, a, t3 - t0)
+        stats.add(k, a, len(emitted))
+        stats.host_s += (t1 - t0) + (t3 - t2)
+        stats.round_s += t3 - t0
+        if program.last_split is not None:
+            d, v, acc = program.last_split
+            stats.draft_s, stats.verify_s, stats.accept_s = stats.draft_s + d / 1e3, stats.verify_s + v / 1e3, \
+                stats.accept_s + acc / 1e3
+        stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
+        produced += len(emitted)
+        yield emitted

@@ -29,13 +29,18 @@ class Target(Protocol):
         [n_rows, D]). pad_to: run at least this many rows (a captured step of one shape)."""
         ...
 
+    def forward_body(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The same forward as device work only, for a round's CUDA graph: tokens [T] at the
+        consecutive device positions pos [T] -> (logits, hidden); no host sync, no commit."""
+        ...
+
     def sample_next(self, logits: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
         """The token at position len(tokens) from logits [1, V], history tok_buf[:len(tokens)] -> [1]."""
         ...
 
-    def commit(self, new: list[int], accepted: int) -> None:
+    def commit(self, new: list[int], accepted: int, on_device: bool = False) -> None:
         """Append `new` (the accepted drafts, then one sampled token) to the committed sequence;
-        the forward's first 1 + accepted rows hold their K/V."""
+        the forward's first 1 + accepted rows hold their K/V. on_device: tok_buf holds `new` already."""
         ...
 
     def rollback(self, n: int) -> None:

@@ -21,6 +21,9 @@ import torch
 class Drafter:
     name = "drafter"
     reads_hidden = False  # needs the main model's hidden rows of prefill chunks and verified rows
+    # drafts on the device inside the round's program (prepare / device_drafts / store_hidden_rows,
+    # see mtp.py) instead of returning them from propose
+    on_device = False
 
     def begin(self, tokens: list[int]) -> None:
         pass
@@ -28,8 +31,8 @@ class Drafter:
     def propose(self, tokens: list[int], k: int) -> list[int]:
         raise NotImplementedError
 
-    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None) -> None:
-        pass
+    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None, stored: bool = False) -> None:
+        """stored: a device round already stored the verified rows' states (reads_hidden drafters)."""
 
     def on_prefill(self, c0: int, c1: int, hidden: torch.Tensor, tokens: list[int]) -> None:
         """Main rows [c0, c1) of the committed `tokens` were just encoded; hidden [c1 - c0, D]

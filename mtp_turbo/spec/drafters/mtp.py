@@ -51,6 +51,7 @@ class MTPDrafter(Drafter):
 
     name = "mtp"
     reads_hidden = True
+    on_device = True
 
     def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None,
                  graphs: bool = True, kernels: str = "auto"):
@@ -105,12 +106,18 @@ class MTPDrafter(Drafter):
         self.h_lo = min(self.h_lo, self.h_hi)
         del self.tokens[n:]
 
-    def _store_hidden(self, c0: int, h: torch.Tensor) -> None:
+    def _source(self, h: torch.Tensor) -> torch.Tensor:
+        """Main hidden rows as the head reads them (before or after the final norm)."""
         h = h.to(self.hbuf.dtype)
-        if self.head.cfg.hidden_source == "post_norm":
-            h = self.main.final_norm(h)
+        return self.main.final_norm(h) if self.head.cfg.hidden_source == "post_norm" else h
+
+    def _store_hidden(self, c0: int, h: torch.Tensor) -> None:
         n = h.shape[0]
-        self.hbuf[c0: c0 + n].copy_(h)  # copy: the caller's buffers are overwritten by the next forward
+        self.hbuf[c0: c0 + n].copy_(self._source(h))  # copy: the caller's buffers are overwritten next
+        self._mark_hidden(c0, n)
+
+    def _mark_hidden(self, c0: int, n: int) -> None:
+        """hbuf rows [c0, c0+n) now hold current hidden states."""
         if self.h_lo <= c0 <= self.h_hi:
             self.h_hi = c0 + n
         else:
@@ -232,15 +239,29 @@ class MTPDrafter(Drafter):
         self.tokens = list(tokens)
         self._prefill_next = None
 
-    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None) -> None:
+    def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None, stored: bool = False) -> None:
+        """hidden: the verified rows' states [accepted + 1, D], or stored: the round's program
+        already put them in hbuf (store_hidden_rows)."""
         self._prefill_next = None
         n_new = len(tokens)
         pos = n_new - accepted - 2  # = n - 1, n = tokens before the round
         self.truncate(min(len(self.tokens), pos + 1))  # cells of the rejected part of the chain
         self.tokens = list(tokens)
-        if hidden is not None and pos >= 0:
+        if pos >= 0 and stored:
+            self._mark_hidden(pos, accepted + 1)
+        elif hidden is not None and pos >= 0:
             assert hidden.shape[0] == accepted + 1, (hidden.shape, accepted)
             self._store_hidden(pos, hidden)
+
+    # ---- the round's device program (spec/program.py) ------------------------------------------
+    def store_hidden_rows(self, pos: torch.Tensor, hidden: torch.Tensor) -> None:
+        """Device: the verified rows' main states hidden [T, D] into hbuf at positions pos [T].
+        Capturable; the host marks the committed ones with observe(..., stored=True)."""
+        self.hbuf.index_copy_(0, pos, self._source(hidden))
+
+    def device_drafts(self, staged: torch.Tensor, n: int, k: int) -> torch.Tensor:
+        """Device: the k draft ids [k] of a round prepared with prepare() (capturable)."""
+        return self._chain(staged, n, k)[0]
 
     def _repair(self, p0: int) -> None:
         """Re-encode cells query p0 reads but that hold nothing (a rollback into prompt rows the
@@ -258,22 +279,30 @@ class MTPDrafter(Drafter):
             self.cells.truncate(need)
             self._encode(need, p0 - need, self.tokens)
 
-    @torch.inference_mode()
-    def propose(self, tokens: list[int], k: int) -> list[int]:
+    def prepare(self, tokens: list[int], k: int) -> tuple[int, torch.Tensor] | None:
+        """Host half of a round of k drafts after `tokens`: repair and mark the cells, stage the
+        inputs on the device. -> (catch-up rows n, staged vector), or None when nothing can be
+        drafted yet (no hidden state for the query)."""
         self._prefill_next = None
         if tokens[: len(self.tokens)] != self.tokens[: len(tokens)]:
             self.begin(tokens)
         self.tokens = list(tokens)
         p0 = len(tokens) - 2
         if k <= 0 or p0 < 0 or self.h_hi <= p0:
-            return []
+            return None
         self._repair(p0)
         c = max(min(self.cells.cell1, p0), self.h_lo)
         self.cells.truncate(c)
         # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
         # one batch: each matrix is read once for all of them
-        n = p0 - c + 1
-        staged = self._stage(tokens, c, p0, k)
+        return p0 - c + 1, self._stage(tokens, c, p0, k)
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        prep = self.prepare(tokens, k)
+        if prep is None:
+            return []
+        n, staged = prep
         out = None
         if self.use_graphs and n <= GRAPH_ROWS and k <= GRAPH_K:
             g = self._graphs.get((n, k, self._pen_key())) or self._capture(staged, n, k)

@@ -1,0 +1,188 @@
+"""The speculative round as one device program: drafts written into the target's token buffer,
+the verify forward of k+1 rows, acceptance on the device, the emitted tokens written back, and
+one host read at the end. k = 0 is a plain decoding step (forward 1 row, sample).
+
+Owns: RoundProgram (the round's device work, replayed from one CUDA graph per (k, catch-up rows,
+drafter kind) on CUDA, run eagerly elsewhere; `split` replays it as three graphs, draft / verify /
+accept, with CUDA events between them, to time the parts), with verify.py's acceptance rules on
+device tensors. Ignores: choosing k (adaptive.py), the loop and its stats (round.py), what the drafter
+and the target compute (drafters/, the engine).
+
+Device state between rounds: target.tok_buf[:n] holds the committed tokens (n = len(tokens)); the
+round writes drafts d1..dk at [n, n+k), forwards rows tok_buf[n-1 : n+k] at positions n-1.., draws
+t_i for the token at position n+i from row i (history tok_buf[:n+i] = committed ++ d1..di: the
+penalty window the verifier needs, so sample_tokens serves plain decoding and verification alike),
+and accepts d_{i+1} iff t_i == d_{i+1} (exact) or iff it equals row i's raw argmax (the legacy
+lossy rule). The emitted tokens e_0..e_a (accepted drafts, then t_a) overwrite tok_buf[n, n+a];
+out = [a, e_0, .., e_k] is the one thing the host reads. A drafter that reads hidden states gets
+the verified rows' states stored on the device (all k+1 rows; the host marks a+1 of them valid).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import torch
+
+from ..sampling.config import SamplerConfig
+from ..sampling.fused import sample_tokens
+from .target import Target
+from .verify import accept_exact, accept_greedy
+
+MAX_K = 8  # drafts a round takes at most (the verify step's rows - 1)
+
+
+class RoundProgram:
+    """One target + sampler (+ drafter). run(k, host_drafts) -> (accepted, emitted tokens)."""
+
+    def __init__(self, target: Target, sampler: SamplerConfig, mode: str = "exact", drafter=None,
+                 graphs: bool = True, split: bool = False):
+        assert mode in ("exact", "greedy"), mode
+        assert drafter is None or drafter.on_device or not drafter.reads_hidden, \
+            "a drafter that reads hidden states drafts on the device (it gets them stored there)"
+        self.target, self.sampler, self.mode, self.drafter = target, sampler, mode, drafter
+        dev = target.device
+        self.cuda = dev.type == "cuda"
+        self.graphs, self.split = graphs and self.cuda, split and self.cuda
+        pin = self.cuda
+        self.n_host = torch.zeros(1, dtype=torch.int64, pin_memory=pin)
+        self.n_dev = torch.zeros(1, dtype=torch.int64, device=dev)
+        self.drafts_host = torch.zeros(MAX_K, dtype=torch.int64, pin_memory=pin)
+        self.drafts_dev = torch.zeros(MAX_K, dtype=torch.int64, device=dev)
+        self.out_dev = torch.zeros(MAX_K + 2, dtype=torch.int64, device=dev)
+        self.out_host = torch.zeros(MAX_K + 2, dtype=torch.int64, pin_memory=pin)
+        self.ar = torch.arange(MAX_K + 1, dtype=torch.int64, device=dev)
+        self._graphs: dict[tuple, list] = {}
+        self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
+        self.last_split: tuple[float, float, float] | None = None  # ms draft / verify / accept (split)
+
+    # ---- the device work -------------------------------------------------------------------------
+    def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None):
+        """The three parts as closures over device state. n_int: the host's n for the eager
+        forward (None when captured: everything then derives from n_dev)."""
+        tg, tb, n, ar = self.target, self.target.tok_buf, self.n_dev, self.ar
+
+        def draft():
+            if k:
+                d = self.drafts_dev[:k] if from_host else self.drafter.device_drafts(staged, n_catch, k)
+                tb.index_copy_(0, n + ar[:k], d)
+
+        def verify():
+            if n_int is not None:
+                return tg.forward(k + 1)
+            rows = n - 1 + ar[: k + 1]
+            return tg.forward_body(tb[rows], rows)
+
+        def accept(logits, hidden):
+            pos = n + ar[: k + 1]
+            s = self.sampler
+            t = logits.argmax(-1) if s.greedy and not s.uses_penalties else sample_tokens(logits, tb, pos, s)
+            drafts = tb[n + ar[:k]]
+            if self.mode == "exact":
+                a, e = accept_exact(t, drafts)
+            else:
+                a, e = accept_greedy(logits.argmax(-1), t, drafts)
+            a = a.view(1)
+            cur = tb[pos]
+            tb.index_copy_(0, pos, torch.where(ar[: k + 1] <= a, e, cur))
+            self.out_dev[:1].copy_(a)
+            self.out_dev[1: k + 2].copy_(e)
+            if self.drafter is not None and self.drafter.reads_hidden:
+                self.drafter.store_hidden_rows(n - 1 + ar[: k + 1], hidden)
+
+        return draft, verify, accept
+
+    def _whole(self, parts):
+        draft, verify, accept = parts
+        draft()
+        accept(*verify())
+
+    def _capture(self, key, parts):
+        """CUDA graphs of the parts (one, or three with split). Warm-up runs on a side stream do
+        this round's work early (the same writes), compiling the kernels; None on failure."""
+        draft, verify, accept = parts
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s), torch.inference_mode():
+                for _ in range(2):
+                    self._whole(parts)
+            torch.cuda.current_stream().wait_stream(s)
+            graphs = []
+            with torch.inference_mode():
+                if not self.split:
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g, pool=self._pool):
+                        self._whole(parts)
+                    graphs = [g]
+                else:
+                    gd, gv, ga = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(gd, pool=self._pool):
+                        draft()
+                    with torch.cuda.graph(gv, pool=self._pool):
+                        out = verify()
+                    with torch.cuda.graph(ga, pool=self._pool):
+                        accept(*out)
+                    graphs = [gd, gv, ga, out]  # out: keep the forward's outputs alive
+        except Exception as e:  # a capture failure costs speed, never the answer
+            print(f"mtp-turbo: round CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
+                  "running rounds eagerly", file=sys.stderr)
+            self.graphs = False
+            return None
+        self._graphs[key] = graphs
+        return graphs
+
+    def _replay(self, graphs) -> None:
+        if len(graphs) == 1:
+            graphs[0].replay()
+            return
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(4)]
+        ev[0].record()
+        for i, g in enumerate(graphs[:3]):
+            g.replay()
+            ev[i + 1].record()
+        self._events = ev
+
+    # ---- one round -----------------------------------------------------------------------------
+    @torch.inference_mode()
+    def run(self, k: int, host_drafts: list[int] | None = None) -> tuple[int, list[int], int]:
+        """One round with k drafts: host_drafts (a host drafter's, len k), or the device drafter's
+        chain (host_drafts None, k > 0), or none (k = 0: a plain step). Returns (accepted, emitted
+        tokens, k actually drafted). Commits nothing: the caller commits `emitted`."""
+        tg = self.target
+        n = len(tg.tokens)
+        staged, n_catch, from_host = None, 0, host_drafts is not None
+        if from_host:
+            k = len(host_drafts)
+            self.drafts_host[:k] = torch.tensor(host_drafts, dtype=torch.int64)
+            self.drafts_dev[:k].copy_(self.drafts_host[:k], non_blocking=True)
+        elif k:
+            prep = self.drafter.prepare(tg.tokens, k)
+            if prep is None:
+                k = 0
+            else:
+                n_catch, staged = prep
+        assert 0 <= k <= MAX_K and n + k <= tg.ctx_size, (n, k, tg.ctx_size)
+        self.n_host[0] = n
+        self.n_dev.copy_(self.n_host, non_blocking=True)
+        key = (k, n_catch, from_host)
+        if self.graphs:
+            graphs = self._graphs.get(key)
+            if graphs is None:
+                graphs = self._capture(key, self._parts(k, n_catch, staged, from_host, None))
+            if graphs is not None:
+                self._replay(graphs)
+        if not self.graphs:
+            self._whole(self._parts(k, n_catch, staged, from_host, n))
+        if self.cuda:
+            self.out_host[: k + 2].copy_(self.out_dev[: k + 2], non_blocking=True)
+            torch.cuda.current_stream().synchronize()  # the round's one host sync
+            out = self.out_host[: k + 2].tolist()
+        else:
+            out = self.out_dev[: k + 2].tolist()
+        if self.split and self.graphs and getattr(self, "_events", None):
+            e = self._events
+            self.last_split = tuple(e[i].elapsed_time(e[i + 1]) for i in range(3))
+            self._events = None
+        a = out[0]
+        return a, out[1: a + 2], k
