@@ -185,7 +185,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
         cnt = torch.zeros(r, v, dtype=torch.int32, device=dev)
         blk = 1024
         K.count_table[(r, -(-window // blk))](tok, tok_row, pos if pos is not None else out, cnt, v, last_n,
-                                               END_FROM_POS=pos is not None, BLK=blk)
+                                               END_FROM_POS=pos is not None, BLK=blk, enable_fp_fusion=False)
     ka, kb = (_signed(x) for x in _keys(cfg.seed))
     scal = dict(LAST_N=last_n, K=plan.k, REP=float(cfg.repeat_penalty), FREQ=float(cfg.frequency_penalty),
                 PRES=float(cfg.presence_penalty), T=float(cfg.temperature) if cfg.temperature > 0 else 1.0,
