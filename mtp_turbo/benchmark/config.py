@@ -31,6 +31,8 @@ class BenchConfig:
     prompts: str = "mtbench"  # mtbench | humaneval | FILE (.json list, or one prompt per line)
     n_prompts: int = 8
     reps: int = 1  # each prompt this many times per row
+    adaptive: bool = True  # speculative rows choose each round's k in 0..K (off: always K drafts)
+    split: bool = False  # time draft / verify / accept apart (SpecConfig.round_split: three graphs, events between)
     ignore_eos: bool = True  # always generate max_tokens (as llama-bench does)
     warmup: bool = True  # one untimed generation per row first
     pp: int = 512  # a prompt of this many tokens is prefilled (plain) for prompt speed as llama-bench's ppN; 0 = skip
@@ -110,6 +112,10 @@ HELP = {
     "or one prompt per line)",
     "n_prompts": "prompts of the set used",
     "reps": "runs of each prompt per row",
+    "adaptive": "speculative rows choose each round's k in 0..K from measured acceptance and round times "
+    "(SpecConfig.adaptive); off: every round drafts K",
+    "split": "time a round's draft / verify / accept apart (SpecConfig.round_split: on CUDA three graphs with "
+    "events between, a little slower); off: the round's device time and host share only",
     "ignore_eos": "generate max-tokens every time (EOS is not a stop), as llama-bench does",
     "warmup": "one untimed generation per row before timing (compiles, captures graphs)",
     "pp": "prefill a prompt of this many tokens (plain) for the prompt speed llama-bench reports as ppN; 0 = skip",

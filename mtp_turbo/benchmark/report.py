@@ -31,15 +31,15 @@ def table(result: dict) -> str:
     out = [f"model {m['model']} | device {m['device']} | torch {m['torch']} | prompts {m['prompts']} x{m['n_prompts']}"
            f" | {m['max_tokens']} tokens each | reps {m['reps']} | seed {m['seed']}", ""]
     floor = result.get("floor")
-    cols = ["mode", "k", "temp", "decode tok/s", "prompt tok/s", "tokens/round", "acceptance", "draft", "verify",
-            "accept", "other", "same text", "x llama.cpp"] + (["of floor"] if floor else [])
+    cols = ["mode", "k", "temp", "decode tok/s", "prompt tok/s", "tokens/round", "acceptance", "device", "draft",
+            "verify", "accept", "host", "other", "same text", "x llama.cpp"] + (["of floor"] if floor else [])
     out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in result["rows"]:
         sp = r.get("split", {})
         ratio = peer_ratio(r, result)
         cells = [r["mode"], "-" if r["k"] is None else str(r["k"]), f"{r['temp']:g}", f"{r['decode_tps']:.1f}",
                  f"{r['prompt_tps']:.1f}", f"{r['tokens_per_round']:.2f}", _pct(r["acceptance"]),
-                 *(_pct(sp.get(n)) for n in ("draft", "verify", "accept", "other")),
+                 *(_pct(sp.get(n)) for n in ("device", "draft", "verify", "accept", "host", "other")),
                  "yes" if r["same_text"] else "**NO**", "-" if ratio is None else f"{ratio:.2f}"]
         if floor:
             cells.append(_pct(r["decode_tps"] / floor["tps"]))

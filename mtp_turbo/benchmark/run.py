@@ -41,6 +41,7 @@ def _spec_figures(sp) -> dict:
     rounds = int(get("rounds", 0))
     return {"rounds": rounds, "drafted": int(get("drafted", 0)), "accepted": int(get("accepted", 0)),
             "emitted": float(get("emitted", 0) or get("tokens_per_round", 0.0) * rounds),
+            "round_s": float(get("round_s", 0.0)), "host_s": float(get("host_s", 0.0)),
             "draft_s": float(get("draft_s", 0.0)), "verify_s": float(get("verify_s", 0.0)),
             "accept_s": float(get("accept_s", 0.0) or get("sample_s", 0.0))}
 
@@ -57,8 +58,8 @@ def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[lis
 def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: bool) -> dict:
     """One table row from its runs: sums, then ratios (so long runs weigh more, as in tok/s)."""
     tot = {key: sum(r.get(key, 0) for r in runs) for key in
-           ("gen_tokens", "decode_s", "prompt_s", "rounds", "drafted", "accepted", "emitted", "draft_s", "verify_s",
-            "accept_s")}
+           ("gen_tokens", "decode_s", "prompt_s", "rounds", "drafted", "accepted", "emitted", "round_s", "host_s",
+            "draft_s", "verify_s", "accept_s")}
     uncached = sum(r["prompt_tokens"] - r["prompt_cached"] for r in runs)
     dec = tot["decode_s"]
     row = {"mode": "plain" if mode == "none" else mode, "k": k, "temp": temp, "runs": len(runs),
@@ -69,9 +70,12 @@ def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: boo
            "acceptance": tot["accepted"] / tot["drafted"] if tot["drafted"] else None,
            "same_text": same}
     if tot["rounds"] and dec > 0:
-        split = {name: tot[f"{name}_s"] / dec for name in ("draft", "verify", "accept")}
-        split["other"] = max(0.0, 1.0 - sum(split.values()))
-        row["split"] = split
+        # shares of decode time: the rounds' device program (its parts when timed apart), their host
+        # work, and the rest (streaming, detokenizing, stop checks)
+        parts = {name: tot[f"{name}_s"] / dec for name in ("draft", "verify", "accept") if tot[f"{name}_s"] > 0}
+        rounds = tot["round_s"] / dec if tot["round_s"] else sum(parts.values())
+        host = tot["host_s"] / dec
+        row["split"] = {**parts, "device": max(0.0, rounds - host), "host": host, "other": max(0.0, 1.0 - rounds)}
     return row
 
 
@@ -92,7 +96,8 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
         reference: dict[int, list[int]] | None = None
         ref_name = ""
         for mode, k in configs:
-            spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k)
+            spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k, adaptive=cfg.adaptive,
+                                                          round_split=cfg.split)
             name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
             bar.set_description(name)
             if cfg.warmup:
