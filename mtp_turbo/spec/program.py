@@ -26,6 +26,7 @@ import torch
 
 from ..sampling.config import SamplerConfig
 from ..sampling.fused import sample_tokens
+from .drafters.mtp import GRAPH_ROWS
 from .target import Target
 from .verify import accept_exact, accept_greedy
 
@@ -166,13 +167,17 @@ class RoundProgram:
         self.n_host[0] = n
         self.n_dev.copy_(self.n_host, non_blocking=True)
         key = (k, n_catch, from_host)
-        if self.graphs:
+        # a catch-up longer than the drafter stages in its persistent buffer (after a rollback far
+        # back) comes in a fresh tensor a graph cannot replay with: that round runs eagerly
+        if self.graphs and n_catch <= GRAPH_ROWS:
             graphs = self._graphs.get(key)
             if graphs is None:
                 graphs = self._capture(key, self._parts(k, n_catch, staged, from_host, None))
             if graphs is not None:
                 self._replay(graphs)
-        if not self.graphs:
+        else:
+            graphs = None
+        if graphs is None:
             self._whole(self._parts(k, n_catch, staged, from_host, n))
         if self.cuda:
             self.out_host[: k + 2].copy_(self.out_dev[: k + 2], non_blocking=True)

@@ -72,7 +72,7 @@ def accept_greedy(raw_argmax: Tensor, t: Tensor, drafts: Tensor) -> tuple[Tensor
     k = drafts.shape[-1]
     acc = _leading_matches(raw_argmax[..., :k], drafts)
     j = torch.arange(k + 1, device=t.device)
-    padded = torch.cat([drafts, torch.full_like(drafts[..., :1], -1)], dim=-1)
+    padded = torch.cat([drafts, torch.full_like(t[..., :1], -1)], dim=-1)  # (t: shaped even when k = 0)
     a = acc.unsqueeze(-1)
     return acc, torch.where(j < a, padded, torch.where(j == a, t, -1))
 

@@ -1,0 +1,102 @@
+"""The round's device program (spec/program.py) against today's host rule (spec/verify.py's
+verify: sample_dist + draw + accept): on a toy target whose logits depend on the token and the
+position, every round gives the same accepted count and the same emitted tokens, for greedy,
+greedy with penalties, the sampled chain and the legacy lossy rule, k = 0..4, drafts that are
+right, wrong and mixed; the token buffer afterwards holds exactly the committed sequence."""
+
+import random
+
+import pytest
+import torch
+
+from mtp_turbo.sampling.config import SamplerConfig
+from mtp_turbo.spec.program import RoundProgram
+from mtp_turbo.spec.verify import verify
+
+V, CTX = 60, 200
+
+
+class ToyTarget:
+    """A Target whose row logits are a fixed function of (input token, position)."""
+
+    def __init__(self, seed=0):
+        g = torch.Generator().manual_seed(seed)
+        self.E = torch.randn(V, V, generator=g) * 2.0
+        self.P = torch.randn(CTX, V, generator=g)
+        self.device = torch.device("cpu")
+        self.ctx_size = CTX
+        self.tokens: list[int] = []
+        self.tok_buf = torch.zeros(CTX + 16, dtype=torch.int64)
+
+    def start(self, ids):
+        self.tokens = list(ids)
+        self.tok_buf[: len(ids)] = torch.tensor(ids)
+
+    def logits_at(self, tok: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        return (self.E[tok] + self.P[pos]).float()
+
+    def forward(self, n_rows, pad_to=0):
+        n = len(self.tokens)
+        rows = self.tok_buf[n - 1: n - 1 + n_rows]
+        return self.logits_at(rows, torch.arange(n - 1, n - 1 + n_rows)), torch.zeros(n_rows, 4)
+
+    def forward_body(self, tokens, pos):
+        return self.logits_at(tokens, pos), torch.zeros(tokens.shape[0], 4)
+
+    def commit(self, new, accepted=0, on_device=False):
+        self.tokens += list(new)
+        if not on_device:
+            self.tok_buf[len(self.tokens) - len(new): len(self.tokens)] = torch.tensor(new)
+
+    def rollback(self, n):
+        del self.tokens[n:]
+
+
+CFGS = {
+    "greedy": (SamplerConfig(temperature=0.0), "exact"),
+    "greedy_pen": (SamplerConfig(temperature=0.0, repeat_penalty=1.5, presence_penalty=0.7, penalty_last_n=6), "exact"),
+    "sampled": (SamplerConfig(temperature=0.9, top_k=12, top_p=0.9, min_p=0.02, repeat_penalty=1.1,
+                              presence_penalty=0.3, frequency_penalty=0.1, penalty_last_n=8, seed=5), "exact"),
+    "legacy": (SamplerConfig(temperature=0.8, top_k=0, top_p=0.95, repeat_penalty=1.2, seed=9), "greedy"),
+}
+
+
+@pytest.mark.parametrize("name", list(CFGS))
+def test_program_rounds_equal_the_host_rule(name):
+    cfg, mode = CFGS[name]
+    rng = random.Random(hash(name) % 1000)
+    tg = ToyTarget(seed=1)
+    tg.start([rng.randrange(V) for _ in range(10)])
+    prog = RoundProgram(tg, cfg, mode)
+    kinds = {"all": 0, "none": 0, "some": 0}
+    for r in range(60):
+        k = rng.randrange(0, 5)
+        n = len(tg.tokens)
+        # the reference first: what the host rule makes of these drafts (built from the target's
+        # own greedy choices, then corrupted at a random point, so every outcome occurs)
+        truth = []
+        hist = list(tg.tokens)
+        for i in range(k):
+            lg = tg.logits_at(torch.tensor(hist[-1:]), torch.tensor([len(hist) - 1]))
+            truth.append(int(lg.argmax()))
+            hist.append(truth[-1])
+        cut = rng.randrange(0, k + 1)
+        drafts = truth[:cut] + [(t + 1 + rng.randrange(V - 1)) % V for t in truth[cut:]]
+        ref_buf = torch.cat([tg.tok_buf[:n], torch.tensor(drafts, dtype=torch.int64)])
+        rows = ref_buf[n - 1:]
+        ref_logits = tg.logits_at(rows, torch.arange(n - 1, n + k))
+        if k:
+            ref = verify(ref_logits, ref_buf, k, cfg, pos0=n, mode=mode)
+            want = (ref.accepted, ref.emitted)
+        else:  # a plain step: the token plain sampling draws
+            from mtp_turbo.sampling.draw import sample
+
+            want = (0, sample(ref_logits, ref_buf, cfg, torch.tensor([n])).tolist())
+        a, emitted, kk = prog.run(k, drafts if k else None)
+        assert kk == k and (a, emitted) == want, (name, r, k, (a, emitted), want)
+        kinds["all" if k and a == k else "none" if k and a == 0 else "some"] += 1
+        tg.commit(emitted, a, on_device=True)
+        assert tg.tok_buf[: len(tg.tokens)].tolist() == tg.tokens  # the buffer holds the committed text
+        if len(tg.tokens) > CTX - 12:
+            tg.start(tg.tokens[:10])
+    assert min(kinds.values()) > 0, kinds
