@@ -116,10 +116,10 @@ def main() -> None:
             launches = len(plan.passes) + (2 if plan.mode == "cand" else 1)
             launches += fused.PEN in plan.stages and window > fused.SCAN_MAX  # the count table
 
-            def fz():
+            def fz(logits=logits, tok=tok, pos=pos, cfg=cfg):
                 return fused.sample_tokens(logits, tok, pos, cfg)
 
-            def tc():
+            def tc(logits=logits, tok=tok, pos=pos, cfg=cfg):
                 return fused.sample_tokens(logits, tok, pos, cfg, backend="torch")
 
             f10 = time_graph(fz, 10, args.reps)

@@ -80,8 +80,13 @@ KMAX = 128  # top-k at most this runs in registers after a per-chunk selection (
 SCAN_MAX = 64  # penalty windows up to this are scanned; longer ones go through a count table
 MAX_ROWS = 16
 
+# codes shared with the kernels (kernels.py reads them): stages, pass kinds, penalty-count modes,
+# the per-row state (NSLOT float64 slots, SLOTS per stage position)
 PEN, TEMP, MINP, TOPP, TOPK = 1, 2, 3, 4, 5
 STATS, RADIX, TIES, SELECT, FINAL = 1, 2, 3, 4, 5
+SCAN, TABLE = 1, 2
+SLOTS = 32
+NSLOT = 6 * SLOTS  # stage positions 0..4 and the final STATS at 5
 _NAME = {"penalties": PEN, "temperature": TEMP, "min_p": MINP, "top_p": TOPP, "top_k": TOPK}
 
 
@@ -170,6 +175,7 @@ def make_plan(cfg: SamplerConfig, vocab: int, window: int, block: int | None = N
 def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Tensor | None,
             last_n: int, window: int, cfg: SamplerConfig, block: int | None, debug: bool):
     from . import kernels as K
+    from .passes import full_pass
 
     r, v = logits.shape
     dev = logits.device
@@ -177,11 +183,11 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
     st = plan.stages + (0,) * (5 - len(plan.stages))
     pen_mode = 0
     if PEN in plan.stages:
-        pen_mode = 2 if window > SCAN_MAX else 1
+        pen_mode = TABLE if window > SCAN_MAX else SCAN
     out = torch.empty(r, dtype=torch.int64, device=dev)
     fl = torch.full((r, v), float("-inf"), device=dev) if debug else out
     cnt = out
-    if pen_mode == 2:
+    if pen_mode == TABLE:
         cnt = torch.zeros(r, v, dtype=torch.int32, device=dev)
         blk = 1024
         K.count_table[(r, -(-window // blk))](tok, tok_row, pos if pos is not None else out, cnt, v, last_n,
@@ -191,7 +197,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
                 PRES=float(cfg.presence_penalty), T=float(cfg.temperature) if cfg.temperature > 0 else 1.0,
                 MIN_P=float(cfg.min_p), TOPP_BITS=struct.unpack("<q", struct.pack("<d", cfg.top_p))[0],
                 KA=ka, KB=kb)
-    ws = window if pen_mode == 1 else 1  # constexpr: only the scan needs it
+    ws = window if pen_mode == SCAN else 1  # constexpr: only the scan needs it
     flags = dict(COUNT_MODE=pen_mode, WS=ws, END_FROM_POS=pos is not None,
                  U_FROM_POS=u is None, HAS_REP=cfg.repeat_penalty != 1.0,
                  HAS_FP=cfg.frequency_penalty != 0.0 or cfg.presence_penalty != 0.0)
@@ -203,7 +209,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
     if plan.mode != "row":
         npass = max(1, len(plan.passes))
         nbp = _pow2(nb)
-        state = torch.empty(r, 192, dtype=torch.float64, device=dev)
+        state = torch.empty(r, NSLOT, dtype=torch.float64, device=dev)
         part = torch.empty(r, npass, nbp, 16, dtype=torch.float64, device=dev)
         ck = torch.empty(r, nb * plan.kp, dtype=torch.int32, device=dev) if plan.mode == "cand" else out
         ci = torch.empty_like(ck) if plan.mode == "cand" else out
@@ -213,7 +219,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
         for p, (kind, at, digit) in enumerate(seq):
             prev = seq[p - 1] if p > 0 else (0, 0, 0)
             grid = (r,) if kind == FINAL else (r, nb)
-            K.full_pass[grid](
+            full_pass[grid](
                 logits, logits.stride(0), tok, tok_row, pos_t, cnt, state, part, ck, ci, u_t, out, fl,
                 v, nb, npass, min(p, npass - 1), max(p - 1, 0), digit, prev[2], **scal, **codes, **ties,
                 KIND=kind, AT=at, AT_CODE=st[at] if at < 5 else 0, PREV_KIND=prev[0], PREV_AT=prev[1],
