@@ -88,7 +88,7 @@ def decode_bytes(eng: Engine, ctx_len: int) -> int:
 def time_generate(eng, prompt, sampler, n, spec=None, reps=3):
     out = []
     for _ in range(reps):
-        eng.kv.reset(); eng.tokens = []  # no prompt reuse: each rep prefills
+        eng.reset()  # no prompt reuse: each rep prefills
         ids = eng.generate_ids(prompt, sampler=sampler, max_tokens=n, spec=spec, stop_ids=())
         st = eng.last_stats
         out.append({"tok_s": st.decode_tps, "prompt_tok_s": st.prompt_tps, "n": len(ids), "spec": {} if st.spec is None else {**dataclasses.asdict(st.spec), "tokens_per_round": st.spec.tokens_per_round},
@@ -296,7 +296,7 @@ def main() -> int:
     ids512 = eng.tokenizer.encode(words)[:512]
     pts = []
     for _ in range(a.reps + 1):
-        eng.kv.reset(); eng.tokens = []
+        eng.reset()
         cuda_sync(); t1 = time.perf_counter()
         eng._set_tokens(ids512 + [ids512[-1]], 0)
         eng._prefill(512, progress=False)

@@ -29,6 +29,15 @@
 #   bench/gpu_session.sh dqdecode          end to end: decode bench with MTP k = 3 rows per --draft-quant ($QUANTS), plain and
 #                                          n-gram beside them (the model joined first)
 #   bench/gpu_session.sh frag8xb           frag8x: a tile sweep ($TILES) at 1 and 4 rows on every shape, CUDA check of every tile
+#
+# Session 10 (one lease, back-to-back calls while the machine is warm; background jobs keep running):
+#   bench/gpu_session.sh s10-start         .carry/llama.tar.gz -> build llama-bench + llama-completion (background);
+#                                          GPU tests that need no model (quant, sampling) in the background; piece p0
+#   bench/gpu_session.sh s10-recv N        copy piece N; show the background jobs' progress
+#   bench/gpu_session.sh s10-tests         join + check the model; every other GPU test (foreground); prints all logs
+#   bench/gpu_session.sh s10-bench         mtp-turbo bench, k = 1..4 fixed, beside llama-bench / llama-completion (MT-Bench)
+#   bench/gpu_session.sh s10-bench2        adaptive k on MT-Bench and HumanEval, the draft/verify/accept split, a 12k
+#                                          prompt, time to first token of a one-shot generate
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -167,6 +176,52 @@ case $step in
     grep -A60 "best tile" "$OUT/frag8x_sweep.txt"
     timeout 220 python3 bench/check_i8_cuda.py --kernels frag8x 2>&1 | tee "$OUT/check_frag8x.txt" | tail -3
     grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
+  s10-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
+    tar xzf .carry/llama.tar.gz -C /tmp && cd /tmp/llama.cpp || exit 1
+    setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
+      > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j 12 --target llama-bench llama-completion \
+      >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &
+    cd - > /dev/null
+    setsid nohup bash -c "PYTHONPATH=$PYTHONPATH python3 -m pytest -q -m gpu tests/quant tests/sampling tests/check \
+      -p no:cacheprovider > /tmp/logs/pytest_nomodel.txt 2>&1; echo TESTS_DONE >> /tmp/logs/pytest_nomodel.txt" \
+      > /dev/null 2>&1 &
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
+    sleep 20; tail -3 /tmp/logs/*.txt /tmp/logs/*.log ;;
+  s10-recv)
+    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -2 /tmp/logs/*.txt /tmp/logs/*.log ;;
+  s10-tests)
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout ${TEST_S:-480} python3 -m pytest -q -m gpu tests --ignore=tests/quant --ignore=tests/sampling \
+      --ignore=tests/check --model-path /tmp/gguf/model.gguf -p no:cacheprovider -x --durations=15 \
+      2>&1 | tee /tmp/logs/pytest_model.txt | tail -40
+    tail -30 /tmp/logs/pytest_nomodel.txt; tail -3 /tmp/logs/llama-build.log
+    cp /tmp/logs/* "$OUT"/ ;;
+  s10-bench)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    tail -1 /tmp/logs/llama-build.log
+    timeout ${BENCH_S:-560} python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 \
+      --draft-tokens ${KS:-1,2,3,4} --no-adaptive --max-tokens 256 --n-prompts ${NP:-20} --pp 512 --floor \
+      --llama-bench $L/llama-bench --llama-completion $L/llama-completion --llama-args "-ngl 99" \
+      --json "$OUT/bench_fixed.json" --plot "$OUT/bench_fixed.png" 2>&1 | tee "$OUT/bench_fixed.txt" | tail -32 ;;
+  s10-bench2)
+    M=/tmp/gguf/model.gguf
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    for set in mtbench humaneval; do
+      timeout ${BENCH2_S:-150} python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 \
+        --draft-tokens 4 --adaptive --max-tokens 256 --n-prompts 20 --prompts $set --pp 0 \
+        --json "$OUT/bench_adaptive_$set.json" 2>&1 | tee "$OUT/bench_adaptive_$set.txt" | tail -9
+    done
+    timeout 100 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 --no-adaptive \
+      --split --max-tokens 256 --n-prompts 8 --pp 0 --json "$OUT/bench_split.json" 2>&1 | tail -7
+    timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 4 \
+      --adaptive --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 \
+      --json "$OUT/bench_12k.json" 2>&1 | tail -9
+    for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
+    timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5 ;;
   gputests)
     timeout ${TEST_S:-500} python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/pytest_gpu_quant.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;

@@ -23,7 +23,7 @@ TEXT = Path(__file__).parent / "data" / "tempest.txt"
 
 
 def run(eng, ids, spec, n):
-    eng.kv.reset(); eng.tokens = []
+    eng.reset()
     t0 = time.perf_counter()
     out = eng.generate_ids(ids, sampler=SamplerConfig(temperature=0.0), max_tokens=n, spec=spec, stop_ids=())
     st = eng.last_stats

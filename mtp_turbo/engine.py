@@ -22,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from .cache.kv import KVCache
+from .engine_config import EngineConfig
 from .errors import ConfigError, MtpTurboError
 from .io.gguf_file import GGUFFile, default_model_path
 from .io.tokenizer import GGUFTokenizer
@@ -33,28 +34,6 @@ from .sampling.draw import draw
 from .spec.drafters.base import Drafter
 from .sampling.rng import uniforms
 from .spec.round import RoundStats
-
-
-@dataclass(frozen=True)
-class EngineConfig:
-    model: str | None = None  # GGUF path; None = the default Gemma-3-270M
-    device: str = "auto"  # auto | cpu | cuda
-    ctx_size: int = 4096  # cells of the static KV cache (prompt + generated)
-    prefill_chunk: int = 512  # rows per prefill forward
-    cuda_graphs: bool = True  # replay captured decode/verify steps on CUDA
-    compile: bool = True  # torch.compile the captured steps (fuses elementwise work)
-    kernels: str = "auto"  # few-row steps: triton (fused kernels), torch, auto (triton on CUDA)
-    progress: bool = True  # progress bars on loading and long prefills
-
-    def __post_init__(self) -> None:
-        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
-        if self.ctx_size < 16:
-            raise ConfigError(f"ctx-size must be >= 16, got {self.ctx_size}")
-        if self.kernels not in ("auto", "triton", "torch"):
-            raise ConfigError(f"kernels must be auto, triton or torch, got {self.kernels!r}")
-        if self.prefill_chunk < 1:
-            raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")
 
 
 @dataclass
@@ -147,23 +126,38 @@ class Engine:
             self.tok_buf[start : len(toks)] = torch.tensor(toks[start:], dtype=torch.int64).to(self.device)
 
     def _prefill(self, upto: int, progress: bool) -> None:
-        """Encode tokens[kv.length:upto] in chunks of prefill_chunk rows. A drafter that reads the
-        main model's hidden states (MTP) is handed each chunk's rows as they pass."""
+        """Encode tokens[kv.length:upto] in chunks. A drafter that reads the main model's hidden
+        states (MTP) is handed each chunk's rows as they pass. With the fused kernels (CUDA) the
+        chunks are the decode step's own row blocks (fused.MAX_ROWS rows, replayed from its CUDA
+        graphs), so a token's K/V at a position are bit-identical whatever the chunking and
+        whatever the cache held before: the same seed gives the same text after a reused prefix
+        too. The torch path prefills prefill_chunk rows a forward, without the LM head."""
         start = self.kv.length
         n = upto - start
         if n <= 0:
             return
-        chunk = self.cfg.prefill_chunk
-        bar = tqdm(total=n, desc="prefill", unit="tok", disable=not (progress and n > 4 * chunk), leave=False)
+        fused = self.runner.fused is not None
+        chunk = self.runner.max_rows if fused else self.cfg.prefill_chunk
+        bar = tqdm(total=n, desc="prefill", unit="tok", disable=not (progress and n > 2048), leave=False)
         with torch.inference_mode():
             for c0 in range(start, upto, chunk):
                 c1 = min(upto, c0 + chunk)
-                _, hidden = self.model.forward(self.tok_buf[c0:c1], c0, self.kv)
+                if fused:
+                    _, hidden = self.runner.forward(self.tok_buf[c0:c1], c0)
+                else:
+                    _, hidden = self.model.forward(self.tok_buf[c0:c1], c0, self.kv, logits=False)
                 self.kv.commit(c1)
                 if self.drafter is not None:
                     self.drafter.on_prefill(c0, c1, hidden, self.tokens)
                 bar.update(c1 - c0)
         bar.close()
+
+    def reset(self) -> None:
+        """Forget the committed sequence (the next prompt is prefilled from scratch)."""
+        self.tokens = []
+        self.kv.reset()
+        if self.drafter is not None:
+            self.drafter.reset()
 
     def encode_prompt(self, prompt: str | list[int], add_bos: bool = True) -> list[int]:
         ids = list(prompt) if not isinstance(prompt, str) else self.tokenizer.encode(prompt, add_bos=add_bos)
@@ -325,6 +319,7 @@ class Engine:
         dec = self.tokenizer.stream(special=special)
         t0 = time.perf_counter()
         stats.finish_reason = "length" if budget >= max_tokens else "context"
+        done = False
         try:
             for toks in token_iter:
                 out = []
@@ -343,12 +338,16 @@ class Engine:
                     # a round may have emitted past the stop: those tokens are not committed
                     self.rollback(stats.prompt_tokens + stats.gen_tokens + (stats.finish_reason == "stop"))
                     break
+            done = True
             tail = dec.flush()
             if tail:
                 yield Piece(tail, ())
         finally:
             token_iter.close()  # runs the round loop's cleanup (stats) now, not at GC
             stats.decode_s = time.perf_counter() - t0
+            if not done:  # the caller closed the stream early: keep what it was given
+                stats.finish_reason = "cancelled"
+                self.rollback(stats.prompt_tokens + stats.gen_tokens)
 
     def generate_text(self, prompt, **kw) -> str:
         return "".join(p.text for p in self.generate(prompt, **kw))

@@ -18,12 +18,7 @@ from ..spec.config import SpecConfig
 
 def fresh(eng) -> None:
     """Forget the committed sequence: the next prompt is prefilled whole."""
-    reset = getattr(eng, "reset", None)  # asked of the engine; until then its two fields
-    if callable(reset):
-        reset()
-    else:
-        eng.kv.reset()
-        eng.tokens = []
+    eng.reset()
 
 
 def sampler_at(base: SamplerConfig, temp: float) -> SamplerConfig:
@@ -34,16 +29,12 @@ def sampler_at(base: SamplerConfig, temp: float) -> SamplerConfig:
 
 
 def _spec_figures(sp) -> dict:
-    """A run's speculation counts from the stats' spec (RoundStats; older engines: a dict)."""
-    if not sp:
+    """A run's speculation counts from its RoundStats (None: plain decoding)."""
+    if sp is None:
         return {}
-    get = sp.get if isinstance(sp, dict) else (lambda name, d=0: getattr(sp, name, d))
-    rounds = int(get("rounds", 0))
-    return {"rounds": rounds, "drafted": int(get("drafted", 0)), "accepted": int(get("accepted", 0)),
-            "emitted": float(get("emitted", 0) or get("tokens_per_round", 0.0) * rounds),
-            "round_s": float(get("round_s", 0.0)), "host_s": float(get("host_s", 0.0)),
-            "draft_s": float(get("draft_s", 0.0)), "verify_s": float(get("verify_s", 0.0)),
-            "accept_s": float(get("accept_s", 0.0) or get("sample_s", 0.0))}
+    return {"rounds": sp.rounds, "drafted": sp.drafted, "accepted": sp.accepted, "emitted": sp.emitted,
+            "round_s": sp.round_s, "host_s": sp.host_s, "draft_s": sp.draft_s, "verify_s": sp.verify_s,
+            "accept_s": sp.accept_s}
 
 
 def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[list[int], dict]:
@@ -52,7 +43,7 @@ def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[lis
            for t in p.token_ids]
     st = eng.last_stats
     return ids, {"prompt_tokens": st.prompt_tokens, "prompt_cached": st.prompt_cached, "prompt_s": st.prompt_s,
-                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, **_spec_figures(getattr(st, "spec", None))}
+                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, **_spec_figures(st.spec)}
 
 
 def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: bool) -> dict:

@@ -63,6 +63,34 @@ def _merges(tokens: list[str], rank_of: dict[str, float], unique_ranks: bool) ->
     return [(lt, rt) for _, _, _, lt, rt in scored]
 
 
+def _cached_tokenizer(path, metadata: dict[str, Any]) -> Any:
+    """build_tokenizer(metadata), through a JSON copy in the user's cache (written once per file)."""
+    import hashlib
+    import os
+
+    from tokenizers import Tokenizer
+
+    st = os.stat(path)
+    key = hashlib.sha256(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{CACHE_VERSION}".encode()).hexdigest()
+    root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-turbo", "tokenizers")
+    file = os.path.join(root, key[:32] + ".json")
+    try:
+        return Tokenizer.from_file(file)
+    except Exception:  # absent or unreadable: build it (and try to keep it)
+        tok = build_tokenizer(metadata)
+        try:
+            os.makedirs(root, exist_ok=True)
+            tmp = f"{file}.{os.getpid()}.tmp"
+            tok.save(tmp)
+            os.replace(tmp, file)
+        except OSError:
+            pass  # a read-only cache costs time, never the answer
+        return tok
+
+
+CACHE_VERSION = 1  # bump when build_tokenizer changes what it builds
+
+
 def build_tokenizer(metadata: dict[str, Any]) -> Any:
     """A tokenizers.Tokenizer (no post-processor: BOS is added by GGUFTokenizer.encode)."""
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
@@ -119,11 +147,14 @@ def build_tokenizer(metadata: dict[str, Any]) -> Any:
 class GGUFTokenizer:
     """Encode/decode with the vocabulary of a GGUF file (pass a GGUFFile or its metadata dict)."""
 
-    def __init__(self, source: Any):
+    def __init__(self, source: Any, cache: bool = True):
+        """cache: keep the built tokenizer beside the user's cache (~/.cache/mtp-turbo), keyed by
+        the file's path, size and modification time: building it takes seconds, loading it not."""
         metadata = source.metadata if hasattr(source, "metadata") else source
         self._name = str(getattr(source, "path", "metadata"))
         try:
-            self._tok = build_tokenizer(metadata)
+            self._tok = _cached_tokenizer(source.path, metadata) if cache and hasattr(source, "path") else \
+                build_tokenizer(metadata)
         except KeyError as e:
             raise ModelFileError(f"{self._name}: tokenizer metadata lacks {e.args[0]}") from None
         except ModelFileError as e:

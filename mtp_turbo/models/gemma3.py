@@ -190,9 +190,9 @@ class Gemma3:
             h = finish(self.layers[i], c.block, h, self.attention(i, h, pos, kv, ctx[c.is_global(i)]))
         return h
 
-    def forward(self, tokens: torch.Tensor, pos0: int, kv) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, tokens: torch.Tensor, pos0: int, kv, logits: bool = True) -> tuple[torch.Tensor | None, torch.Tensor]:
         """Eager forward of T rows starting at absolute position pos0 (python int).
-        Returns (logits [T, V] fp32, hidden [T, D] before the final norm)."""
+        Returns (logits [T, V] fp32, or None without `logits`, hidden [T, D] before the final norm)."""
         T = int(tokens.shape[0])
         assert T >= 1 and pos0 >= 0
         if pos0 + T > kv.capacity:
@@ -200,4 +200,4 @@ class Gemma3:
         pos = torch.arange(pos0, pos0 + T, device=self.device)
         key_pos = {g: self.key_positions(g, pos0, T) for g in (False, True)}
         h = self.forward_hidden(tokens, pos, kv, key_pos)
-        return self.lm_head(self.final_norm(h)), h
+        return (self.lm_head(self.final_norm(h)) if logits else None), h

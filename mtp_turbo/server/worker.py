@@ -66,7 +66,7 @@ class Counters:
             self.responses[(path, status)] = self.responses.get((path, status), 0) + 1
 
     def generation(self, stats, cancelled: bool) -> None:
-        sp = getattr(stats, "spec", None)
+        sp = stats.spec
         with self.lock:
             self.generations += 1
             self.cancelled += cancelled
@@ -79,15 +79,14 @@ class Counters:
                 self.last_decode_tps = stats.decode_tps
             if stats.prompt_tokens > stats.prompt_cached:
                 self.last_prompt_tps = stats.prompt_tps
-            if sp:
-                rounds = int(getattr(sp, "rounds", 0))
-                self.spec_rounds += rounds
-                self.spec_drafted += int(getattr(sp, "drafted", 0))
-                self.spec_accepted += int(getattr(sp, "accepted", 0))
-                self.spec_emitted += float(getattr(sp, "tokens_per_round", 0.0)) * rounds
+            if sp is not None:
+                self.spec_rounds += sp.rounds
+                self.spec_drafted += sp.drafted
+                self.spec_accepted += sp.accepted
+                self.spec_emitted += sp.emitted
 
 
-FINISH = {"stop": "stop", "length": "length", "context": "length"}
+FINISH = {"stop": "stop", "length": "length", "context": "length", "cancelled": "length"}
 
 
 class EngineWorker:

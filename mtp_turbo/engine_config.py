@@ -1,0 +1,32 @@
+"""The engine's configuration, without torch (the command line builds its flags from it quickly).
+
+Owns: EngineConfig and its legal values. Ignores: everything the engine does with it (engine.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import ConfigError
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str | None = None  # GGUF path; None = the default Gemma-3-270M
+    device: str = "auto"  # auto | cpu | cuda
+    ctx_size: int = 4096  # cells of the static KV cache (prompt + generated)
+    prefill_chunk: int = 512  # rows per prefill forward (torch kernels; the fused ones use their row blocks)
+    cuda_graphs: bool = True  # replay captured decode/verify steps on CUDA
+    compile: bool = True  # torch.compile the captured steps (fuses elementwise work)
+    kernels: str = "auto"  # few-row steps: triton (fused kernels), torch, auto (triton on CUDA)
+    progress: bool = True  # progress bars on loading and long prefills
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be auto, cpu or cuda, got {self.device!r}")
+        if self.ctx_size < 16:
+            raise ConfigError(f"ctx-size must be >= 16, got {self.ctx_size}")
+        if self.kernels not in ("auto", "triton", "torch"):
+            raise ConfigError(f"kernels must be auto, triton or torch, got {self.kernels!r}")
+        if self.prefill_chunk < 1:
+            raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")
