@@ -7,7 +7,7 @@ Ignores: the chain's definitions (chain.py is the specification and the referenc
 
 Semantics: row r's token is draw(sample_dist(logits[r], its history), u_r) exactly as chain.py
 and draw.py define it, every stage in cfg.order, ties to the lowest id, temp 0 = the penalised
-argmax. The kernels (kernels.py) compute it without sorting and without a [rows, V] count table
+argmax. The kernels (kernels.py, passes.py) compute it without sorting and without a [rows, V] count table
 for short penalty windows:
 
 The stages in order are cut at the first top-k with k <= KMAX (128). Before that cut (or
@@ -24,8 +24,11 @@ passes over chunks of B tokens; after it the row is <= KMAX candidates held by o
   token tied with it, has mass above < top_p; the next smaller value has >= top_p). Over the full
   vocabulary the threshold (the smallest kept value) is found by a radix search over the 32-bit
   order key of the float32 values, 4 bits a pass: each pass histograms the float64 masses
-  exp(l - m) of the tokens in the current bucket into 16 digits per chunk; the next pass sums the
-  chunks in a fixed order and takes the largest digit whose bucket keeps the mass >= top_p * S.
+  exp(l - m_c) (m_c: the chunk's max, written beside) of the tokens in the current bucket into 16
+  digits per chunk, and the chunk's mass above the bucket; the next pass rescales the chunks by
+  exp(m_c - m), sums them in a fixed order and takes the largest digit whose bucket keeps the mass
+  >= top_p * S (S: digit 0's total, the whole row). When top-p is the last stage, the last
+  digit's partials also give each chunk's kept mass: the draw needs no further pass.
 - top-k over the vocabulary (k > KMAX): the same radix search on counts (exact), then one TIES
   pass counting ties at the threshold per chunk, so a tie keeps the lowest ids (prefix over
   chunks + cumulative count inside the chunk).
@@ -36,9 +39,9 @@ passes over chunks of B tokens; after it the row is <= KMAX candidates held by o
   <= KMAX tokens (top-p's mass above each token by a pairwise sum in float64), and the draw.
 - The draw: inverse CDF in token order over the final values, float64 exp(l - m) masses: the
   first token whose cumulative mass exceeds u * total, never a zero-mass token (as draw.py). Over
-  the full vocabulary: per-chunk masses from a STATS pass, a prefix over chunks, then the crossing
-  chunk's own prefix (FINAL). u is rng.uniforms(seed, pos) computed inside the kernel (int64
-  splitmix64, bit-exact) or given.
+  the full vocabulary: per-chunk masses (from a STATS pass, or top-p's last digit), a prefix over
+  chunks, then the crossing chunk's own prefix (FINAL). u is rng.uniforms(seed, pos) computed
+  inside the kernel (int64 splitmix64, bit-exact) or given.
 
 Why exact: survivor sets are decided on the same float32 values as torch with exact integer
 counts (top-k), float64 masses whose summation order differs from torch's only by ~1e-16
@@ -56,7 +59,9 @@ no shape depending on pos: the launches (and the allocations) can be captured in
 (compile first: call once outside the capture).
 
 Cost (V = 262144): top-k 40 first (the default order) is two launches (SELECT, compact); top-k 0
-with min-p and top-p is 12 passes. Longer penalty windows (> 64) add a memset and a count launch.
+with min-p and top-p is 10 (min-p's max, 8 top-p digits, FINAL), top-p alone 9; a top-k over 128
+on the full vocabulary adds 9 (8 digits on counts, TIES). Penalty windows over 64 tokens add a
+memset and a count launch.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ STATS, RADIX, TIES, SELECT, FINAL = 1, 2, 3, 4, 5
 SCAN, TABLE = 1, 2
 SLOTS = 32
 NSLOT = 6 * SLOTS  # stage positions 0..4 and the final STATS at 5
+PART_W = 32  # a pass's partials per chunk: STATS max, sum; RADIX 16 bins, chunk max, mass above
 _NAME = {"penalties": PEN, "temperature": TEMP, "min_p": MINP, "top_p": TOPP, "top_k": TOPK}
 
 
@@ -158,14 +164,14 @@ def make_plan(cfg: SamplerConfig, vocab: int, window: int, block: int | None = N
     passes, ties = [], [0] * 5
     if mode != "row":
         for i, code in enumerate(stages[:split]):
-            if code in (MINP, TOPP):
+            if code == MINP:
                 passes.append((STATS, i, 0))
             if code in (TOPP, TOPK):
                 passes += [(RADIX, i, d) for d in range(8)]
             if code == TOPK:
                 ties[i] = len(passes)
                 passes.append((TIES, i, 0))
-        if mode == "full":
+        if mode == "full" and not (split and stages[split - 1] == TOPP):  # (else from top-p's digits)
             passes.append((STATS, split, 0))
     return Plan(stages, k, cfg.greedy, mode, split, tuple(passes), tuple(ties), block, kp)
 
@@ -207,21 +213,28 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
     b = plan.block
     nb = -(-v // b)
     if plan.mode != "row":
-        npass = max(1, len(plan.passes))
+        n = len(plan.passes)
+        # (kind, position, digit, partials slot, index of the pass it resolves or -1); the consumer
+        # (SELECT / FINAL) writes no partials. return_logits where no STATS pass sees the final
+        # values: one more pass after the draw writes them (the draw path stays the same).
+        seq = [(k, a, d, i, i - 1) for i, (k, a, d) in enumerate(plan.passes)]
+        seq.append((SELECT if plan.mode == "cand" else FINAL, plan.split, 0, n, n - 1))
+        if debug and plan.mode == "full" and plan.passes[-1][0] != STATS:
+            seq.append((STATS, plan.split, 0, n, n - 1))
+        npass = n + 1
         nbp = _pow2(nb)
-        state = torch.empty(r, NSLOT, dtype=torch.float64, device=dev)
-        part = torch.empty(r, npass, nbp, 16, dtype=torch.float64, device=dev)
+        state = torch.empty(r, NSLOT, dtype=torch.float64, device=dev) if n else out
+        part = torch.empty(r, npass, nbp, PART_W, dtype=torch.float64, device=dev) if n else out
         ck = torch.empty(r, nb * plan.kp, dtype=torch.int32, device=dev) if plan.mode == "cand" else out
         ci = torch.empty_like(ck) if plan.mode == "cand" else out
         ties = dict(TQ0=plan.ties[0], TQ1=plan.ties[1], TQ2=plan.ties[2], TQ3=plan.ties[3], TQ4=plan.ties[4])
         warps = min(16, max(4, b // 256))
-        seq = list(plan.passes) + [(SELECT if plan.mode == "cand" else FINAL, plan.split, 0)]
-        for p, (kind, at, digit) in enumerate(seq):
-            prev = seq[p - 1] if p > 0 else (0, 0, 0)
+        for kind, at, digit, me, q in seq:
+            prev = plan.passes[q] if q >= 0 else (0, 0, 0)
             grid = (r,) if kind == FINAL else (r, nb)
             full_pass[grid](
                 logits, logits.stride(0), tok, tok_row, pos_t, cnt, state, part, ck, ci, u_t, out, fl,
-                v, nb, npass, min(p, npass - 1), max(p - 1, 0), digit, prev[2], **scal, **codes, **ties,
+                v, nb, npass, me, max(q, 0), digit, prev[2], **scal, **codes, **ties,
                 KIND=kind, AT=at, AT_CODE=st[at] if at < 5 else 0, PREV_KIND=prev[0], PREV_AT=prev[1],
                 PREV_CODE=st[prev[1]] if prev[0] and prev[1] < 5 else 0,
                 NEED_C=PEN in plan.stages[:at], **flags, B=b, NBP=nbp, KP=plan.kp,

@@ -44,6 +44,7 @@ FINAL = tl.constexpr(_f.FINAL)
 SCAN = tl.constexpr(_f.SCAN)
 TABLE = tl.constexpr(_f.TABLE)
 NSLOT = tl.constexpr(_f.NSLOT)  # per-row float64 state slots
+PART_W = tl.constexpr(_f.PART_W)  # float64 partial results per (row, pass, chunk)
 SLOTS = tl.constexpr(_f.SLOTS)  # per stage position: +0 max, +1 sum of exp, +2+2d / +3+2d the radix
 #   prefix / the mass or count above it after digit d (d = 0..7; +16 / +17: the final threshold)
 # Runtime ints Triton must not turn into constants when they equal 1 (they feed .to(), masks and

@@ -13,6 +13,7 @@ import triton.language as tl
 from .kernels import (  # noqa: F401  (jit callees and constants resolve in this module's globals)
     ADD,
     FINAL,
+    PART_W,
     MAX,
     MIN,
     MINP,
@@ -101,7 +102,7 @@ def _params(STATE, PART, r, chunk, NPASS, NB, K, POSN: tl.constexpr, CODE: tl.co
         thr = tl.load(st + 16).to(tl.int64)
         above = tl.load(st + 17).to(tl.int64)
         ci = tl.arange(0, NBP)
-        ties = tl.load(PART + ((r * NPASS + TQ) * NBP + ci) * 16, mask=ci < chunk, other=0.0)
+        ties = tl.load(PART + ((r * NPASS + TQ) * NBP + ci) * PART_W, mask=ci < chunk, other=0.0)
         lim = K - above - tl.reduce(ties, 0, ADD).to(tl.int64)
     return m, thr, lim
 
@@ -110,7 +111,7 @@ def _params(STATE, PART, r, chunk, NPASS, NB, K, POSN: tl.constexpr, CODE: tl.co
 def _resolve_stats(PART, r, q, NPASS, NB, NBP: tl.constexpr):
     """Row max m and per-chunk (max, exp mass relative to m) of STATS pass q."""
     ci = tl.arange(0, NBP)
-    base = PART + ((r * NPASS + q) * NBP + ci) * 16
+    base = PART + ((r * NPASS + q) * NBP + ci) * PART_W
     cm = tl.load(base, mask=ci < NB, other=float("-inf"))
     cs = tl.load(base + 1, mask=ci < NB, other=0.0)
     m = tl.reduce(cm, 0, MAX)
@@ -119,21 +120,41 @@ def _resolve_stats(PART, r, q, NPASS, NB, NBP: tl.constexpr):
 
 
 @triton.jit
-def _resolve_radix(PART, STATE, r, q, NPASS, NB, PD, target, AT: tl.constexpr, NBP: tl.constexpr):
-    """Digit PD of the threshold search of stage AT from RADIX pass q: the largest digit whose
-    bucket keeps the quantity at or above the current one >= target. Returns (prefix, above)."""
+def _resolve_radix(PART, STATE, r, q, NPASS, NB, PD, K, top_p, AT: tl.constexpr, CODE: tl.constexpr,
+                   NBP: tl.constexpr):
+    """Digit PD of the threshold search of stage AT (top-k: counts, target K; top-p: masses,
+    target top_p * S) from RADIX pass q: the largest digit whose bucket keeps the quantity at or
+    above the current one >= target. Top-p chunks histogram exp(l - their own max): rescaled here
+    by exp(chunk max - row max); at digit 0 the bucket is the whole row, so S is the sum.
+    Returns (prefix, above, per-chunk histograms [NBP, 16] and masses above the bucket [NBP]
+    (rescaled), chunk maxima [NBP], row max, S)."""
     ci = tl.arange(0, NBP)
     j = tl.arange(0, 16)
-    h = tl.load(PART + ((r * NPASS + q) * NBP + ci[:, None]) * 16 + j[None, :],
-                mask=(ci < NB)[:, None], other=0.0)
-    h = tl.reduce(h, 0, ADD)  # [16]
+    base = PART + ((r * NPASS + q) * NBP + ci) * PART_W
+    hc = tl.load(base[:, None] + j[None, :], mask=(ci < NB)[:, None], other=0.0)
+    ac = tl.load(base + 17, mask=ci < NB, other=0.0)
+    cm = tl.full([NBP], float("-inf"), tl.float64)
+    m = tl.zeros([], tl.float64)
+    if CODE == TOPP:
+        cm = tl.load(base + 16, mask=ci < NB, other=float("-inf"))
+        m = tl.reduce(cm, 0, MAX)
+        f = tl.where(cm > float("-inf"), tl.exp(cm - m), 0.0)
+        hc = hc * f[:, None]
+        ac = ac * f
+    h = tl.reduce(hc, 0, ADD)  # [16]
     st = STATE + r * NSLOT + AT * SLOTS
     p0 = tl.load(st + 2 * PD, mask=PD > 0, other=0.0)  # prefix / above after digit PD - 1
     a0 = tl.load(st + 1 + 2 * PD, mask=PD > 0, other=0.0)
+    S = tl.zeros([], tl.float64)
+    if CODE == TOPK:
+        target = K.to(tl.float64)
+    else:
+        S = tl.where(PD == 0, tl.reduce(h, 0, ADD), tl.load(st + 1, mask=PD > 0, other=0.0))
+        target = top_p * S
     suf = tl.reduce(tl.where(j[None, :] >= j[:, None], h[None, :], 0.0), 1, ADD)  # suf[i] = sum_{>= i} h
     d = tl.reduce(tl.where(a0 + suf >= target, j, 0), 0, MAX)
     above = a0 + tl.reduce(tl.where(j > d, h, 0.0), 0, ADD)
-    return p0.to(tl.int64) * 16 + d, above
+    return p0.to(tl.int64) * 16 + d, above, hc, ac, cm, m, S
 
 
 @triton.jit(do_not_specialize=RUNTIME_INTS)
@@ -165,14 +186,15 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, 
             tl.store(st, fm64, mask=first)
             tl.store(st + 1, fS, mask=first)
     if PREV_KIND == RADIX:
-        if PREV_CODE == TOPK:
-            target = K.to(tl.float64)
-        else:
-            target = top_p * tl.load(STATE + r * NSLOT + PREV_AT * SLOTS + 1)
-        fP, fA = _resolve_radix(PART, STATE, r, PQ, NPASS, NB, PD, target, PREV_AT, NBP)
+        fP, fA, hc, ac, cm, fm64, fS = _resolve_radix(PART, STATE, r, PQ, NPASS, NB, PD, K, top_p, PREV_AT,
+                                                      PREV_CODE, NBP)
         st = STATE + r * NSLOT + PREV_AT * SLOTS
         tl.store(st + 2 + 2 * PD, fP.to(tl.float64), mask=first)  # PD: the digit it searched
         tl.store(st + 3 + 2 * PD, fA, mask=first)
+        if PREV_CODE == TOPP:
+            tl.store(st + 1, fS, mask=first & (PD == 0))
+        if KIND == FINAL:  # top-p was the last stage: each chunk's kept mass, from its histograms
+            w = ac + tl.reduce(tl.where(tl.arange(0, 16)[None, :] >= (fP & 15), hc, 0.0), 1, ADD)
     # ---- which chunk
     u = tl.zeros([], tl.float64)
     target = tl.zeros([], tl.float64)
@@ -217,7 +239,7 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, 
         c = _counts(ids, valid, CNT, TOK, POS, TOK_ROW, r, V, LAST_N, COUNT_MODE, WS, END_FROM_POS)
     v = _values(raw, valid, c, AT, S0, S1, S2, S3, S4, m0, t0, l0, m1, t1, l1, m2, t2, l2, m3, t3, l3,
                 m4, t4, l4, REP, FREQ, PRES, T, MIN_P, HAS_REP, HAS_FP)
-    out = PART + ((r * NPASS + ME) * NBP + chunk) * 16
+    out = PART + ((r * NPASS + ME) * NBP + chunk) * PART_W
     if KIND == STATS:
         mx = tl.reduce(tl.where(valid, v, float("-inf")), 0, MAX)
         mx0 = tl.where(mx > float("-inf"), mx, 0.0).to(tl.float64)  # a chunk may be all -inf
@@ -230,18 +252,18 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, 
         key = tl.where(valid, _key(v), 0)
         if AT_CODE == TOPK:
             wt = tl.where(valid, 1.0, 0.0).to(tl.float64)
-        else:  # top-p: float64 mass relative to the stage's max
-            if PREV_KIND == STATS and PREV_AT == AT:
-                m_at = fm64
-            else:
-                m_at = tl.load(STATE + r * NSLOT + AT * SLOTS)
-            wt = tl.where(v > float("-inf"), tl.exp(v.to(tl.float64) - m_at), 0.0)
+        else:  # top-p: float64 mass relative to the chunk's max (kept beside the histogram)
+            mx = tl.reduce(tl.where(valid, v, float("-inf")), 0, MAX)
+            tl.store(out + 16, mx.to(tl.float64))
+            mx0 = tl.where(mx > float("-inf"), mx, 0.0).to(tl.float64)
+            wt = tl.where(v > float("-inf"), tl.exp(v.to(tl.float64) - mx0), 0.0)
         shift = 28 - 4 * DIGIT
         if PREV_KIND == RADIX and PREV_AT == AT:  # digits > 0: inside the bucket chosen so far
             pre = fP
         else:
             pre = tl.zeros([], tl.int64)
         inb = (key >> (shift + 4)) == pre
+        tl.store(out + 17, tl.reduce(tl.where((key >> (shift + 4)) > pre, wt, 0.0), 0, ADD))  # above the bucket
         dig = (key >> shift) & 15
         j = tl.arange(0, 16)
         hist = tl.zeros([16], tl.float64)

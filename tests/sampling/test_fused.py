@@ -53,7 +53,8 @@ def make_rows(seed, rows, vocab, width=24, scale=3.0):
         logits[3, 20:] = -INF  # fewer finite tokens than top-k 40
     top = logits.topk(min(30, vocab), dim=1).indices
     win = top.gather(1, torch.randint(0, top.shape[1], (rows, width), generator=g))
-    win = torch.where(torch.rand(rows, width, generator=g) < 0.3, torch.randint(0, vocab, (rows, width), generator=g), win)
+    pick = torch.rand(rows, width, generator=g) < 0.3
+    win = torch.where(pick, torch.randint(0, vocab, (rows, width), generator=g), win)
     win[:, :3] = -1  # padding
     win[0] = -1  # a row without history
     u = torch.rand(rows, generator=g, dtype=torch.float64)
@@ -109,7 +110,8 @@ def test_plan_shapes():
     p = fused.make_plan(cfg(), v, 64)
     assert p.mode == "cand" and p.passes == () and p.block == 2048 and p.kp == 64  # 2 launches
     p = fused.make_plan(cfg(top_k=0), v, 64)
-    assert p.mode == "full" and len(p.passes) == 11  # min-p max, top-p stats + 8 digits, final stats
+    assert p.mode == "full" and len(p.passes) == 9  # min-p max, 8 top-p digits (then FINAL: 10 launches)
+    assert len(fused.make_plan(only(top_p=0.95), v, 0).passes) == 8  # top-p alone: 9 launches
     assert fused.make_plan(cfg(top_k=129), v, 64).mode == "full"
     assert fused.make_plan(cfg(), 100, 64).mode == "row"
     g = fused.make_plan(cfg(temperature=0.0), v, 64)

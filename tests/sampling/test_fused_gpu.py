@@ -158,7 +158,8 @@ def test_plain_and_speculative_text_equal_same_seed():
     plain = [1, 2, 3]
     for _ in range(n_new):
         buf[: len(plain)] = torch.tensor(plain)
-        plain.append(int(fused.sample_tokens(logits_of(plain)[None], buf, torch.tensor([len(plain)], device="cuda"), c)))
+        at = torch.tensor([len(plain)], device="cuda")
+        plain.append(int(fused.sample_tokens(logits_of(plain)[None], buf, at, c)))
     spec, rounds = [1, 2, 3], 0
     while len(spec) < len(plain):
         drafts = [plain[j] if j < len(plain) and (j * 5) % 3 else (j * 31) % V for j in range(len(spec), len(spec) + k)]
