@@ -56,6 +56,8 @@ class RoundProgram:
         self._graphs: dict[tuple, list] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
         self.last_split: tuple[float, float, float] | None = None  # ms draft / verify / accept (split)
+        self.chooser = None  # the round loop's adaptive.KChooser, kept with the program across calls
+        self.chooser_key = None
 
     # ---- the device work -------------------------------------------------------------------------
     def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None):

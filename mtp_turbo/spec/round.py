@@ -103,7 +103,11 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
     drafter.begin(target.tokens)
     if program is None:
         program = RoundProgram(target, sampler, spec.spec_sample, drafter, split=spec.round_split)
-    chooser = KChooser(spec.draft_tokens, adaptive=spec.adaptive)
+    # the chooser's measurements stay with the program (and its graphs) across calls
+    key = (spec.draft_tokens, spec.adaptive)
+    if program.chooser_key != key:
+        program.chooser, program.chooser_key = KChooser(spec.draft_tokens, adaptive=spec.adaptive), key
+    chooser = program.chooser
     produced = 0
     while produced < budget:
         t0 = time.perf_counter()
