@@ -871,7 +871,10 @@ def compile_all(data: dict, triton_dir: str, timeout: float, only: str | None, s
             with open(log.name) as f:
                 raise RuntimeError(f"compile worker failed (exit {p.returncode}):\n{f.read()[-3000:]}")
         start = max(results) + 1
-    print(file=sys.stderr)
+    import shutil
+
+    shutil.rmtree(env["TRITON_CACHE_DIR"], ignore_errors=True)  # the compiled kernels; the worker logs stay
+    print(f"compile worker logs (the compiler's full output): {tmp}", file=sys.stderr)
     for i, rec in enumerate(data["launches"]):
         if only and only not in rec["kernel"]:
             continue
