@@ -178,7 +178,9 @@ def _cstage(v, ids, kept, c, CODE: tl.constexpr, K, REP, FREQ, PRES, T, MIN_P, t
     elif CODE == TOPP:  # keep iff the mass of strictly larger tokens < top_p * total (float64)
         m = tl.reduce(v, 0, MAX).to(tl.float64)
         e = tl.where(v > float("-inf"), tl.exp(v.to(tl.float64) - m), 0.0)
-        above = tl.reduce(tl.where(v[None, :] > v[:, None], e[None, :], 0.0), 1, ADD)
+        vj = v[None, :]  # e of token j made in the [KP, KP] tile itself (triton 3.6 fails on e[None, :])
+        ej = tl.where(vj > float("-inf"), tl.exp(vj.to(tl.float64) - m), 0.0)
+        above = tl.reduce(tl.where(vj > v[:, None], ej, 0.0), 1, ADD)
         kept = kept & (above < top_p * tl.reduce(e, 0, ADD))
     elif CODE == TOPK:  # rank in (value desc, id asc) < K
         better = (v[None, :] > v[:, None]) | ((v[None, :] == v[:, None]) & (ids[None, :] < ids[:, None]))
