@@ -101,7 +101,10 @@ class ScriptedEngine:
     """Greedy text = the prompt's length in tokens; a drafter named 'ngram' changes token 2 at k=3."""
 
     def __init__(self):
-        self.kv, self.tokens = SimpleNamespace(reset=lambda: None), []
+        self.tokens = []
+
+    def reset(self):
+        self.tokens = []
 
     def generate(self, prompt, sampler, max_tokens, spec, stop_ids):
         ids = [len(prompt)] * max_tokens

@@ -166,7 +166,7 @@ def test_train_flags_are_their_config_fields(capsys):
     """train-mtp / train-data: one documented flag per TrainConfig / DataConfig field, same defaults."""
     from mtp_turbo.cli import build_parser, config_from_args
     from mtp_turbo.train.data import DataConfig
-    from mtp_turbo.train.distill import TrainConfig
+    from mtp_turbo.train.config import TrainConfig
 
     for cmd, cls in (("train-mtp", TrainConfig), ("train-data", DataConfig)):
         argv = [cmd, "--data", "d.npy", "--out", "h.gguf"] if cmd == "train-mtp" else [cmd, "--out", "d.npy"]

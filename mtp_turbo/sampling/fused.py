@@ -73,6 +73,7 @@ import torch
 from torch import Tensor
 
 from .chain import final_logits, probs_from_logits
+from .codes import FINAL, MINP, NSLOT, PART_W, PEN, RADIX, SCAN, SELECT, STATS, TABLE, TEMP, TIES, TOPK, TOPP
 from .config import SamplerConfig
 from .draw import draw
 from .exact import padded_counts
@@ -85,14 +86,6 @@ KMAX = 128  # top-k at most this runs in registers after a per-chunk selection (
 SCAN_MAX = 64  # penalty windows up to this are scanned; longer ones go through a count table
 MAX_ROWS = 16
 
-# codes shared with the kernels (kernels.py reads them): stages, pass kinds, penalty-count modes,
-# the per-row state (NSLOT float64 slots, SLOTS per stage position)
-PEN, TEMP, MINP, TOPP, TOPK = 1, 2, 3, 4, 5
-STATS, RADIX, TIES, SELECT, FINAL = 1, 2, 3, 4, 5
-SCAN, TABLE = 1, 2
-SLOTS = 32
-NSLOT = 6 * SLOTS  # stage positions 0..4 and the final STATS at 5
-PART_W = 32  # a pass's partials per chunk: STATS max, sum; RADIX 16 bins, chunk max, mass above
 _NAME = {"penalties": PEN, "temperature": TEMP, "min_p": MINP, "top_p": TOPP, "top_k": TOPK}
 
 

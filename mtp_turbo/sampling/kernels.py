@@ -28,9 +28,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from . import fused as _f
+from . import codes as _f
 
-# stage codes, pass kinds, count modes and the state layout: fused.py defines them (one place)
+# stage codes, pass kinds, count modes and the state layout: codes.py defines them (one place)
 PEN = tl.constexpr(_f.PEN)
 TEMP = tl.constexpr(_f.TEMP)
 MINP = tl.constexpr(_f.MINP)

@@ -1,7 +1,7 @@
 """The `train-mtp` command's configuration and flags, without torch (so that `--help` is quick).
 
-Owns: TrainConfig (one flag per field), its help text, the subparser. Ignores: training itself
-(distill.py runs it).
+Owns: TrainConfig (one flag per field), its help text, the subparser and the command, which checks
+the files and the config before the model loads. Ignores: training itself (distill.py).
 """
 
 from __future__ import annotations
@@ -112,9 +112,31 @@ TRAIN_HELP = {
 
 
 def _run(args) -> int:
-    from .distill import cmd_train_mtp
+    """`train-mtp`: the files and the config checked before the model loads, then distill.train."""
+    import json
+    from pathlib import Path
 
-    return cmd_train_mtp(args)
+    from ..cli import config_from_args
+    from ..engine import pick_device
+    from ..io.gguf_file import GGUFFile, default_model_path
+    from ..io.tokenizer import GGUFTokenizer
+    from ..models.load import load_gemma3
+    from .distill import train
+
+    tc = config_from_args(TrainConfig, args)
+    for flag, path in (("--data", args.data), ("--init", tc.init)):
+        if path and not Path(path).is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    if not Path(args.out).resolve().parent.is_dir():
+        raise ConfigError(f"--out {args.out}: its folder does not exist")
+    device = pick_device(args.device)
+    gf = GGUFFile(args.model or default_model_path())
+    model = load_gemma3(gf, device)
+    res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt,
+                tokenizer=GGUFTokenizer(gf) if tc.gen_rows else None)
+    if args.history:
+        Path(args.history).write_text(json.dumps(res, indent=1))
+    return 0
 
 
 def add_parser(sub) -> None:

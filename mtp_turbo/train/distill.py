@@ -17,8 +17,6 @@ Ignores: serving (spec/drafters/mtp.py), data building (train/data.py).
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import time
 from dataclasses import asdict
@@ -38,7 +36,6 @@ from ..sampling.config import SamplerConfig
 from . import data as data_mod
 from .export import save_head
 from .forward import chain_states, main_hidden, virtual_positions
-from .config import TrainConfig, add_parser
 from .generate import GenConfig, sample_rows
 
 
@@ -77,7 +74,7 @@ def sampled_probs(logits: torch.Tensor, temp: float, min_p: float) -> torch.Tens
 
 
 def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Tensor | None, tokens: torch.Tensor,
-                tc: TrainConfig, full_argmax: bool = False, offset: int = 0, stats: dict | None = None):
+                tc, full_argmax: bool = False, offset: int = 0, stats: dict | None = None):
     """tokens [B, T] -> (list of loss per chain step, list of top-1 agreement per step).
     Loss = KL (+ the acceptance term when tc.accept_weight). Agreement is with the main model's
     argmax over the head's ids, or over the full vocabulary when full_argmax (eval). offset:
@@ -123,7 +120,7 @@ def step_losses(model, W, cfg: MTPConfig, head_rows: torch.Tensor, ids: torch.Te
     return losses, agree
 
 
-def gen_config(tc: TrainConfig, row_len: int) -> GenConfig:
+def gen_config(tc, row_len: int) -> GenConfig:
     return GenConfig(rows=tc.gen_rows, length=tc.gen_len or row_len, batch=tc.gen_batch,
                      temps=tuple(float(x) for x in tc.gen_temps.split(",")), time_budget=tc.gen_time, seed=tc.seed,
                      chain=SamplerConfig(temperature=1.0, top_k=tc.gen_top_k, top_p=tc.gen_top_p, min_p=tc.gen_min_p,
@@ -132,7 +129,7 @@ def gen_config(tc: TrainConfig, row_len: int) -> GenConfig:
                                          penalty_last_n=tc.gen_penalty_last_n))
 
 
-def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, device, resume: bool = False,
+def train(model, base_sha: str, data_path: str, out: str, tc, device, resume: bool = False,
           progress: bool = True, ckpt: str | None = None, tokenizer=None) -> dict:
     """tokenizer: needed only with tc.gen_rows (BOS, end-of-turn and newline ids)."""
     torch.manual_seed(tc.seed)
@@ -288,39 +285,3 @@ def train(model, base_sha: str, data_path: str, out: str, tc: TrainConfig, devic
               + (" | " + " | ".join(f"{x:.3f}" for x in r["top1_far"]) if far else ""))
     print(f"wrote {out} ({Path(out).stat().st_size / 2**20:.1f} MiB) after {step} steps")
     return {"history": history, "steps": step, "recipe": recipe}
-
-
-def cmd_train_mtp(args) -> int:
-    from ..cli import config_from_args
-    from ..engine import pick_device
-    from ..io.gguf_file import GGUFFile, default_model_path
-    from ..io.tokenizer import GGUFTokenizer
-    from ..models.load import load_gemma3
-
-    tc = config_from_args(TrainConfig, args)  # checked before the model loads, as the files are
-    for flag, path in (("--data", args.data), ("--init", tc.init)):
-        if path and not Path(path).is_file():
-            raise ConfigError(f"{flag} {path}: no such file")
-    if not Path(args.out).resolve().parent.is_dir():
-        raise ConfigError(f"--out {args.out}: its folder does not exist")
-    device = pick_device(args.device)
-    gf = GGUFFile(args.model or default_model_path())
-    model = load_gemma3(gf, device)
-    res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt,
-                tokenizer=GGUFTokenizer(gf) if tc.gen_rows else None)
-    if args.history:
-        Path(args.history).write_text(json.dumps(res, indent=1))
-    return 0
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mtp_turbo.train.distill")
-    sub = ap.add_subparsers(dest="command", required=True)
-    add_parser(sub)
-    data_mod.add_parser(sub)
-    args = ap.parse_args(argv)
-    return args.func(args)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -11,7 +11,8 @@ import torch
 from mtp_turbo.cache.kv import KVCache
 from mtp_turbo.models.mtp_head import reference_drafts
 from mtp_turbo.train import data as data_mod
-from mtp_turbo.train.distill import TrainConfig, frequent_ids, train
+from mtp_turbo.train.config import TrainConfig
+from mtp_turbo.train.distill import frequent_ids, train
 from mtp_turbo.train.forward import chain_states, main_hidden
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spec" / "drafters"))
