@@ -56,6 +56,7 @@ class RoundProgram:
         self._graphs: dict[tuple, list] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
         self.last_split: tuple[float, float, float] | None = None  # ms draft / verify / accept (split)
+        self.sample_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
         self.chooser = None  # the round loop's adaptive.KChooser, kept with the program across calls
         self.chooser_key = None
 
@@ -79,7 +80,8 @@ class RoundProgram:
         def accept(logits, hidden):
             pos = n + ar[: k + 1]
             s = self.sampler
-            t = logits.argmax(-1) if s.greedy and not s.uses_penalties else sample_tokens(logits, tb, pos, s)
+            t = logits.argmax(-1) if s.greedy and not s.uses_penalties else \
+                sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
             drafts = tb[n + ar[:k]]
             if self.mode == "exact":
                 a, e = accept_exact(t, drafts)
@@ -127,13 +129,26 @@ class RoundProgram:
                     with torch.cuda.graph(ga, pool=self._pool):
                         accept(*out)
                     graphs = [gd, gv, ga, out]  # out: keep the forward's outputs alive
-        except Exception as e:  # a capture failure costs speed, never the answer
-            print(f"mtp-turbo: round CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
-                  "running rounds eagerly", file=sys.stderr)
-            self.graphs = False
-            return None
+        except Exception as e:  # a failure costs speed, never the answer: degrade, then try again
+            torch.cuda.synchronize()
+            what = self._degrade()
+            print(f"mtp-turbo: the round's CUDA graph failed ({type(e).__name__}: {str(e)[:300]}); {what}",
+                  file=sys.stderr)
+            return self._capture(key, parts) if self.graphs else None
         self._graphs[key] = graphs
         return graphs
+
+    def _degrade(self) -> str:
+        """One step down after a failure: the torch sampler chain, then the drafter's torch step,
+        then no graphs (eager rounds). Says what it did."""
+        if self.sample_backend != "torch" and not (self.sampler.greedy and not self.sampler.uses_penalties):
+            self.sample_backend = "torch"
+            return "sampling with the torch chain instead of the fused kernels"
+        if self.drafter is not None and self.drafter.on_device and self.drafter.fall_back_to_torch():
+            return "drafting with torch ops instead of the fused kernels"
+        self.graphs = False
+        self._graphs.clear()
+        return "running rounds eagerly"
 
     def _replay(self, graphs) -> None:
         if len(graphs) == 1:

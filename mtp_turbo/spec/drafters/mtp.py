@@ -259,6 +259,14 @@ class MTPDrafter(Drafter):
         Capturable; the host marks the committed ones with observe(..., stored=True)."""
         self.hbuf.index_copy_(0, pos, self._source(hidden))
 
+    def fall_back_to_torch(self) -> bool:
+        """Draft with torch ops from now on (the fused kernels failed); False if it already does."""
+        if self.step is self.torch_step:
+            return False
+        self.step = self.torch_step
+        self._graphs.clear()
+        return True
+
     def device_drafts(self, staged: torch.Tensor, n: int, k: int) -> torch.Tensor:
         """Device: the k draft ids [k] of a round prepared with prepare() (capturable)."""
         return self._chain(staged, n, k)[0]
