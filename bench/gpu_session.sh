@@ -185,7 +185,7 @@ case $step in
       >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &
     cd - > /dev/null
     setsid nohup bash -c "PYTHONPATH=$PYTHONPATH python3 -m pytest -q -m gpu tests/quant tests/sampling tests/check \
-      -p no:cacheprovider > /tmp/logs/pytest_nomodel.txt 2>&1; echo TESTS_DONE >> /tmp/logs/pytest_nomodel.txt" \
+      -p no:cacheprovider --timeout 240 -rf > /tmp/logs/pytest_nomodel.txt 2>&1; echo TESTS_DONE >> /tmp/logs/pytest_nomodel.txt" \
       > /dev/null 2>&1 &
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
