@@ -14,7 +14,8 @@ from mtp_turbo.cache.cells import DraftCells, DraftCellsConfig
 from mtp_turbo.cache.kv import KVCache
 from mtp_turbo.models.mtp_head import reference_drafts
 from mtp_turbo.train import data as data_mod
-from mtp_turbo.train.distill import TrainConfig, train
+from mtp_turbo.train.config import TrainConfig
+from mtp_turbo.train.distill import train
 from mtp_turbo.train.forward import chain_states, committed_mask, virtual_positions
 from mtp_turbo.train.generate import GenConfig, sample_rows
 
