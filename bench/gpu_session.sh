@@ -196,7 +196,7 @@ case $step in
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
     timeout ${TEST_S:-480} python3 -m pytest -q -m gpu tests --ignore=tests/quant --ignore=tests/sampling \
-      --ignore=tests/check --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 240 --durations=15 -rf \
+      --ignore=tests/check --ignore=tests/server --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 240 --durations=15 -rf \
       2>&1 | tee /tmp/logs/pytest_model.txt | tail -40
     tail -30 /tmp/logs/pytest_nomodel.txt; tail -3 /tmp/logs/llama-build.log
     cp /tmp/logs/* "$OUT"/ ;;

@@ -91,9 +91,10 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
                                                           round_split=cfg.split)
             name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
             bar.set_description(name)
-            if cfg.warmup:
-                generate(eng, prompts[0], sampler, spec, min(cfg.max_tokens, 16), stop_ids)
-                bar.update()
+            if cfg.warmup:  # every prompt: each prefill tail and catch-up length captures its graph once
+                for prompt in prompts:
+                    generate(eng, prompt, sampler, spec, min(cfg.max_tokens, 16), stop_ids)
+                    bar.update()
             runs, ids_of = [], {}
             for rep in range(cfg.reps):
                 for i, prompt in enumerate(prompts):

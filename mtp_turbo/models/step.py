@@ -46,18 +46,18 @@ class StepRunner:
         if T > self.max_rows:
             with torch.inference_mode():
                 return self.model.forward(tokens, pos0, self.kv)
-        if not self.use_graphs:
-            with torch.inference_mode():
+        with torch.inference_mode():  # the graphs' static buffers are inference tensors
+            g = (self._graphs.get(T) or self._try_capture(T)) if self.use_graphs else None
+            if g is None:
                 if self.fused is not None:
                     pos = torch.arange(pos0, pos0 + T, dtype=torch.int64, device=tokens.device)
                     return self.fused.forward(tokens, pos)
                 return self.model.forward(tokens, pos0, self.kv)
-        g = self._graphs.get(T) or self._capture(T)
-        graph, tok_buf, pos_buf, out = g
-        tok_buf.copy_(tokens)  # device to device
-        torch.add(self._arange[:T], pos0, out=pos_buf)  # a scalar kernel argument: no host copy
-        graph.replay()
-        return out
+            graph, tok_buf, pos_buf, out = g
+            tok_buf.copy_(tokens)  # device to device
+            torch.add(self._arange[:T], pos0, out=pos_buf)  # a scalar kernel argument: no host copy
+            graph.replay()
+            return out
 
     def body(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's device work for tokens [T] at device positions pos [T] (consecutive), T <=
@@ -79,6 +79,16 @@ class StepRunner:
         key_pos = {True: None, False: pos[0] + offs}
         h = m.forward_hidden(tokens, pos, self.kv, key_pos)
         return m.lm_head(m.final_norm(h)), h
+
+    def _try_capture(self, T: int):
+        """The graph for T rows, or None (and eager steps from now on) when capture fails."""
+        try:
+            return self._capture(T)
+        except Exception as e:  # a failed capture costs speed, never the answer
+            print(f"mtp-turbo: CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
+                  "running the step eagerly", file=sys.stderr)
+            self.use_graphs = False
+            return None
 
     def _capture(self, T: int):
         dev = self.model.device

@@ -59,6 +59,8 @@ class RoundProgram:
         self.sample_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
         self.chooser = None  # the round loop's adaptive.KChooser, kept with the program across calls
         self.chooser_key = None
+        self.last_fresh = False  # the last round compiled or captured its work (its time is no timing)
+        self._ran: set[tuple] = set()
 
     # ---- the device work -------------------------------------------------------------------------
     def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None):
@@ -184,6 +186,8 @@ class RoundProgram:
         self.n_host[0] = n
         self.n_dev.copy_(self.n_host, non_blocking=True)
         key = (k, n_catch, from_host)
+        self.last_fresh = key not in self._ran
+        self._ran.add(key)
         # a catch-up longer than the drafter stages in its persistent buffer (after a rollback far
         # back) comes in a fresh tensor a graph cannot replay with: that round runs eagerly
         if self.graphs and n_catch <= GRAPH_ROWS:

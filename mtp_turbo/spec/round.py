@@ -123,7 +123,7 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         target.commit(emitted, a, on_device=True)
         drafter.observe(target.tokens, a, None, stored=True)
         t3 = time.perf_counter()
-        chooser.update(want, k, a, t3 - t0)
+        chooser.update(want, k, a, t3 - t0, fresh=program.last_fresh)
         stats.add(k, a, len(emitted))
         stats.host_s += (t1 - t0) + (t3 - t2)
         stats.round_s += t3 - t0
