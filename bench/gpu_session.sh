@@ -189,16 +189,16 @@ case $step in
       > /dev/null 2>&1 &
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
-    sleep 20; tail -3 /tmp/logs/*.txt /tmp/logs/*.log ;;
+    sleep 20; tail -n 3 /tmp/logs/*.txt /tmp/logs/*.log ;;
   s10-recv)
-    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -2 /tmp/logs/*.txt /tmp/logs/*.log ;;
+    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 2 /tmp/logs/*.txt /tmp/logs/*.log ;;
   s10-tests)
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
     timeout ${TEST_S:-480} python3 -m pytest -q -m gpu tests --ignore=tests/quant --ignore=tests/sampling \
       --ignore=tests/check --ignore=tests/server --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 240 --durations=15 -rf \
       2>&1 | tee /tmp/logs/pytest_model.txt | tail -40
-    tail -30 /tmp/logs/pytest_nomodel.txt; tail -3 /tmp/logs/llama-build.log
+    tail -30 /tmp/logs/pytest_nomodel.txt; tail -n 3 /tmp/logs/llama-build.log
     cp /tmp/logs/* "$OUT"/ ;;
   s10-bench)
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
