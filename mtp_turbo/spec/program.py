@@ -59,7 +59,7 @@ class RoundProgram:
         self.sample_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
         self.chooser = None  # the round loop's adaptive.KChooser, kept with the program across calls
         self.chooser_key = None
-        self.last_fresh = False  # the last round compiled or captured its work (its time is no timing)
+        self.last_fresh = False  # the last round's time is no timing of its k (see run)
         self._ran: set[tuple] = set()
 
     # ---- the device work -------------------------------------------------------------------------
@@ -186,7 +186,9 @@ class RoundProgram:
         self.n_host[0] = n
         self.n_dev.copy_(self.n_host, non_blocking=True)
         key = (k, n_catch, from_host)
-        self.last_fresh = key not in self._ran
+        # not a timing: the first run of a key (compiles, captures), or a long catch-up (after plain
+        # rounds: a cost of switching k, not of drafting k)
+        self.last_fresh = key not in self._ran or n_catch > GRAPH_ROWS
         self._ran.add(key)
         # a catch-up longer than the drafter stages in its persistent buffer (after a rollback far
         # back) comes in a fresh tensor a graph cannot replay with: that round runs eagerly
