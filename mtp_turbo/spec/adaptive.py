@@ -9,8 +9,9 @@ being a plain decoding step. P(accepted > i) and T(k) are running averages of th
 and one slow round, a host hiccup, counts as at most `clip` times the running value: one outlier
 must not park the chooser at k = 0). Until every k has been timed the chooser tries the untimed
 ones (K first); afterwards it tries a neighbour of the best every `probe` rounds, so a change in
-acceptance (a new kind of text) moves k. From k = 0 a try costs a catch-up of every row since the
-last draft, so while plain stays best the gap between tries doubles, up to `probe_max` rounds.
+acceptance (a new kind of text) moves k. A try lasts `try_rounds` rounds: from k = 0 its first
+round catches the drafter up on every row since the last draft (no timing), the others measure.
+While plain stays best the gap between tries doubles, up to `probe_max` rounds.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from __future__ import annotations
 
 class KChooser:
     def __init__(self, k_max: int, adaptive: bool = True, decay: float = 0.9, probe: int = 32,
-                 clip: float = 2.0, probe_max: int = 1024):
-        assert k_max >= 0 and 0 < decay < 1 and clip >= 1 and 0 < probe <= probe_max
+                 clip: float = 2.0, probe_max: int = 1024, try_rounds: int = 4):
+        assert k_max >= 0 and 0 < decay < 1 and clip >= 1 and 0 < try_rounds < probe <= probe_max
         self.K, self.adaptive, self.decay, self.probe, self.clip = k_max, adaptive, decay, probe, clip
-        self.probe_max = probe_max
+        self.probe_max, self.try_rounds = probe_max, try_rounds
         self.gap, self.since, self.up = probe, 0, False  # rounds between tries, since the last, direction
+        self.try_k, self.trying = 0, 0  # the k being tried, rounds of the try left
         self.t: list[float | None] = [None] * (k_max + 1)  # seconds per round
         self.seen = [0] * (k_max + 1)
         self.p = [0.5] * k_max  # P(accepted > i), an optimistic-neutral start
@@ -40,6 +42,9 @@ class KChooser:
         for k in range(self.K, -1, -1):  # time every k first (the largest first)
             if self.t[k] is None:
                 return k
+        if self.trying:
+            self.trying -= 1
+            return self.try_k
         b = self.best()
         self.since += 1
         if self.since < self.gap:
@@ -47,7 +52,9 @@ class KChooser:
         self.since = 0
         self.gap = min(2 * self.gap, self.probe_max) if b == 0 else self.probe
         self.up = not self.up
-        return b + 1 if b == 0 or (self.up and b < self.K) else b - 1
+        self.try_k = b + 1 if b == 0 or (self.up and b < self.K) else b - 1
+        self.trying = self.try_rounds - 1
+        return self.try_k
 
     def update(self, k: int, drafted: int, accepted: int, seconds: float, fresh: bool = False) -> None:
         """A round asked for k drafts, drafted `drafted` (a drafter may find fewer), accepted
