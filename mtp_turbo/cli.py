@@ -44,7 +44,8 @@ HELP = {
     "seed": "random stream key; the same seed gives the same text with or without speculation (-1 = random)",
     "order": "sampler chain order, comma-separated names from top_k,penalties,temperature,min_p,top_p",
     # SpecConfig
-    "draft": "drafter: none (plain decoding), ngram (prompt lookup), mtp (the model's MTP head)",
+    "draft": "drafter: auto (mtp on a CUDA GPU when a head for the model is there, else none), none (plain "
+    "decoding), ngram (prompt lookup), mtp (the model's MTP head)",
     "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward",
     "spec_sample": "exact = lossless speculative sampling; greedy = LEGACY LOSSY rule that keeps "
     "drafts equal to the unpenalised argmax (changes the output distribution; for comparison only)",
@@ -140,7 +141,7 @@ def model_file(cfg) -> Path:
 def check_drafter(spec) -> None:
     """A --drafter that cannot be used, reported before the model loads."""
     if spec.drafter:
-        if spec.draft != "mtp":
+        if spec.draft not in ("mtp", "auto"):
             raise ConfigError(f"--drafter {spec.drafter} is an MTP head: it needs --draft mtp (got --draft {spec.draft})")
         if not Path(spec.drafter).is_file():
             raise ConfigError(f"--drafter {spec.drafter}: no such file")

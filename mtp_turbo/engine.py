@@ -12,7 +12,9 @@ a speculative round verifies against.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +25,7 @@ from tqdm import tqdm
 
 from .cache.kv import KVCache
 from .engine_config import EngineConfig
-from .errors import ConfigError, MtpTurboError
+from .errors import ConfigError, ModelFileError, MtpTurboError
 from .io.gguf_file import GGUFFile, default_model_path
 from .io.tokenizer import GGUFTokenizer
 from .models.load import load_gemma3
@@ -108,6 +110,7 @@ class Engine:
         self.tokens: list[int] = []
         self.drafter: Drafter | None = None  # the drafter of the last speculative call (keeps its cache)
         self._drafter_spec = None
+        self._auto_plain: set = set()  # --draft auto specs found without a usable head
         self._programs: dict = {}  # (sampler, mode, split, with drafter) -> spec.program.RoundProgram
         # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
         # then room for a round's drafts
@@ -260,6 +263,8 @@ class Engine:
         stats = Stats(prompt_tokens=len(ids))
         self.last_stats = stats
         stops = set(self.tokenizer.stop_ids if stop_ids is None else stop_ids)
+        if spec is not None and spec.draft == "auto":
+            spec = self._auto_spec(spec)
         speculative = spec is not None and spec.draft != "none"
         if speculative:
             self._use_drafter(spec)
@@ -280,6 +285,20 @@ class Engine:
         else:
             token_iter = self._plain_tokens(sampler, budget)
         yield from self._stream(token_iter, stops, stats, max_tokens, budget, special)
+
+    def _auto_spec(self, spec):
+        """--draft auto: the MTP head on CUDA when one is there for this model, else None (plain
+        decoding; why is said once on stderr)."""
+        if self.device.type != "cuda" or spec in self._auto_plain:
+            return None
+        mtp = dataclasses.replace(spec, draft="mtp")
+        try:
+            self._use_drafter(mtp)
+        except ModelFileError as e:
+            print(f"mtp-turbo: --draft auto decodes without a drafter: {e}", file=sys.stderr)
+            self._auto_plain.add(spec)
+            return None
+        return mtp
 
     def _use_drafter(self, spec) -> None:
         """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged."""

@@ -194,7 +194,7 @@ def no_model(monkeypatch):
 
 @pytest.mark.parametrize("argv,words", [
     (["generate", "hi", "--draft", "mtp", "--drafter", "/no/such/head.gguf"], ["--drafter", "no such file"]),
-    (["generate", "hi", "--drafter", "/no/such/head.gguf"], ["--drafter", "--draft mtp"]),
+    (["generate", "hi", "--draft", "ngram", "--drafter", "/no/such/head.gguf"], ["--drafter", "--draft mtp"]),
     (["generate", "word " * 100, "--ctx-size", "32"], ["102 tokens", "context holds 32"]),
     (["generate", "word " * 100, "--ctx-size", "32", "--chat"], ["tokens", "context holds 32"]),
     (["generate", "hi", "--session", "/no/such/dir/s.session"], ["--session", "does not exist"]),

@@ -123,3 +123,14 @@ def test_generation_stops_at_context_end(engine):
     out = engine.generate_ids(ids, sampler=GREEDY, max_tokens=50, stop_ids=())
     assert len(out) == 3
     assert engine.last_stats.finish_reason == "context"
+
+
+def test_draft_auto_decodes_plainly_off_cuda(engine):
+    """--draft auto (the default) drafts with the MTP head on CUDA only: on the CPU it is plain
+    decoding, the same text and no speculative rounds."""
+    from mtp_turbo.spec.config import SpecConfig
+
+    assert SpecConfig().draft == "auto"
+    want = engine.generate_ids("The capital of France is", max_tokens=8)
+    assert engine.generate_ids("The capital of France is", max_tokens=8, spec=SpecConfig()) == want
+    assert engine.last_stats.spec is None and engine.drafter is None

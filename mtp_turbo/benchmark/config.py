@@ -31,7 +31,7 @@ class BenchConfig:
     prompts: str = "mtbench"  # mtbench | humaneval | FILE (.json list, or one prompt per line)
     n_prompts: int = 8
     reps: int = 1  # each prompt this many times per row
-    adaptive: bool = True  # speculative rows choose each round's k in 0..K (off: always K drafts)
+    adaptive: bool = False  # speculative rows choose each round's k in 0..K (off: always K drafts, the default)
     split: bool = False  # time draft / verify / accept apart (SpecConfig.round_split: three graphs, events between)
     ignore_eos: bool = True  # always generate max_tokens (as llama-bench does)
     warmup: bool = True  # one short untimed generation per prompt and row first

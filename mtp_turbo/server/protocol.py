@@ -167,7 +167,7 @@ def _sampler(body: dict, d: Defaults) -> SamplerConfig:
 def _spec(body: dict, default: SpecConfig) -> SpecConfig:
     over = {k: body[k] for k in SPEC_FIELDS if body.get(k) is not None}
     if "draft" in over and not isinstance(over["draft"], str):
-        raise bad("'draft' must be a string: none, ngram or mtp", "draft")
+        raise bad("'draft' must be a string: auto, none, ngram or mtp", "draft")
     if "draft_tokens" in over:
         _number(body, "draft_tokens", 1, 7, integer=True)
     try:

@@ -6,15 +6,19 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-DRAFTERS = ("none", "ngram", "mtp")
+DRAFTERS = ("auto", "none", "ngram", "mtp")
 SPEC_SAMPLE = ("exact", "greedy")
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    draft: str = "none"  # none | ngram | mtp
+    # auto: the MTP head on CUDA when one is there for the model, else plain (2.03x plain greedy,
+    # 1.08x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01)
+    draft: str = "auto"  # auto | none | ngram | mtp
     draft_tokens: int = 3  # k: drafts per round at most (verify forwards k+1 rows)
-    adaptive: bool = True  # choose each round's k in 0..draft_tokens from measured acceptance and round times
+    # choose each round's k in 0..draft_tokens from measured acceptance and round times; off by
+    # default: fixed k = 3 was faster on MT-Bench at temp 0 and 0.6 (bench/RESULTS.md 2026-12-01)
+    adaptive: bool = False
     round_split: bool = False  # time the round's draft / verify / accept apart (three CUDA graphs, events between)
     spec_sample: str = "exact"  # exact (lossless) | greedy (legacy, lossy: for comparison only)
     ngram_max: int = 4  # longest suffix the n-gram drafter matches
