@@ -47,6 +47,10 @@ HELP = {
     "draft": "drafter: auto (mtp on a CUDA GPU when a head for the model is there, else none), none (plain "
     "decoding), ngram (prompt lookup), mtp (the model's MTP head)",
     "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward",
+    "adaptive": "choose each round's k in 0..draft-tokens from measured acceptance and round times (0 = a "
+    "plain step); off: every round drafts draft-tokens (measured faster on an H200, bench/RESULTS.md)",
+    "round_split": "time the round's draft / verify / accept apart (three CUDA graphs with events between; "
+    "slower, for profiling; --stats prints the parts)",
     "spec_sample": "exact = lossless speculative sampling; greedy = LEGACY LOSSY rule that keeps "
     "drafts equal to the unpenalised argmax (changes the output distribution; for comparison only)",
     "ngram_max": "n-gram drafter: longest suffix matched",
