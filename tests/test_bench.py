@@ -98,7 +98,8 @@ def test_config_checks_and_prompt_sets(tmp_path):
 
 
 class ScriptedEngine:
-    """Greedy text = the prompt's length in tokens; a drafter named 'ngram' changes token 2 at k=3."""
+    """Greedy text = the prompt's length in tokens; a drafter named 'ngram' changes token 2 at k=3;
+    at k=2 the short prompt decodes in half plain's time, the long one in 1.5x (same total)."""
 
     def __init__(self):
         self.tokens = []
@@ -114,7 +115,8 @@ class ScriptedEngine:
         sp = None if spec is None else SimpleNamespace(rounds=rounds, drafted=rounds * 2, accepted=rounds, emitted=max_tokens,
                                                        round_s=0.8, host_s=0.05, draft_s=0.1, verify_s=0.5, accept_s=0.1)
         self.last_stats = SimpleNamespace(prompt_tokens=10, prompt_cached=0, prompt_s=0.5, gen_tokens=max_tokens,
-                                          decode_s=1.0, spec=sp)
+                                          decode_s=1.0 if spec is None or spec.draft_tokens != 2
+                                          else 0.5 if len(prompt) < 3 else 1.5, spec=sp)
         yield SimpleNamespace(token_ids=tuple(ids))
 
 
@@ -132,6 +134,9 @@ def test_rows_and_their_text_checks():
     assert r["acceptance"] == 0.5 and r["split"] == pytest.approx({"draft": 0.1, "verify": 0.5, "accept": 0.1,
                                                                    "device": 0.75, "host": 0.05, "other": 0.2})
     assert "split" not in rows[0] and rows[0]["tokens_per_round"] == 1.0
+    # the slowest prompt against plain's same prompt: the long one, 2 s of plain over 3 s
+    assert r["worst_prompt"] == {"prompt": 1, "ratio": pytest.approx(2 / 3)}
+    assert rows[2]["worst_prompt"] == {"prompt": 0, "ratio": 1.0} and "worst_prompt" not in rows[0]
 
 
 def test_table_and_plot(tmp_path):
@@ -140,6 +145,7 @@ def test_table_and_plot(tmp_path):
             aggregate("mtp", 3, 0.0, [dict(prompt_tokens=10, prompt_cached=0, prompt_s=1.0, gen_tokens=100,
                                            decode_s=0.5, rounds=40, drafted=120, accepted=60, emitted=100,
                                            round_s=0.45, host_s=0.05)], False)]
+    rows[1]["worst_prompt"] = {"prompt": 4, "ratio": 0.97}
     result = {"meta": dict(model="m.gguf", device="cpu", torch="2", prompts="mtbench", n_prompts=1, max_tokens=100,
                            reps=1, seed=0), "rows": rows, "mismatches": ["mtp k=3 temp=0: prompt 0 differs"],
               "llama_bench": {"tg": {"name": "tg128", "tps": 50.0, "std": 1.0}, "pp": {"name": "pp512", "tps": 10.0}},
@@ -147,8 +153,8 @@ def test_table_and_plot(tmp_path):
               "floor": {"weight_bytes": 2**20, "kv_bytes": 0, "context": 64, "bandwidth_GBps": 1.0,
                         "ms_per_token": 1.0, "tps": 400.0}}
     t = report.table(result)
-    assert "| plain | - | 0 | 100.0 | 10.0 | 1.00 | - | - | - | - | - | - | - | yes | 2.00 | 25% |" in t
-    assert "| mtp | 3 | 0 | 200.0 | 10.0 | 2.50 | 50% | 80% | - | - | - | 10% | 10% | **NO** | 4.00 | 50% |" in t
+    assert "| plain | - | 0 | 100.0 | 10.0 | 1.00 | - | - | - | - | - | - | - | yes | - | 2.00 | 25% |" in t
+    assert "| mtp | 3 | 0 | 200.0 | 10.0 | 2.50 | 50% | 80% | - | - | - | 10% | 10% | **NO** | 0.97x (#4) | 4.00 | 50% |" in t
     assert "pp512: 20.0 tok/s | llama-bench pp512: 10.0 tok/s, ratio 2.00" in t and "plain greedy ratio 2.00" in t
     assert "MISMATCH" in t
     pytest.importorskip("matplotlib")

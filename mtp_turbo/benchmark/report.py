@@ -26,13 +26,18 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
+def _worst(w: dict | None) -> str:
+    """'0.97x (#5)': the row's speed over plain's on its slowest prompt (index 5)."""
+    return "-" if w is None else f"{w['ratio']:.2f}x (#{w['prompt']})"
+
+
 def table(result: dict) -> str:
     m = result["meta"]
     out = [f"model {m['model']} | device {m['device']} | torch {m['torch']} | prompts {m['prompts']} x{m['n_prompts']}"
            f" | {m['max_tokens']} tokens each | reps {m['reps']} | seed {m['seed']}", ""]
     floor = result.get("floor")
     cols = ["mode", "k", "temp", "decode tok/s", "prompt tok/s", "tokens/round", "acceptance", "device", "draft",
-            "verify", "accept", "host", "other", "same text", "x llama.cpp"] + (["of floor"] if floor else [])
+            "verify", "accept", "host", "other", "same text", "worst prompt", "x llama.cpp"] + (["of floor"] if floor else [])
     out += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in result["rows"]:
         sp = r.get("split", {})
@@ -40,7 +45,8 @@ def table(result: dict) -> str:
         cells = [r["mode"], "-" if r["k"] is None else str(r["k"]), f"{r['temp']:g}", f"{r['decode_tps']:.1f}",
                  f"{r['prompt_tps']:.1f}", f"{r['tokens_per_round']:.2f}", _pct(r["acceptance"]),
                  *(_pct(sp.get(n)) for n in ("device", "draft", "verify", "accept", "host", "other")),
-                 "yes" if r["same_text"] else "**NO**", "-" if ratio is None else f"{ratio:.2f}"]
+                 "yes" if r["same_text"] else "**NO**", _worst(r.get("worst_prompt")),
+                 "-" if ratio is None else f"{ratio:.2f}"]
         if floor:
             cells.append(_pct(r["decode_tps"] / floor["tps"]))
         out.append("| " + " | ".join(cells) + " |")

@@ -95,27 +95,41 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
                 for prompt in prompts:
                     generate(eng, prompt, sampler, spec, min(cfg.max_tokens, 16), stop_ids)
                     bar.update()
-            runs, ids_of = [], {}
+            runs, ids_of, secs_of = [], {}, {}
             for rep in range(cfg.reps):
                 for i, prompt in enumerate(prompts):
                     ids, fig = generate(eng, prompt, sampler, spec, cfg.max_tokens, stop_ids)
                     bar.update()
                     runs.append(fig)
+                    secs_of[i] = secs_of.get(i, 0.0) + fig["decode_s"]
                     if i in ids_of and ids != ids_of[i]:
                         mismatches.append(f"{name}: prompt {i} rep {rep} differs from rep 0 at token "
                                           f"{first_difference(ids, ids_of[i])}")
                     ids_of.setdefault(i, ids)
             same = True
             if reference is None:
-                reference, ref_name = ids_of, name
+                reference, ref_name, ref_secs = ids_of, name, secs_of
             else:
                 for i, ids in ids_of.items():
                     if ids != reference[i]:
                         same = False
                         mismatches.append(f"{name}: prompt {i} differs from {ref_name} at token "
                                           f"{first_difference(ids, reference[i])} of {len(ids)}")
-            rows.append(aggregate(mode, k, temp, runs, same))
+            row = aggregate(mode, k, temp, runs, same)
+            if secs_of is not ref_secs:
+                row["worst_prompt"] = worst_prompt(ref_secs, secs_of)
+            rows.append(row)
     return rows, mismatches
+
+
+def worst_prompt(ref_secs: dict[int, float], secs: dict[int, float]) -> dict | None:
+    """The prompt where this row is slowest against the reference row (plain): its speed ratio
+    (reference decode seconds / this row's; same tokens, as the texts are equal) and its index."""
+    ratios = {i: ref_secs[i] / s for i, s in secs.items() if s > 0 and ref_secs.get(i, 0) > 0}
+    if not ratios:
+        return None
+    i = min(ratios, key=ratios.get)
+    return {"prompt": i, "ratio": ratios[i]}
 
 
 def prefill_speed(eng, n: int, prompts: list[str], reps: int, warmup: bool, bar) -> dict:
