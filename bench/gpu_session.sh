@@ -38,6 +38,17 @@
 #   bench/gpu_session.sh s10-bench         mtp-turbo bench, k = 1..4 fixed, beside llama-bench / llama-completion (MT-Bench)
 #   bench/gpu_session.sh s10-bench2        adaptive k on MT-Bench and HumanEval, the draft/verify/accept split, a 12k
 #                                          prompt, time to first token of a one-shot generate
+#
+# Session 11 (the lessons of 10: nothing beside a measurement; the sampler's GPU tests alone, first):
+#   bench/gpu_session.sh s11-start         piece p0; llama.cpp build in the background (CPU only, -j 8)
+#   bench/gpu_session.sh s11-recv N        copy piece N (1..5); the build's progress
+#   bench/gpu_session.sh s11-sampling      join + check the model; tests/sampling's GPU tests alone, then the
+#                                          sampler bench (both on a GPU nothing else uses)
+#   bench/gpu_session.sh s11-tests         the other GPU tests (models, spec, quant, check)
+#   bench/gpu_session.sh s11-bench         the table of record: plain / MTP / n-gram, k = 1..4 fixed, MT-Bench and
+#                                          HumanEval, llama-bench + llama-completion in the same run (build done)
+#   bench/gpu_session.sh s11-more          adaptive K = 4; the 12k prompt with --split; time to first token with a
+#                                          profile of the engine build
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -223,6 +234,44 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s11-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
+    tar xzf .carry/llama.tar.gz -C /tmp && cd /tmp/llama.cpp || exit 1
+    setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
+      > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j 8 --target llama-bench llama-completion \
+      >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &
+    cd - > /dev/null
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" ;;
+  s11-recv)
+    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
+  s11-sampling)
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout ${TEST_S:-420} python3 -m pytest -q -m gpu tests/sampling -p no:cacheprovider --timeout 300 --durations=10 -rf \
+      2>&1 | tee "$OUT/pytest_gpu_sampling.txt" | tail -25
+    timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -14 ;;
+  s11-tests)
+    timeout ${TEST_S:-300} python3 -m pytest -q -m gpu tests --ignore=tests/sampling --ignore=tests/server \
+      --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 240 --durations=10 -rf 2>&1 \
+      | tee "$OUT/pytest_gpu.txt" | tail -25; tail -n 1 /tmp/logs/llama-build.log ;;
+  s11-bench)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf; tail -n 1 /tmp/logs/llama-build.log
+    for set in mtbench humaneval; do
+      timeout 270 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens ${KS:-1,2,3,4} \
+        --max-tokens 256 --n-prompts 20 --prompts $set --pp 512 --floor --llama-bench $L/llama-bench \
+        --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_$set.json" \
+        --plot "$OUT/bench_$set.png" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_$set.txt" | tail -24
+    done ;;
+  s11-more)
+    M=/tmp/gguf/model.gguf
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 4 --adaptive \
+      --max-tokens 256 --n-prompts 20 --pp 0 --json "$OUT/bench_adaptive.json" 2>&1 | tail -7
+    timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 --split \
+      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 | tail -9
+    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d --profile 25 > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
   gputests)
     timeout ${TEST_S:-500} python3 -m pytest -q -m gpu tests/quant -p no:cacheprovider 2>&1 | tail -5 | tee "$OUT/pytest_gpu_quant.txt" ;;
   *) echo "unknown step $step"; exit 2 ;;
