@@ -13,6 +13,7 @@ a speculative round verifies against.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import ThreadPoolExecutor
 import math
 import sys
 import time
@@ -100,8 +101,10 @@ class Engine:
         self.device = pick_device(cfg.device)
         path = Path(cfg.model) if cfg.model else default_model_path()
         self.gguf = GGUFFile(path)
-        self.model = load_gemma3(self.gguf, self.device, progress=cfg.progress)
-        self.tokenizer = GGUFTokenizer(self.gguf)
+        with ThreadPoolExecutor(1) as pool:  # the tokenizer's JSON parse (Rust) beside the weights' load
+            tokenizer = pool.submit(GGUFTokenizer, self.gguf)
+            self.model = load_gemma3(self.gguf, self.device, progress=cfg.progress)
+            self.tokenizer = tokenizer.result()
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
