@@ -128,7 +128,7 @@ def dequantize(raw: torch.Tensor, ggml_type: int, shape: tuple[int, ...]) -> tor
     raw = raw.contiguous().reshape(-1)
     want = nbytes_for(t, shape)
     assert raw.numel() == want, f"{t.name} {shape}: expected {want} bytes, got {raw.numel()}"
-    if raw.storage_offset() % 4:
+    if raw.data_ptr() % 4:
         raw = raw.clone()  # dtype views (fp16 scales, f32 data) need an aligned storage offset
     if t == T.F32:
         return raw.view(torch.float32).reshape(shape).clone()
