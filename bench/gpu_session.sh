@@ -56,6 +56,14 @@ if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+
+llama_build() {  # JOBS: unpack .carry/llama.tar.gz, build llama-bench + llama-completion in the background
+  tar xzf .carry/llama.tar.gz -C /tmp && [ -d /tmp/llama.cpp ] || return 1
+  (cd /tmp/llama.cpp && setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
+    > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target llama-bench llama-completion \
+    >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
+}
 case $step in
   recv) for d in "$@"; do cp "$d"/* /tmp/gguf/; done; ls -la /tmp/gguf ;;
   llama-build)
@@ -189,12 +197,7 @@ case $step in
     grep -c "WRONG\|FAILED" "$OUT"/*.txt ;;
   s10-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
-    tar xzf .carry/llama.tar.gz -C /tmp && cd /tmp/llama.cpp || exit 1
-    setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
-      > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j 12 --target llama-bench llama-completion \
-      >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &
-    cd - > /dev/null
+    llama_build 12 || exit 1
     setsid nohup bash -c "PYTHONPATH=$PYTHONPATH python3 -m pytest -q -m gpu tests/quant tests/sampling tests/check \
       -p no:cacheprovider --timeout 240 -rf > /tmp/logs/pytest_nomodel.txt 2>&1; echo TESTS_DONE >> /tmp/logs/pytest_nomodel.txt" \
       > /dev/null 2>&1 &
@@ -236,12 +239,7 @@ case $step in
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
   s11-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
-    tar xzf .carry/llama.tar.gz -C /tmp && cd /tmp/llama.cpp || exit 1
-    setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
-      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
-      > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j 8 --target llama-bench llama-completion \
-      >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &
-    cd - > /dev/null
+    llama_build 8 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" ;;
   s11-recv)
