@@ -134,3 +134,44 @@ def test_draft_auto_decodes_plainly_off_cuda(engine):
     want = engine.generate_ids("The capital of France is", max_tokens=8)
     assert engine.generate_ids("The capital of France is", max_tokens=8, spec=SpecConfig()) == want
     assert engine.last_stats.spec is None and engine.drafter is None
+
+
+def test_draft_auto_on_cuda_without_a_usable_head_decodes_plainly_and_says_so_once(engine, monkeypatch, capsys):
+    """On CUDA, --draft auto takes the MTP head; a head that is missing or made for another model
+    (ModelFileError) gives plain decoding, said once on stderr, not an error."""
+    import torch
+
+    import mtp_turbo.spec.drafters as drafters
+    from mtp_turbo.errors import ModelFileError
+    from mtp_turbo.spec.config import SpecConfig
+
+    calls = []
+
+    def no_head(spec, *a):
+        calls.append(spec.draft)
+        raise ModelFileError("MTP head file x.gguf does not exist")
+
+    monkeypatch.setattr(drafters, "make_drafter", no_head)
+    monkeypatch.setattr(engine, "device", torch.device("cuda"))
+    spec = SpecConfig(draft="auto", draft_tokens=2)
+    assert engine._auto_spec(spec) is None and engine._auto_spec(spec) is None
+    assert calls == ["mtp"]  # tried once, as mtp
+    err = capsys.readouterr().err
+    assert err.count("--draft auto decodes without a drafter") == 1 and "x.gguf" in err
+
+
+def test_draft_auto_on_cuda_takes_the_mtp_head(engine, monkeypatch):
+    import torch
+
+    import mtp_turbo.spec.drafters as drafters
+    from mtp_turbo.spec.config import SpecConfig
+    from mtp_turbo.spec.drafters.base import Drafter
+
+    class Head(Drafter):
+        name = "mtp"
+
+    monkeypatch.setattr(drafters, "make_drafter", lambda spec, *a: Head())
+    monkeypatch.setattr(engine, "device", torch.device("cuda"))
+    got = engine._auto_spec(SpecConfig(draft="auto", draft_tokens=3))
+    assert got == SpecConfig(draft="mtp", draft_tokens=3) and isinstance(engine.drafter, Head)
+    engine._set_drafter(None, None)
