@@ -25,7 +25,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import sys
 import traceback
 from pathlib import Path
@@ -37,6 +36,7 @@ import torch  # noqa: E402
 if not torch.cuda.is_available():  # before anything imports triton: its CPU interpreter
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from timing import time_graph  # noqa: E402  (bench/timing.py: this folder is on sys.path)
 from mtp_turbo.check.bytefloor import measure_copy_bandwidth  # noqa: E402
 from mtp_turbo.quant import kernels as quant_kernels  # noqa: E402
 from mtp_turbo.quant.gemv import (  # noqa: E402
@@ -72,43 +72,6 @@ def variant_tile(kernel: str, n_out: int, k: int) -> TileConfig:
 
 def _copies(nbytes: int) -> int:
     return max(1, min(2048, math.ceil(ROTATE_BYTES / nbytes)))
-
-
-def time_graph(fn_list, reps: int = 7, warm_ms: float = 50.0, rep_ms: float = 2.0) -> float:
-    """Median seconds per call of the callables in fn_list, replayed as one CUDA graph: replays for
-    warm_ms first, then reps of >= rep_ms each. (With 7 single replays and no warm-up, the head's
-    first case after a compile measured 7-11% slower than the same tile timed right after it:
-    bench/results/2026-11-30i, run 1.)"""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for fn in fn_list[:2]:
-            fn()  # compile / warm up outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for fn in fn_list:
-            fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    g.replay()
-    end.record()
-    end.synchronize()
-    one_ms = max(start.elapsed_time(end), 1e-3)
-    for _ in range(math.ceil(warm_ms / one_ms)):
-        g.replay()
-    n = math.ceil(rep_ms / one_ms)
-    times = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(n):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / (n * len(fn_list)))
-    del g
-    return statistics.median(times)
 
 
 def read_floor(nbytes: int) -> tuple[float, str]:

@@ -375,22 +375,16 @@ def _decode_bench_tiles() -> list[dict]:
     return [v for v in mod.TILE_VARIANTS if v]
 
 
-class _FakeMain:
-    """tests/spec/drafters/conftest.py FakeMain: hidden rows as a function of position and tokens."""
+def _fake_main(D, V, seed, n):
+    """tests/spec/drafters/conftest.py's FakeMain (hidden rows as a function of position and tokens),
+    loaded from that file: pytest's importlib mode keeps it out of sys.modules' packages."""
+    import importlib.util
 
-    def __init__(self, D, V, seed=0, n=600):
-        import torch
-
-        g = torch.Generator().manual_seed(seed + 7)
-        self.P = torch.randn(n, D, generator=g) * 3
-        self.E = torch.randn(V, D, generator=g) * 3
-
-    def hidden(self, toks):
-        import torch
-
-        t = torch.tensor(toks)
-        prev = torch.cat([t[:1], t[:-1]])
-        return self.P[: len(toks)] + self.E[t] + 0.5 * self.E[prev]
+    spec = importlib.util.spec_from_file_location(
+        "_drafter_conftest", os.path.join(REPO, "tests", "spec", "drafters", "conftest.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.FakeMain(D, V, seed=seed, n=n)
 
 
 def _mtp_head(main_cfg, vocab, dtype, random, packed_fmt=None, head_rows=None, seed=0):
@@ -459,7 +453,7 @@ def _mtp_session(head, V, D, rounds, sink, window, capacity=400, seed=1, prompt=
         H = torch.zeros(len(tokens), D)
         hid = lambda toks: torch.zeros(len(toks), D)
     else:
-        main = _FakeMain(D, V, seed, n=capacity + 64)
+        main = _fake_main(D, V, seed, n=capacity + 64)
         H = main.hidden(tokens)
         hid = main.hidden
     for c0 in range(0, n_rows, 17):

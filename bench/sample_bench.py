@@ -22,6 +22,7 @@ import time
 import torch
 
 from mtp_turbo.sampling import fused
+from timing import time_graph  # bench/timing.py (this folder is on sys.path)
 from mtp_turbo.sampling.config import SamplerConfig
 
 CHAIN = dict(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.08, presence_penalty=0.4,
@@ -35,40 +36,6 @@ CASES = {
     "top-k 40 chain, last_n -1": (SamplerConfig(**{**CHAIN, "penalty_last_n": -1}), (1, 4), {}),
     "top-k 200 chain": (SamplerConfig(**{**CHAIN, "top_k": 200}), (1,), {}),
 }
-
-
-def time_graph(fn, calls: int, reps: int, warm_ms: float = 50.0, rep_ms: float = 2.0) -> float:
-    """Median seconds per call of fn, `calls` calls captured in one CUDA graph."""
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn()
-        fn()  # compile / warm up outside the capture
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    g.replay()
-    end.record()
-    end.synchronize()
-    one_ms = max(start.elapsed_time(end), 1e-3)
-    for _ in range(math.ceil(warm_ms / one_ms)):
-        g.replay()
-    n = math.ceil(rep_ms / one_ms)
-    times = []
-    for _ in range(reps):
-        start.record()
-        for _ in range(n):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3 / (n * calls))
-    del g
-    return statistics.median(times)
 
 
 def time_eager(fn, reps: int) -> float:
@@ -122,10 +89,10 @@ def main() -> None:
             def tc(logits=logits, tok=tok, pos=pos, cfg=cfg):
                 return fused.sample_tokens(logits, tok, pos, cfg, backend="torch")
 
-            f10 = time_graph(fz, 10, args.reps)
-            f1 = time_graph(fz, 1, args.reps)
+            f10 = time_graph([fz] * 10, args.reps)
+            f1 = time_graph([fz], args.reps)
             try:
-                tg = time_graph(tc, 1, args.reps)
+                tg = time_graph([tc], args.reps)
             except Exception as e:  # noqa: BLE001 (a chain op that cannot be captured: report it)
                 print(f"  (torch chain not capturable: {type(e).__name__})")
                 tg = float("nan")

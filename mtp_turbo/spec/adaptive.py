@@ -28,7 +28,6 @@ class KChooser:
         self.t: list[float | None] = [None] * (k_max + 1)  # seconds per round
         self.seen = [0] * (k_max + 1)
         self.p = [0.5] * k_max  # P(accepted > i), an optimistic-neutral start
-        self.rounds = 0
 
     def expected(self, k: int) -> float:
         return 1.0 + sum(self.p[:k])
@@ -60,7 +59,6 @@ class KChooser:
         """A round asked for k drafts, drafted `drafted` (a drafter may find fewer), accepted
         `accepted`, and took `seconds`; `fresh`: it compiled or captured (not a timing)."""
         assert 0 <= accepted <= drafted <= self.K, (accepted, drafted, self.K)
-        self.rounds += 1
         d = self.decay
         for i in range(drafted):
             self.p[i] = d * self.p[i] + (1 - d) * float(accepted > i)
