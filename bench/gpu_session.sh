@@ -49,6 +49,10 @@
 #                                          HumanEval, llama-bench + llama-completion in the same run (build done)
 #   bench/gpu_session.sh s11-more          adaptive K = 4; the 12k prompt with --split; time to first token with a
 #                                          profile of the engine build
+#
+# Session 12 (programmatic dependent launch):
+#   bench/gpu_session.sh s12-probe         no model: the fused step on random weights with / without PDL (bitwise
+#                                          check, per-kernel profile); tests/sampling's GPU tests (4 workers); sampler bench
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -237,6 +241,13 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s12-probe)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
+    timeout 200 python3 bench/step_bench.py --out "$OUT/step.json" 2>&1 | tee "$OUT/step.txt"
+    timeout 270 python3 -m pytest -q -m gpu tests/sampling -n 4 -p no:cacheprovider --timeout 260 --durations=10 -rf \
+      2>&1 | tee "$OUT/pytest_gpu_sampling.txt" | tail -25
+    timeout 70 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -14 ;;
   s11-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
     llama_build 8 || exit 1
