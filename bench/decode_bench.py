@@ -141,7 +141,6 @@ TILE_VARIANTS = [
     {"bk_tall": 512}, {"warps_head": 8}, {"bn_head": 64}, {"bn_head": 256, "warps_head": 8}, {"block_keys": 16},
     {"block_keys": 64}, {"warps_attn": 8}, {"warps_attn": 2}, {"split_norm": True},
     {"split_norm": True, "bk_small": 256}, {"split_norm": True, "warps_small": 4},
-    {"pdl": False}, {"prefetch": False},
 ]
 
 

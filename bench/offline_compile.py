@@ -359,14 +359,8 @@ def wl_main(dry_all: bool):
     for dt in ("bfloat16", "float32"):
         with workload(f"main Gemma-3-270M shapes {dt} rows 1,4,8", dry=True):
             run(_real_cfg(), getattr(torch, dt), False, (1, 4, 8), 600, 2048)
-    from unittest import mock
-
-    # dry launches never run: record them as an sm_90 GPU launches them (programmatic dependent launch)
-    pdl_on = mock.patch.object(fused.fk, "pdl_supported", lambda device: True)
-    with workload("main Gemma-3-270M shapes bfloat16 rows 1,4,8, PDL as on sm_90", dry=True), pdl_on:
-        run(_real_cfg(), torch.bfloat16, False, (1, 4, 8), 600, 2048)
     variants = _decode_bench_tiles()
-    with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True), pdl_on:
+    with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True):
         for v in variants:
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
 
@@ -495,16 +489,10 @@ def wl_mtp(dry_all: bool):
         with workload(f"mtp tiny {dt} packed q8_0 (GEMV CUDA branch)", dry=True), gemv_cuda_branch():
             _mtp_session(_mtp_head(tiny_main, V, getattr(torch, dt), True, packed_fmt="q8_0"), V, D, rounds=4,
                          sink=4, window=16)
-    from unittest import mock
-
-    from mtp_turbo.models import fused_kernels
-
     real_main = _real_cfg(layers=18, vocab=262144)
     for dt, packed in (("bfloat16", None), ("bfloat16", "q8_0"), ("bfloat16", "q4_0"), ("float32", None)):
         name = f"mtp Gemma-3-270M head shapes {dt} {'packed ' + packed if packed else 'dense'}"
-        # dry launches never run: record bf16 ones as an sm_90 GPU launches them (PDL)
-        pdl = mock.patch.object(fused_kernels, "pdl_supported", lambda device: dt == "bfloat16")
-        with workload(name, dry=True), (gemv_cuda_branch() if packed else contextlib.nullcontext()), pdl:
+        with workload(name, dry=True), (gemv_cuda_branch() if packed else contextlib.nullcontext()):
             # the real head: 32768 LM-head rows of the 262144 (vocab_ids), sink 64 + window 256
             vocab = 262144 if packed is None else 65536  # packed: fewer embedding rows to quantize (same rows)
             head = _mtp_head(real_main, vocab, getattr(torch, dt), False, packed_fmt=packed, head_rows=32768)

@@ -3,7 +3,6 @@
 Owns: the launch sequence of one forward of 1..MAX_ROWS rows (9 kernels per layer: norm+residual,
 qkv GEMV, q/k norm+RoPE+KV write, attention over key chunks, chunk merge, o GEMV, norm+residual,
 gate/up GEMV+GELU gating, down GEMV; then norm+residual, LM head), its scratch buffers and tiles.
-On sm_90+ the kernels are launched with programmatic dependent launch (FusedTiles.pdl).
 Ignores: prefill (the torch forward, gemma3.py, does long chunks with SDPA), graph capture
 (step.py), cache lengths (cache/kv.py).
 
@@ -53,10 +52,6 @@ class FusedTiles:
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
-    # programmatic dependent launch (sm_90+, ignored elsewhere): each kernel is resident and waiting
-    # before its producer ends, so the launch gaps between the ~166 kernels of a step overlap work
-    pdl: bool = True
-    prefetch: bool = True  # with pdl: each GEMV program prefetches its weight rows into L2 first
 
 
 def _pow2(n: int) -> int:
@@ -100,9 +95,6 @@ class FusedDecoder:
         self.ls = buf(ns, QR, dtype=torch.float32)
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
-        self.pdl = int(tiles.pdl and fk.pdl_supported(dev))
-        self.prefetch = int(self.pdl and tiles.prefetch)
-        self.launch = {"launch_pdl": True} if self.pdl else {}  # the launch option goes with PDL=1
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -115,8 +107,7 @@ class FusedDecoder:
             xn = self.xn[:M]
             fk.residual_norm[(M,)](x if pro == 1 else h, delta if delta is not None else x,
                                    wpost if wpost is not None else wpre, wpre, hout if hout is not None else xn,
-                                   xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), PDL=self.pdl,
-                                   num_warps=t.warps, **self.launch)
+                                   xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), num_warps=t.warps)
             return self._linear(xn, w, y, gated=gated, head=head)
         if head:
             bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
@@ -127,8 +118,7 @@ class FusedDecoder:
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, PDL=self.pdl,
-            PREFETCH=self.prefetch, num_warps=warps, **self.launch)
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
@@ -155,15 +145,15 @@ class FusedDecoder:
             cos, sin = m.rope[glob]
             kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
             fk.qk_rope_write[(T,)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
-                                   H=H, HKV=HKV, DH=DH, PDL=self.pdl, num_warps=t.warps, **self.launch)
+                                   H=H, HKV=HKV, DH=DH, num_warps=t.warps)
             window = 0 if glob else c.sliding_window
             n_ch = self.n_chunks[glob]
             fk.attn_partial[(n_ch, HKV)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                        PREC=self.prec, PDL=self.pdl, num_warps=t.warps_attn, **self.launch)
+                                        PREC=self.prec, num_warps=t.warps_attn)
             fk.attn_combine[(T * (H // HKV), HKV)](self.op, self.mx, self.ls, pos, self.att, T, window,
                                                   H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                                  PDL=self.pdl, num_warps=t.warps, **self.launch)
+                                                  num_warps=t.warps)
             o = self.o[:T]
             self._linear(self.att[:T].view(T, H * DH), L["o"], o)
             gu = self.gu[:T]

@@ -26,19 +26,6 @@ try:  # the module imports without Triton; fused.available() says whether it can
     import triton.language as tl
 except ImportError:
     triton = None
-try:  # grid dependency control (programmatic dependent launch, sm_90+): newer Tritons only
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:
-    gdc_wait = gdc_launch_dependents = None
-
-
-def pdl_supported(device) -> bool:
-    """True when kernels here can be launched with programmatic dependent launch on `device`:
-    a CUDA device of compute capability 9.0 or more and a Triton that has grid dependency control."""
-    import torch
-
-    return (triton is not None and gdc_wait is not None and device.type == "cuda"
-            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 if triton is not None:
 
@@ -47,26 +34,6 @@ if triton is not None:
         # tl has no tanh in every backend (the interpreter included): 1 - 2 / (e^{2z} + 1) saturates
         # correctly at both ends in fp32
         return 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
-
-    @triton.jit
-    def _pdl_enter(PDL: tl.constexpr):
-        # With programmatic dependent launch (PDL) a kernel starts while its producer still runs:
-        # wait for the producer's writes before touching anything it may read or write, then let
-        # the next kernel launch (one kernel ahead at most, spinning here until this one ends).
-        if PDL:
-            gdc_wait()
-            gdc_launch_dependents()
-
-    @triton.jit
-    def _prefetch_l2(W, rn, n_mask, K, KP: tl.constexpr):
-        # One L2 prefetch per 128-byte line of rows rn of W [*, K]: constant weights, so safe to
-        # fetch before the producer ends; the GEMV's loads then hit L2 instead of HBM.
-        LE: tl.constexpr = 1024 // W.dtype.element_ty.primitive_bitwidth  # elements per line
-        rl = tl.arange(0, KP // LE) * LE
-        ptr = W + rn[:, None] * K + tl.where(rl < K, rl, 0)[None, :]
-        ptr = tl.where(n_mask[:, None], ptr, W)
-        tl.inline_asm_elementwise("mov.u32 $0, 0;\n\tprefetch.global.L2 [$1];", "=r,l", [ptr], dtype=tl.int32,
-                                  is_pure=False, pack=1)
 
     @triton.jit
     def _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd,
@@ -92,24 +59,14 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0,
-               PREFETCH: tl.constexpr = 0):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 program 0 also stores the new residual into HOUT.
         W [N or 2N, K] row-major in the activation dtype; X/H/DELTA/HOUT [M, K]; Y [M, N].
         MP (>= M, >= 16) rows are computed, M stored; KP = next power of two >= K.
-        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits).
-        PDL: launched with programmatic dependent launch; PREFETCH: then prefetch this program's
-        weight rows into L2 before waiting for the producer."""
+        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
         ACT: tl.constexpr = W.dtype.element_ty
         pid = tl.program_id(0)
-        rn = pid * BN + tl.arange(0, BN)
-        n_mask = rn < N
-        if PREFETCH:
-            _prefetch_l2(W, rn, n_mask, K, KP)
-            if GATED:
-                _prefetch_l2(W, rn + N, n_mask, K, KP)
-        _pdl_enter(PDL)
         rm = tl.arange(0, MP)
         m_mask = rm < M
         rd = tl.zeros([MP], dtype=tl.float32)
@@ -131,6 +88,8 @@ if triton is not None:
                     tl.store(HOUT + off, h, mask=msk)
                 hf = h.to(tl.float32)
             rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=1) / K + eps)
+        rn = pid * BN + tl.arange(0, BN)
+        n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
         acc_u = tl.zeros([MP, BN], dtype=tl.float32)
         for k0 in range(0, K, BK):
@@ -152,13 +111,11 @@ if triton is not None:
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
 
     @triton.jit
-    def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, K, eps, PRO: tl.constexpr, KP: tl.constexpr,
-                      PDL: tl.constexpr = 0):
+    def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, K, eps, PRO: tl.constexpr, KP: tl.constexpr):
         """One program per row m, the GEMV prologue as its own kernel (FusedTiles.split_norm):
         PRO 1: XOUT = rmsnorm(H) * WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) * WPOST, then
         XOUT = rmsnorm(HOUT) * WPRE. Same rounding points as linear's prologue."""
         ACT: tl.constexpr = XOUT.dtype.element_ty
-        _pdl_enter(PDL)
         m = tl.program_id(0)
         rk = tl.arange(0, KP)
         k_mask = rk < K
@@ -189,12 +146,11 @@ if triton is not None:
 
     @triton.jit
     def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, eps,
-                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, PDL: tl.constexpr = 0):
+                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr):
         """One program per row m: QKV [M, (H + 2 HKV) DH] -> QOUT [M, H, DH] (normed, roped);
         K (normed, roped) and V into cache cells KC/VC [capacity, HKV, DH] at POS[m].
         COS/SIN [n_pos, DH] fp32 tables (both halves equal: rotate-half RoPE)."""
         ACT: tl.constexpr = KC.dtype.element_ty
-        _pdl_enter(PDL)
         m = tl.program_id(0)
         p = tl.load(POS + m)
         rh = tl.arange(0, DH // 2)
@@ -226,13 +182,12 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0):
+                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
         """Program (s, g): key chunk c0 + s (BS cells) against the M * H/HKV query rows of KV
         group g. Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer.
         Writes unnormalised O [QR, DH], row max and row sum into OP/MX/LS slot (s, g).
         P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
         the row sum is taken over the rounded P, so the weights stay normalised."""
-        _pdl_enter(PDL)
         s = tl.program_id(0)
         g = tl.program_id(1)
         REP: tl.constexpr = H // HKV
@@ -267,10 +222,9 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_combine(OP, MX, LS, POS, OUT, M, window,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, PDL: tl.constexpr = 0):
+                     QR: tl.constexpr, BS: tl.constexpr):
         """Program (r, g): merge query row r of group g over the chunks, in chunk order, into
         OUT [M, H, DH] (activation dtype)."""
-        _pdl_enter(PDL)
         r = tl.program_id(0)
         g = tl.program_id(1)
         G = tl.num_programs(1)
@@ -293,12 +247,11 @@ if triton is not None:
         tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
 
     @triton.jit
-    def mtp_inputs(TOK, EMB, scale, H, HIDX, WE, WH, XOUT, D, eps, KP: tl.constexpr, PDL: tl.constexpr = 0):
+    def mtp_inputs(TOK, EMB, scale, H, HIDX, WE, WH, XOUT, D, eps, KP: tl.constexpr):
         """One program per row m: e = EMB[TOK[m]] * scale (rounded to the activation dtype, as
         torch's bf16 product), h = H[HIDX[m]]; XOUT[m] = [rmsnorm(e) * WE | rmsnorm(h) * WH]
         ([M, 2D]: the input of the fused fc_embedding | fc_hidden GEMV)."""
         ACT: tl.constexpr = XOUT.dtype.element_ty
-        _pdl_enter(PDL)
         m = tl.program_id(0)
         rk = tl.arange(0, KP)
         ok = rk < D
@@ -314,12 +267,11 @@ if triton is not None:
 
     @triton.jit
     def attn_cells(Q, KC, VC, CELLS, OUT, M, scale, H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                   QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0):
+                   QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
         """Program g: the H/HKV query heads of KV group g of one row Q [H, DH] against the cells
         CELLS[:M] (int64, -1 = padding) of KC/VC [capacity, HKV, DH]; softmax over the valid
         cells, chunk by chunk (online), into OUT [H, DH]. P is rounded to the cache dtype for the
         P.V dot and the row sum is taken over the rounded P, as attn_partial does."""
-        _pdl_enter(PDL)
         g = tl.program_id(0)
         REP: tl.constexpr = H // HKV
         rq = tl.arange(0, QR)
@@ -350,11 +302,10 @@ if triton is not None:
         tl.store(OUT + qh[:, None] * DH + rd[None, :], out.to(OUT.dtype.element_ty), mask=q_ok[:, None])
 
     @triton.jit
-    def gelu_gate(GU, Y, F, BLOCK: tl.constexpr, PDL: tl.constexpr = 0):
+    def gelu_gate(GU, Y, F, BLOCK: tl.constexpr):
         """Program (m, b): Y[m, j] = gelu_tanh(g) * u for g = GU[m, j], u = GU[m, F + j] (a packed
         gate|up GEMV's fp32 output), with linear's GATED rounding points (activation dtype = Y's)."""
         ACT: tl.constexpr = Y.dtype.element_ty
-        _pdl_enter(PDL)
         m = tl.program_id(0)
         rj = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         ok = rj < F

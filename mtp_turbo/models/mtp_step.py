@@ -100,9 +100,6 @@ class FusedMTPStep:
         self.gu, self.dn, self.state = buf(1, c.ffn), buf(1, D), buf(1, D)
         self.lg = buf(MAX_CHAIN, head.head_rows.shape[0], dtype=torch.float32)
         self.scale = float(head.embed_scale.float())
-        self.pdl = int(tiles.pdl and fk.pdl_supported(dev))  # as the main model's step (FusedTiles.pdl)
-        self.prefetch = int(self.pdl and tiles.prefetch)
-        self.launch = {"launch_pdl": True} if self.pdl else {}
 
     # ---- pieces ----------------------------------------------------------------------------------
     def _linear(self, x, w, y, gated=False, head=False):
@@ -115,7 +112,7 @@ class FusedMTPStep:
             if not gated:
                 return out
             F = out.shape[1] // 2
-            fk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, PDL=self.pdl, num_warps=4, **self.launch)
+            fk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
             return y
         N = w.shape[0] // 2 if gated else w.shape[0]
         if head:
@@ -123,8 +120,7 @@ class FusedMTPStep:
         else:
             bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
         fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
-                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, PDL=self.pdl, PREFETCH=self.prefetch,
-                                  num_warps=warps, **self.launch)
+                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
         return y
 
     def _norm(self, h, delta, wpost, wpre, hout, xout):
@@ -134,7 +130,7 @@ class FusedMTPStep:
         pro = 1 if delta is None else 2
         fk.residual_norm[(M,)](h, delta if delta is not None else h, wpost if wpost is not None else wpre, wpre,
                                hout if hout is not None else xout, xout, K, self.head.cfg.eps, PRO=pro,
-                               KP=_pow2(K), PDL=self.pdl, num_warps=self.tiles.warps, **self.launch)
+                               KP=_pow2(K), num_warps=self.tiles.warps)
 
     # ---- the four operations -------------------------------------------------------------------
     def inputs(self, toks, hsrc, hidx):
@@ -142,8 +138,7 @@ class FusedMTPStep:
         assert n <= MAX_ROWS and hsrc.is_contiguous()
         nm = self.norms
         fk.mtp_inputs[(n,)](toks, self.head.embed, self.scale, hsrc, hidx, nm["enorm"], nm["hnorm"], self.xcat,
-                            D, self.head.cfg.eps, KP=_pow2(D), PDL=self.pdl, num_warps=self.tiles.warps,
-                            **self.launch)
+                            D, self.head.cfg.eps, KP=_pow2(D), num_warps=self.tiles.warps)
         return self._linear(self.xcat[:n], self.fc, self.x)[:n]
 
     def write_qkv(self, x, pos):
@@ -155,14 +150,14 @@ class FusedMTPStep:
             qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
         fk.qk_rope_write[(n,)](qkv, pos, self.norms["q_norm"], self.norms["k_norm"], self.cos, self.sin, self.q, self.k_cache,
                                self.v_cache, c.eps, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim,
-                               PDL=self.pdl, num_warps=self.tiles.warps, **self.launch)
+                               num_warps=self.tiles.warps)
         return self.q[:n]
 
     def attend(self, x, q, cells):
         c, nm = self.head.cfg, self.norms
         fk.attn_cells[(c.n_kv_heads,)](q, self.k_cache, self.v_cache, cells, self.att, cells.shape[0], c.query_scale,
                                        H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16, BS=32,
-                                       PREC=self.prec, PDL=self.pdl, num_warps=4, **self.launch)
+                                       PREC=self.prec, num_warps=4)
         o = self._linear(self.att, self.o, self.o_out)
         self._norm(x, o, nm["post_attn_norm"], nm["ffn_norm"], self.h1, self.xn[:1])
         gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)
