@@ -1,8 +1,9 @@
 """The fused main-model step on Gemma-3-270M's shapes with random weights: no model file needed.
 
-Times the captured 1-row and 4-row steps per FusedTiles variant (programmatic dependent launch on
-or off, the L2 weight prefetch, the split norm), checks every variant's logits bit-identical to
-the first's (launch options must not change the math), and profiles one eager step: kernels a
+Times the captured 1-row and 4-row decode steps and the prefill chunks (the same kernels over row
+blocks, no LM head: --prefill-rows) against 8-row decode steps, at each --positions; checks a
+chunk's hidden rows and K/V bit-identical to one-row steps'; splits a replayed 1-row step into
+kernel time and the gaps between kernels (profiler trace of graph replays) and gives kernels a
 token and CUDA time per kernel class. The bandwidth floor of the step's bytes is printed beside.
 
     python bench/step_bench.py --out $OUT/step.json
@@ -27,9 +28,6 @@ from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa:
 CFG = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
                    eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
                    query_scale=256 ** -0.5, context_length=32768)
-VARIANTS = {"no PDL": {"pdl": False}, "PDL": {"pdl": True, "prefetch": False},
-            "PDL + L2 prefetch": {"pdl": True, "prefetch": True},
-            "PDL + prefetch, norms in the GEMVs": {"pdl": True, "prefetch": True, "split_norm": False}}
 
 
 def random_model(cfg: Gemma3Config, dev) -> Gemma3:
@@ -74,27 +72,58 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() / statistics.median(ts[2:]) / 1e9
 
 
-def time_step(dec: FusedDecoder, rows: int, pos: int, iters: int = 300):
-    """Median ms of one captured step (a graph of 10 steps, so the replay launch is amortised),
-    and the logits it gives."""
+def time_step(dec: FusedDecoder, rows: int, pos: int, iters: int = 300, head: bool = True, per_graph: int = 10):
+    """Median ms of one captured step (a graph of per_graph steps, so the replay launch is
+    amortised), and what it gives (logits, or hidden rows without the head)."""
     toks = torch.arange(100, 100 + rows, device="cuda")
     p = torch.arange(pos, pos + rows, device="cuda")
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s), torch.inference_mode():
         for _ in range(3):
-            dec.forward(toks, p)
+            dec.forward(toks, p, head=head)
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.inference_mode(), torch.cuda.graph(g):
-        for _ in range(10):
-            out = dec.forward(toks, p)[0]
+        for _ in range(per_graph):
+            out = dec.forward(toks, p, head=head)
+            out = out[0] if head else out[1]
     st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     ts = []
-    for _ in range(iters // 10):
+    for _ in range(max(iters // per_graph, 6)):
         st.record(); g.replay(); en.record(); en.synchronize()
-        ts.append(st.elapsed_time(en) / 10)
+        ts.append(st.elapsed_time(en) / per_graph)
     return statistics.median(ts[3:]), out.clone()
+
+
+def gaps(dec: FusedDecoder, pos: int) -> dict:
+    """Kernel time and idle gaps of replayed 1-row steps, from a profiler trace of 5 replays."""
+    import tempfile
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as prof_
+
+    toks, p = torch.tensor([100], device="cuda"), torch.tensor([pos], device="cuda")
+    with torch.inference_mode():
+        dec.forward(toks, p)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            dec.forward(toks, p)
+        g.replay()
+        torch.cuda.synchronize()
+        with prof_(activities=[ProfilerActivity.CUDA]) as pr:
+            for _ in range(5):
+                g.replay()
+            torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        pr.export_chrome_trace(f.name)
+        ev = [e for e in json.load(open(f.name))["traceEvents"] if e.get("cat") == "kernel"]
+    ev.sort(key=lambda e: e["ts"])
+    n = len(ev) // 5
+    busy = sum(e["dur"] for e in ev) / 5
+    idle = sum(max(0.0, b["ts"] - (a["ts"] + a["dur"])) for a, b in zip(ev, ev[1:])
+               if b["ts"] - (a["ts"] + a["dur"]) < 50) / 5  # within a replay (not between replays)
+    return {"kernels_per_step": n, "kernel_us": busy, "gap_us": idle, "gap_per_kernel_us": idle / max(n - 1, 1)}
 
 
 def profile(dec: FusedDecoder, pos: int) -> list[dict]:
@@ -122,7 +151,7 @@ def profile(dec: FusedDecoder, pos: int) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--positions", default="256,7000", help="query positions to time at")
-    ap.add_argument("--variants", default=",".join(VARIANTS), help="FusedTiles variants (names above)")
+    ap.add_argument("--prefill-rows", default="64,128", help="prefill chunk sizes to time")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     assert torch.cuda.is_available(), "needs CUDA"
@@ -132,26 +161,35 @@ def main() -> int:
     kv.v.normal_(0, 1)
     bw = copy_bandwidth()
     res = {"gpu": torch.cuda.get_device_name(), "copy_GBps": bw, "rows": []}
-    ref = {}
+    step = FusedDecoder(m, kv)
+    chunks = {P: FusedDecoder(m, kv, prefill_rows=P) for P in map(int, a.prefill_rows.split(","))}
     for pos in map(int, a.positions.split(",")):
         floor = step_bytes(m, pos) / (bw * 1e9) * 1e3
-        print(f"position {pos}: floor {floor * 1e3:.0f} us ({step_bytes(m, pos) / 2**20:.1f} MiB at {bw:.0f} GB/s)")
-        for name in a.variants.split(","):
-            dec = FusedDecoder(m, kv, FusedTiles(**VARIANTS[name]))
-            row = {"variant": name, "pos": pos, "pdl_active": bool(dec.pdl), "floor_ms": floor}
-            for rows in (1, 4):
-                ms, logits = time_step(dec, rows, pos)
-                same = ref.setdefault((pos, rows), logits)
-                row[f"ms{rows}"] = ms
-                row[f"bitwise{rows}"] = bool(torch.equal(same, logits))
-            row["ratio4"] = row["ms4"] / row["ms1"]
-            res["rows"].append(row)
-            print(f"  {name:36s} 1 row {row['ms1'] * 1e3:6.1f} us  4 rows {row['ms4'] * 1e3:6.1f} us  "
-                  f"(4/1 {row['ratio4']:.3f})  same logits as first: {row['bitwise1'] and row['bitwise4']}",
+        row = {"pos": pos, "floor_ms": floor}
+        for rows in (1, 4, 8):
+            row[f"ms{rows}"] = time_step(step, rows, pos)[0]
+        print(f"position {pos}: floor {floor * 1e3:.0f} us ({step_bytes(m, pos) / 2**20:.1f} MiB at {bw:.0f} GB/s); "
+              f"decode step 1 row {row['ms1'] * 1e3:.1f} us, 4 rows {row['ms4'] * 1e3:.1f} us "
+              f"(4/1 {row['ms4'] / row['ms1']:.3f}), 8 rows {row['ms8'] * 1e3:.1f} us = "
+              f"{8 / row['ms8'] * 1e3:.0f} prefill tok/s as 8-row steps", flush=True)
+        for P, dec in chunks.items():
+            ms, hid = time_step(dec, P, pos, iters=60, head=False, per_graph=2)
+            _, h1 = step.forward(torch.tensor([100 + P - 1], device="cuda"), torch.tensor([pos + P - 1], device="cuda"))
+            same = bool(torch.equal(h1[0], hid[P - 1]))  # the cells before it hold what the chunk wrote
+            row[f"prefill{P}_ms"], row[f"prefill{P}_bitwise_last_row"] = ms, same
+            print(f"  prefill chunk of {P} rows: {ms * 1e3:.1f} us = {P / ms * 1e3:.0f} tok/s "
+                  f"({row['ms8'] * P / 8 / ms:.2f}x 8-row steps); last row's hidden = a 1-row step's: {same}",
                   flush=True)
-    prof = profile(FusedDecoder(m, kv, FusedTiles(pdl=False)), 256)
-    res["profile_no_pdl_pos256"] = prof
-    print("eager 1-row step at 256, no PDL: kernel, us a step, launches a step")
+        res["rows"].append(row)
+    try:
+        res["gaps_pos256"] = gp = gaps(step, 256)
+        print(f"replayed 1-row step at 256: {gp['kernels_per_step']} kernels, {gp['kernel_us']:.1f} us in kernels, "
+              f"{gp['gap_us']:.1f} us of gaps ({gp['gap_per_kernel_us']:.2f} us a kernel)")
+    except Exception as e:  # the trace is an extra; the timings above stand without it
+        print(f"trace failed: {type(e).__name__}: {e}")
+    prof = profile(step, 256)
+    res["profile_pos256"] = prof
+    print("eager 1-row step at 256: kernel, us a step, launches a step")
     for r in prof[:12]:
         print(f"  {r['kernel']:50s} {r['us_per_step']:7.1f} {r['launches_per_step']:5.0f}")
     print(f"  total {sum(r['us_per_step'] for r in prof):.1f} us, {sum(r['launches_per_step'] for r in prof):.0f} launches")

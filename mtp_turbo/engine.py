@@ -134,28 +134,36 @@ class Engine:
     def _prefill(self, upto: int, progress: bool) -> None:
         """Encode tokens[kv.length:upto] in chunks. A drafter that reads the main model's hidden
         states (MTP) is handed each chunk's rows as they pass. With the fused kernels (CUDA) the
-        chunks are the decode step's own row blocks (fused.MAX_ROWS rows, replayed from its CUDA
+        chunks are the decode step's own kernels (fused.MAX_ROWS rows a step, replayed from its CUDA
         graphs), so a token's K/V at a position are bit-identical whatever the chunking and
         whatever the cache held before: the same seed gives the same text after a reused prefix
-        too. The torch path prefills prefill_chunk rows a forward, without the LM head."""
+        too. Whole chunks of the runner's prefill_rows go through the same kernels over row blocks
+        in one launch each (no LM head). The torch path prefills prefill_chunk rows a forward,
+        without the LM head."""
         start = self.kv.length
         n = upto - start
         if n <= 0:
             return
         fused = self.runner.fused is not None
-        chunk = self.runner.max_rows if fused else self.cfg.prefill_chunk
         bar = tqdm(total=n, desc="prefill", unit="tok", disable=not (progress and n > 2048), leave=False)
+        big = self.runner.prefill_rows
         with torch.inference_mode():
-            for c0 in range(start, upto, chunk):
-                c1 = min(upto, c0 + chunk)
-                if fused:
+            c0 = start
+            while c0 < upto:
+                if fused and big and upto - c0 >= big:  # a whole chunk: the row-block kernels, no LM head
+                    c1 = c0 + big
+                    hidden = self.runner.prefill(self.tok_buf[c0:c1], c0)
+                elif fused:  # the rest: decode steps of up to max_rows rows
+                    c1 = min(upto, c0 + self.runner.max_rows)
                     _, hidden = self.runner.forward(self.tok_buf[c0:c1], c0)
                 else:
+                    c1 = min(upto, c0 + self.cfg.prefill_chunk)
                     _, hidden = self.model.forward(self.tok_buf[c0:c1], c0, self.kv, logits=False)
                 self.kv.commit(c1)
                 if self.drafter is not None:
                     self.drafter.on_prefill(c0, c1, hidden, self.tokens)
                 bar.update(c1 - c0)
+                c0 = c1
         bar.close()
 
     def reset(self) -> None:

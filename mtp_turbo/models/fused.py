@@ -25,8 +25,11 @@ from . import fused_kernels as fk
 from .gemma3 import Gemma3
 
 MAX_ROWS = 8  # verify rows (k+1); query rows per KV group (MAX_ROWS * heads/kv_heads) <= QR
-MP = 16  # GEMV rows computed (>= MAX_ROWS; 16 is the smallest tl.dot tile)
-QR = 32  # attention query rows per KV group computed (>= MAX_ROWS * 4 for Gemma-3-270M)
+MP = 16  # GEMV rows a program computes (>= MAX_ROWS; 16 is the smallest tl.dot tile)
+QR = 32  # attention query rows per KV group a program computes (>= MAX_ROWS * 4 for Gemma-3-270M)
+# prefill chunks: the same kernels over row blocks (a grid dimension), no LM head. 64 rows: the
+# attention scratch is 8 blocks of chunk partials (34 MB at 4096 cells of context)
+PREFILL_ROWS = 64
 
 
 def available() -> bool:
@@ -59,14 +62,22 @@ def _pow2(n: int) -> int:
 
 
 class FusedDecoder:
-    """Buffers and launches for forwards of up to MAX_ROWS rows of `model` over cache `kv`."""
+    """Buffers and launches for forwards of up to MAX_ROWS rows of `model` over cache `kv`, and
+    of prefill chunks of up to `prefill_rows` rows (hidden states only)."""
 
-    def __init__(self, model: Gemma3, kv, tiles: FusedTiles = FusedTiles()):
+    def __init__(self, model: Gemma3, kv, tiles: FusedTiles = FusedTiles(), prefill_rows: int | None = None):
         assert available(), "Triton is not available"
         c = model.cfg
         self.model, self.kv, self.tiles = model, kv, tiles
         rep = c.n_heads // c.n_kv_heads
         assert MAX_ROWS * rep <= QR, f"{c.n_heads}/{c.n_kv_heads} heads: raise QR"
+        # a chunk's hidden rows come from the split residual norm, as a decode step's do with it:
+        # without it (a tile option) prefill runs as decode steps
+        if prefill_rows is None:
+            prefill_rows = PREFILL_ROWS if tiles.split_norm else MAX_ROWS
+        assert prefill_rows >= MAX_ROWS and (prefill_rows == MAX_ROWS or tiles.split_norm), prefill_rows
+        self.rows = prefill_rows  # rows a forward takes at most
+        self.block = QR // rep  # attention rows a program takes (MAX_ROWS or more)
         assert c.head_dim & (c.head_dim - 1) == 0 and c.head_dim >= 32, "head_dim must be a power of two"
         dev, act = model.device, model.dtype
         D, DH = c.hidden, c.head_dim
@@ -75,21 +86,22 @@ class FusedDecoder:
         def buf(*shape, dtype=act):
             return torch.zeros(shape, dtype=dtype, device=dev)
 
-        self.res = [buf(MAX_ROWS, D), buf(MAX_ROWS, D)]  # residual stream, ping-pong
-        self.qkv = buf(MAX_ROWS, nq + 2 * nkv)
-        self.q = buf(MAX_ROWS, c.n_heads, DH)
-        self.att = buf(MAX_ROWS, c.n_heads, DH)
-        self.o = buf(MAX_ROWS, D)
-        self.gu = buf(MAX_ROWS, c.ffn)
-        self.down = buf(MAX_ROWS, D)
-        self.xn = buf(MAX_ROWS, D)  # normed GEMV input (split_norm)
-        self.hidden = buf(MAX_ROWS, D)
-        self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)
+        R = self.rows
+        self.res = [buf(R, D), buf(R, D)]  # residual stream, ping-pong
+        self.qkv = buf(R, nq + 2 * nkv)
+        self.q = buf(R, c.n_heads, DH)
+        self.att = buf(R, c.n_heads, DH)
+        self.o = buf(R, D)
+        self.gu = buf(R, c.ffn)
+        self.down = buf(R, D)
+        self.xn = buf(R, D)  # normed GEMV input (split_norm)
+        self.hidden = buf(R, D)
+        self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)  # the head runs on <= MAX_ROWS rows
         bs = tiles.block_keys
         # key chunks a program grid covers: global layers every chunk of the cache; sliding layers
         # the window plus the verify rows, starting at any alignment (+1)
         self.n_chunks = {True: -(-kv.capacity // bs), False: -(-(c.sliding_window + MAX_ROWS - 1) // bs) + 1}
-        ns = max(self.n_chunks.values()) * c.n_kv_heads
+        ns = max(self.n_chunks.values()) * c.n_kv_heads * -(-R // self.block)
         self.op = buf(ns, QR, DH, dtype=torch.float32)
         self.mx = buf(ns, QR, dtype=torch.float32)
         self.ls = buf(ns, QR, dtype=torch.float32)
@@ -102,7 +114,7 @@ class FusedDecoder:
         t = self.tiles
         M, K = x.shape
         N = w.shape[0] // 2 if gated else w.shape[0]
-        assert M <= MP and w.shape[1] == K and y.shape[1] == N
+        assert M <= self.rows and w.shape[1] == K and y.shape[1] == N
         if pro != 0 and t.split_norm:  # prologue as its own kernel, then a plain GEMV
             xn = self.xn[:M]
             fk.residual_norm[(M,)](x if pro == 1 else h, delta if delta is not None else x,
@@ -114,19 +126,20 @@ class FusedDecoder:
         else:
             bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
         dummy = x
-        fk.linear[(-(-N // bn),)](
+        fk.linear[(-(-N // bn), -(-M // MP))](
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
             PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
-        MAX_ROWS. Writes the rows' K/V at cells pos. Returns views (logits [T, V] fp32, hidden [T, D]
-        before the final norm) into buffers reused by the next call."""
+        MAX_ROWS (head) or prefill_rows (no head). Writes the rows' K/V at cells pos. Returns views
+        (logits [T, V] fp32 or None without the head, hidden [T, D] before the final norm) into
+        buffers reused by the next call. A row's K/V, hidden and logits do not depend on T."""
         m, c, kv, t = self.model, self.model.cfg, self.kv, self.tiles
         T = tokens.shape[0]
-        assert 1 <= T <= MAX_ROWS and pos.shape == (T,) and pos.dtype == torch.int64
+        assert 1 <= T <= (MAX_ROWS if head else self.rows) and pos.shape == (T,) and pos.dtype == torch.int64
         eps, DH, H, HKV = c.eps, c.head_dim, c.n_heads, c.n_kv_heads
         res = [r[:T] for r in self.res]
         torch.mul(m.embed[tokens], m.embed_scale, out=res[0])  # [T, D]
@@ -147,11 +160,12 @@ class FusedDecoder:
             fk.qk_rope_write[(T,)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
                                    H=H, HKV=HKV, DH=DH, num_warps=t.warps)
             window = 0 if glob else c.sliding_window
-            n_ch = self.n_chunks[glob]
-            fk.attn_partial[(n_ch, HKV)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
+            n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)
+            fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
                                         PREC=self.prec, num_warps=t.warps_attn)
-            fk.attn_combine[(T * (H // HKV), HKV)](self.op, self.mx, self.ls, pos, self.att, T, window,
+            fk.attn_combine[(min(T, self.block) * (H // HKV), HKV, n_blk)](self.op, self.mx, self.ls, pos, self.att, T,
+                                                                           window, n_ch,
                                                   H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
                                                   num_warps=t.warps)
             o = self.o[:T]
@@ -162,7 +176,12 @@ class FusedDecoder:
             cur = 1 - cur
             delta = self.down[:T]
             self._linear(gu, L["down"], delta)
-        logits, hidden = self.logits[:T], self.hidden[:T]
+        hidden = self.hidden[:T]
+        if not head:  # the residual's last add alone (split_norm: the kernel the head's prologue is)
+            fk.residual_norm[(T,)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden, self.xn[:T],
+                                   c.hidden, eps, PRO=2, KP=_pow2(c.hidden), num_warps=t.warps)
+            return None, hidden
+        logits = self.logits[:T]
         self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,
                      wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True)
         return logits, hidden

@@ -61,13 +61,14 @@ if triton is not None:
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
                BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
-        x per PRO (see _x_chunk); with PRO 2 program 0 also stores the new residual into HOUT.
+        x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
         W [N or 2N, K] row-major in the activation dtype; X/H/DELTA/HOUT [M, K]; Y [M, N].
-        MP (>= M, >= 16) rows are computed, M stored; KP = next power of two >= K.
+        Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
+        stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
         ACT: tl.constexpr = W.dtype.element_ty
         pid = tl.program_id(0)
-        rm = tl.arange(0, MP)
+        rm = tl.program_id(1) * MP + tl.arange(0, MP)
         m_mask = rm < M
         rd = tl.zeros([MP], dtype=tl.float32)
         rstd = tl.zeros([MP], dtype=tl.float32)
@@ -183,18 +184,24 @@ if triton is not None:
     def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
                      QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
-        """Program (s, g): key chunk c0 + s (BS cells) against the M * H/HKV query rows of KV
-        group g. Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer.
-        Writes unnormalised O [QR, DH], row max and row sum into OP/MX/LS slot (s, g).
+        """Program (s, g, b): key chunk c0 + s (BS cells) against the query rows of KV group g of
+        row block b (rows b * QR/REP.., at most QR/REP of the M; c0 from the block's first row).
+        Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer. Writes unnormalised
+        O [QR, DH], row max and row sum into OP/MX/LS slot ((b * S + s) * G + g).
         P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
         the row sum is taken over the rounded P, so the weights stay normalised."""
         s = tl.program_id(0)
         g = tl.program_id(1)
+        b = tl.program_id(2)
         REP: tl.constexpr = H // HKV
+        RB: tl.constexpr = QR // REP  # rows a block
+        POS += b * RB
+        Q += b * RB * H * DH
+        M = tl.minimum(M - b * RB, RB)
         c0, p_last = _chunk0(POS, M, window, BS)
         start = (c0 + s) * BS
         if start <= p_last:
-            rq = tl.arange(0, QR)  # query row r = m * REP + i: row m, head g * REP + i
+            rq = tl.arange(0, QR)  # query row r = m * REP + i: row m of the block, head g * REP + i
             q_ok = rq < M * REP
             qm = rq // REP
             qh = g * REP + rq % REP
@@ -214,37 +221,46 @@ if triton is not None:
             p = tl.where(ok, tl.exp(sc - mx_safe[:, None]), 0.0).to(KC.dtype.element_ty)
             v = tl.load(VC + kv_off, mask=k_ok[:, None], other=0.0)
             o = tl.dot(p, v, input_precision=PREC)  # [QR, DH] fp32
-            slot = s * tl.num_programs(1) + g
+            slot = (b * tl.num_programs(0) + s) * tl.num_programs(1) + g
             tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o)
             tl.store(MX + slot * QR + rq, mx)
             tl.store(LS + slot * QR + rq, tl.sum(p.to(tl.float32), axis=1))
 
     @triton.jit(do_not_specialize=["M"])
-    def attn_combine(OP, MX, LS, POS, OUT, M, window,
+    def attn_combine(OP, MX, LS, POS, OUT, M, window, S,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
                      QR: tl.constexpr, BS: tl.constexpr):
-        """Program (r, g): merge query row r of group g over the chunks, in chunk order, into
-        OUT [M, H, DH] (activation dtype)."""
+        """Program (r, g, b): merge query row r of group g of row block b (attn_partial's blocks)
+        over the chunks, in chunk order, into OUT [M, H, DH] (activation dtype). S: attn_partial's
+        chunk programs. A chunk with no key for a row adds exact zeros, so a row's result does not
+        depend on the block's other rows."""
         r = tl.program_id(0)
         g = tl.program_id(1)
+        b = tl.program_id(2)
         G = tl.num_programs(1)
         REP: tl.constexpr = H // HKV
-        c0, p_last = _chunk0(POS, M, window, BS)
-        n = p_last // BS - c0 + 1
-        m_all = tl.load(MX + g * QR + r)
-        for s in range(1, n):
-            m_all = tl.maximum(m_all, tl.load(MX + (s * G + g) * QR + r))
-        rd = tl.arange(0, DH)
-        acc = tl.zeros([DH], dtype=tl.float32)
-        l_all = 0.0
-        for s in range(0, n):
-            slot = s * G + g
-            w = tl.exp(tl.load(MX + slot * QR + r) - m_all)  # a chunk with no key for r: exp(-inf) = 0
-            acc += w * tl.load(OP + (slot * QR + r) * DH + rd)
-            l_all += w * tl.load(LS + slot * QR + r)
-        m = r // REP
-        h = g * REP + r % REP
-        tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
+        RB: tl.constexpr = QR // REP
+        if b * RB + r // REP < M:  # a row of the block (the grid covers whole blocks)
+            POS += b * RB
+            OUT += b * RB * H * DH
+            M = tl.minimum(M - b * RB, RB)
+            c0, p_last = _chunk0(POS, M, window, BS)
+            n = p_last // BS - c0 + 1
+            base = b * S * G
+            m_all = tl.load(MX + (base + g) * QR + r)
+            for s in range(1, n):
+                m_all = tl.maximum(m_all, tl.load(MX + (base + s * G + g) * QR + r))
+            rd = tl.arange(0, DH)
+            acc = tl.zeros([DH], dtype=tl.float32)
+            l_all = 0.0
+            for s in range(0, n):
+                slot = base + s * G + g
+                w = tl.exp(tl.load(MX + slot * QR + r) - m_all)  # a chunk with no key for r: exp(-inf) = 0
+                acc += w * tl.load(OP + (slot * QR + r) * DH + rd)
+                l_all += w * tl.load(LS + slot * QR + r)
+            m = r // REP
+            h = g * REP + r % REP
+            tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
 
     @triton.jit
     def mtp_inputs(TOK, EMB, scale, H, HIDX, WE, WH, XOUT, D, eps, KP: tl.constexpr):

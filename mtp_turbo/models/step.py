@@ -34,9 +34,34 @@ class StepRunner:
             compile = False  # nothing left for the compiler to fuse
         self.compile = compile
         self.max_rows = max_rows
-        self._graphs: dict[int, tuple] = {}
+        self._graphs: dict[int, tuple] = {}  # rows -> graph; -rows: a prefill chunk's graph
         self._compiled = None
-        self._arange = torch.arange(max_rows, dtype=torch.int64, device=model.device)
+        self._prefill_rows = self.fused.rows if self.fused is not None and self.fused.rows > max_rows else 0
+        self._arange = torch.arange(max(max_rows, self._prefill_rows), dtype=torch.int64, device=model.device)
+
+    @property
+    def prefill_rows(self) -> int:
+        """Rows of a prefill chunk the fused kernels take at once (0: no such path, torch)."""
+        return self._prefill_rows if self.fused is not None else 0
+
+    def prefill(self, tokens: torch.Tensor, pos0: int) -> torch.Tensor:
+        """Prefill rows tokens [prefill_rows] at positions [pos0, pos0 + T): their K/V written,
+        hidden [T, D] returned (a static buffer with graphs); no LM head. The same kernels as a
+        decode step over row blocks, so a row's K/V and hidden equal a decode step's, bit for bit."""
+        T = int(tokens.shape[0])
+        assert self._prefill_rows and T == self._prefill_rows, (T, self._prefill_rows)
+        with torch.inference_mode():
+            g = (self._graphs.get(-T) or self._try_capture(T, prefill=True)) if self.use_graphs else None
+            if g is None:
+                if self.fused is None:  # the Triton step failed to build (said once): the torch forward
+                    return self.model.forward(tokens, pos0, self.kv, logits=False)[1]
+                pos = torch.arange(pos0, pos0 + T, dtype=torch.int64, device=tokens.device)
+                return self.fused.forward(tokens, pos, head=False)[1]
+            graph, tok_buf, pos_buf, out = g
+            tok_buf.copy_(tokens)
+            torch.add(self._arange[:T], pos0, out=pos_buf)
+            graph.replay()
+            return out[1]
 
     def forward(self, tokens: torch.Tensor, pos0: int) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [T] on the model's device, rows at positions [pos0, pos0+T).
@@ -80,17 +105,17 @@ class StepRunner:
         h = m.forward_hidden(tokens, pos, self.kv, key_pos)
         return m.lm_head(m.final_norm(h)), h
 
-    def _try_capture(self, T: int):
+    def _try_capture(self, T: int, prefill: bool = False):
         """The graph for T rows, or None (and eager steps from now on) when capture fails."""
         try:
-            return self._capture(T)
+            return self._capture(T, prefill)
         except Exception as e:  # a failed capture costs speed, never the answer
             print(f"mtp-turbo: CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
                   "running the step eagerly", file=sys.stderr)
             self.use_graphs = False
             return None
 
-    def _capture(self, T: int):
+    def _capture(self, T: int, prefill: bool = False):
         dev = self.model.device
         tok_buf = torch.zeros(T, dtype=torch.int64, device=dev)
         # warm-up and capture write cells at and past the committed length: those are stale
@@ -99,6 +124,9 @@ class StepRunner:
         assert p0 >= 0, "context smaller than the step"
         pos_buf = torch.arange(p0, p0 + T, dtype=torch.int64, device=dev)
         fn = self._body
+        if prefill:
+            fused = self.fused
+            fn = lambda tokens, pos: fused.forward(tokens, pos, head=False)  # noqa: E731
         if self.fused is not None:
             try:
                 self._warm(fn, tok_buf, pos_buf)
@@ -106,6 +134,8 @@ class StepRunner:
                 print(f"mtp-turbo: fused Triton step failed ({type(e).__name__}: {str(e)[:300]}); "
                       "using the torch step instead", file=sys.stderr)
                 self.fused, self.kernels, self.max_rows = None, "torch", 8
+        if prefill and self.fused is None:
+            raise RuntimeError("the fused Triton step failed: no prefill chunks")
         if self.compile and self.fused is None:
             try:
                 # static shapes: one specialisation per row count (decode 1, verify k+1; the
@@ -124,8 +154,9 @@ class StepRunner:
         graph = torch.cuda.CUDAGraph()
         with torch.inference_mode(), torch.cuda.graph(graph):
             out = fn(tok_buf, pos_buf)
-        self._graphs[T] = (graph, tok_buf, pos_buf, out)
-        return self._graphs[T]
+        key = -T if prefill else T
+        self._graphs[key] = (graph, tok_buf, pos_buf, out)
+        return self._graphs[key]
 
     @staticmethod
     def _warm(fn, tok_buf, pos_buf) -> None:

@@ -108,3 +108,37 @@ def test_fused_rejects_too_many_rows():
     dec = fused.FusedDecoder(model, kv)
     with pytest.raises(AssertionError):
         dec.forward(torch.zeros(fused.MAX_ROWS + 1, dtype=torch.int64), torch.arange(fused.MAX_ROWS + 1))
+
+
+def test_fused_prefill_chunk_matches_torch_and_one_row_steps():
+    # one prefill chunk of 37 rows (5 attention row blocks, 3 GEMV row blocks; past the 16-cell
+    # window and across key chunks of 32) against the torch forward, and each row against a
+    # one-row decode step on a cache that held the same rows before it (to fp32 rounding here; bit
+    # for bit on CUDA: tests/models/test_fused_gpu.py)
+    model = tiny_model(seed=9)
+    c = model.cfg
+    toks = torch.randint(0, c.vocab_size, (50,), generator=torch.Generator().manual_seed(4))
+    kv_ref = KVCache(c.n_layers, 96, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    model.forward(toks[:5], 0, kv_ref)
+    kv_p = KVCache(c.n_layers, 96, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    kv_p.k.copy_(kv_ref.k)
+    kv_p.v.copy_(kv_ref.v)
+    kv_1 = KVCache(c.n_layers, 96, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    kv_1.k.copy_(kv_ref.k)
+    kv_1.v.copy_(kv_ref.v)
+    _, ref_h = model.forward(toks[5:42], 5, kv_ref)
+    dec = fused.FusedDecoder(model, kv_p, prefill_rows=40)
+    logits, hidden = dec.forward(toks[5:42], torch.arange(5, 42), head=False)
+    assert logits is None and hidden.shape == (37, c.hidden)
+    assert rel(hidden, ref_h) < 1e-4
+    assert rel(kv_p.k[:, :42], kv_ref.k[:, :42]) < 1e-5 and rel(kv_p.v[:, :42], kv_ref.v[:, :42]) < 1e-5
+    hidden = hidden.clone()
+    one = fused.FusedDecoder(model, kv_1)
+    for j in range(5, 42):
+        _, h1 = one.forward(toks[j: j + 1], torch.arange(j, j + 1))
+        assert rel(h1[0], hidden[j - 5]) < 1e-6, j
+    assert rel(kv_1.k[:, 5:42], kv_p.k[:, 5:42]) < 1e-6 and rel(kv_1.v[:, 5:42], kv_p.v[:, 5:42]) < 1e-6
+    with pytest.raises(AssertionError):  # the head takes at most MAX_ROWS rows, a chunk its prefill_rows
+        dec.forward(toks[:9], torch.arange(9))
+    with pytest.raises(AssertionError):
+        dec.forward(toks[:41], torch.arange(41), head=False)

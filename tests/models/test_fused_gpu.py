@@ -91,6 +91,18 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
             e.runner.forward(e.tok_buf[c0:c1], c0)
             e.kv.commit(c1)
         caches.append((e.kv.k[:, : len(ids) - 1].clone(), e.kv.v[:, : len(ids) - 1].clone()))
+    # the engine's prefill: whole chunks of prefill_rows through the row-block kernels (no head), the
+    # rest as decode steps; its hidden rows equal one-row steps' too
+    assert e.runner.prefill_rows >= 64
+    e.reset()
+    e._set_tokens(ids, 0)
+    e._prefill(len(ids) - 1, progress=False)
+    caches.append((e.kv.k[:, : len(ids) - 1].clone(), e.kv.v[:, : len(ids) - 1].clone()))
+    P = e.runner.prefill_rows
+    chunk_h = e.runner.prefill(e.tok_buf[P: 2 * P], P).clone()
+    for j in (0, 1, P // 2, P - 1):
+        _, h1 = e.runner.forward(e.tok_buf[P + j: P + j + 1], P + j)
+        assert torch.equal(h1[0], chunk_h[j]), j
     for k, v in caches[1:]:
         assert torch.equal(k, caches[0][0]) and torch.equal(v, caches[0][1])
     s = SamplerConfig(temperature=0.6, top_p=0.95, min_p=0.05, repeat_penalty=1.08, presence_penalty=0.4, seed=3)
