@@ -53,6 +53,13 @@
 # Session 12 (programmatic dependent launch):
 #   bench/gpu_session.sh s12-probe         no model: the fused step on random weights with / without PDL (bitwise
 #                                          check, per-kernel profile); tests/sampling's GPU tests (4 workers); sampler bench
+#   bench/gpu_session.sh s12-start         piece p0; llama.cpp build in the background (-j 12); step_bench (random weights:
+#                                          decode steps, prefill chunks vs 8-row steps, bitwise, gaps between kernels)
+#   bench/gpu_session.sh s12-recv N        copy piece N (1..5); the build's progress
+#   bench/gpu_session.sh s12-tests         join + check the model; GPU tests but the sampler's (4 workers)
+#   bench/gpu_session.sh s12-bench         MT-Bench and HumanEval, plain / MTP / n-gram at k = 3, temp 0 and 0.6, pp512,
+#                                          llama-bench + llama-completion in the same run
+#   bench/gpu_session.sh s12-more          the 12k prompt; pp7000 beside llama-bench's; time to first token
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -241,6 +248,37 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s12-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
+    llama_build 12 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 240 python3 bench/step_bench.py --out "$OUT/step.json" 2>&1 | tee "$OUT/step.txt" ;;
+  s12-recv)
+    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
+  s12-tests)
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout 330 python3 -m pytest -q -m gpu tests --ignore=tests/sampling --ignore=tests/server -n 4 \
+      --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 300 --durations=8 -rf 2>&1 \
+      | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -22; tail -n 1 /tmp/logs/llama-build.log ;;
+  s12-bench)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf; tail -n 1 /tmp/logs/llama-build.log
+    for set in mtbench humaneval; do
+      timeout 280 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+        --max-tokens 256 --n-prompts 20 --prompts $set --pp 512 --floor --llama-bench $L/llama-bench \
+        --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_$set.json" \
+        --plot "$OUT/bench_$set.png" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_$set.txt" | tail -22
+    done ;;
+  s12-more)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0 --max-tokens 64 --n-prompts 2 --pp 7000 \
+      --ctx-size 8192 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pp7000.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d --profile 25 > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
   s12-probe)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
