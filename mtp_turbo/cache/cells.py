@@ -153,6 +153,27 @@ class DraftCells:
             return np.arange(max(s_hi, w_hi), dtype=np.int64)
         return np.concatenate((np.arange(s_hi, dtype=np.int64), np.arange(w_lo, w_hi, dtype=np.int64)))
 
+    def read_runs(self, p: int, chain_lo: int) -> list[tuple[int, int]]:
+        """`read_cells_with_chain(p, range(chain_lo, p + 1))` as ascending disjoint [lo, hi) runs
+        (at most 3), in Python ints: what a drafting round stages each step without building
+        arrays (the host work of a round is GPU idle time). chain_lo >= cell1 (the chain lies past
+        the committed run); chain_lo > p: no chain cells."""
+        first = max(p - self._cfg.window, 0)
+        s_hi = min(self._sink_valid, p + 1)
+        w_lo = max(first, self._cell0)
+        w_hi = min(p + 1, self._cell1)
+        if w_lo >= w_hi:
+            runs = [(0, s_hi)]
+        elif s_hi >= w_lo:
+            runs = [(0, max(s_hi, w_hi))]
+        else:
+            runs = [(0, s_hi), (w_lo, w_hi)]
+        c_lo = max(chain_lo, p - self._cfg.window)
+        if c_lo <= p:
+            assert chain_lo >= self._cell1, (chain_lo, self._cell1)
+            runs.append((c_lo, p + 1))
+        return [r for r in runs if r[1] > r[0]]
+
     def read_cells_with_chain(self, p: int, chain_cells: Iterable[int]) -> np.ndarray:
         """`read_cells(p)` followed by the current draft chain's cells that fall in the window.
 

@@ -324,3 +324,31 @@ def test_from_state_rejects_mismatch_and_overreach():
     for bad in (None, [1, 2], "state"):
         with pytest.raises(CacheError, match="mapping"):
             DraftCells.from_state(bad)
+
+
+def test_read_runs_are_read_cells_with_chain():
+    # the runs a drafting round stages, against the array form, over random states of the
+    # bookkeeping (writes, gaps, truncations) and every chain length
+    rng = np.random.default_rng(3)
+    for sink, window in ((0, 8), (4, 8), (6, 20), (64, 256)):
+        c = DraftCells(DraftCellsConfig(sink=sink, window=window))
+        n = 0
+        for _ in range(300):
+            op = rng.integers(4)
+            if op == 0:
+                n = max(0, n - int(rng.integers(1, 12)))
+                c.truncate(n)
+            elif op == 1 and n > 3:
+                c.wrote(int(rng.integers(0, n)), int(rng.integers(1, 6)))  # a rewrite or a gap
+            else:
+                c.wrote(n, int(rng.integers(1, 9)))
+                n += int(rng.integers(1, 9))
+            p0 = max(c.cell1 - 1, 0)
+            if c.cell1 != p0 + 1:
+                continue
+            for j in range(5):
+                p = p0 + j
+                ref = c.read_cells_with_chain(p, range(p0 + 1, p + 1))
+                runs = c.read_runs(p, p0 + 1)
+                got = [x for lo, hi in runs for x in range(lo, hi)]
+                assert got == ids(ref), (sink, window, p0, j, runs)
