@@ -137,8 +137,8 @@ class Engine:
         chunks are the decode step's own kernels (fused.MAX_ROWS rows a step, replayed from its CUDA
         graphs), so a token's K/V at a position are bit-identical whatever the chunking and
         whatever the cache held before: the same seed gives the same text after a reused prefix
-        too. Whole chunks of the runner's prefill_rows go through the same kernels over row blocks
-        in one launch each (no LM head). The torch path prefills prefill_chunk rows a forward,
+        too. Chunks of the runner's prefill sizes (128, 64, 32, 16 rows) go through the same kernels
+        over row blocks in one launch each (no LM head). The torch path prefills prefill_chunk rows a forward,
         without the LM head."""
         start = self.kv.length
         n = upto - start
@@ -146,11 +146,11 @@ class Engine:
             return
         fused = self.runner.fused is not None
         bar = tqdm(total=n, desc="prefill", unit="tok", disable=not (progress and n > 2048), leave=False)
-        big = self.runner.prefill_rows
         with torch.inference_mode():
             c0 = start
             while c0 < upto:
-                if fused and big and upto - c0 >= big:  # a whole chunk: the row-block kernels, no LM head
+                big = self.runner.prefill_chunk(upto - c0) if fused else 0
+                if big:  # a chunk through the row-block kernels, no LM head
                     c1 = c0 + big
                     hidden = self.runner.prefill(self.tok_buf[c0:c1], c0)
                 elif fused:  # the rest: decode steps of up to max_rows rows

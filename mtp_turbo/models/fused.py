@@ -27,9 +27,10 @@ from .gemma3 import Gemma3
 MAX_ROWS = 8  # verify rows (k+1); query rows per KV group (MAX_ROWS * heads/kv_heads) <= QR
 MP = 16  # GEMV rows a program computes (>= MAX_ROWS; 16 is the smallest tl.dot tile)
 QR = 32  # attention query rows per KV group a program computes (>= MAX_ROWS * 4 for Gemma-3-270M)
-# prefill chunks: the same kernels over row blocks (a grid dimension), no LM head. 64 rows: the
-# attention scratch is 8 blocks of chunk partials (34 MB at 4096 cells of context)
-PREFILL_ROWS = 64
+# prefill chunks: the same kernels over row blocks (a grid dimension), no LM head. 128 rows: 117k
+# tok/s a chunk against 76k for 64 on an H200 (bench/RESULTS.md); the attention scratch is 16
+# blocks of chunk partials (67 MB at 4096 cells of context, 0.5 GB at 32768)
+PREFILL_ROWS = 128
 
 
 def available() -> bool:

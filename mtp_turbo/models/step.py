@@ -44,12 +44,21 @@ class StepRunner:
         """Rows of a prefill chunk the fused kernels take at once (0: no such path, torch)."""
         return self._prefill_rows if self.fused is not None else 0
 
+    def prefill_chunk(self, n: int) -> int:
+        """Rows of the prefill chunk for n rows still to encode: the largest of prefill_rows,
+        its halves, ... down to 16 that fits, or 0 (decode steps take the rest). A few fixed sizes:
+        one CUDA graph each."""
+        size = self.prefill_rows
+        while size >= 16 and size > n:
+            size //= 2
+        return size if size >= 16 and size > self.max_rows else 0
+
     def prefill(self, tokens: torch.Tensor, pos0: int) -> torch.Tensor:
-        """Prefill rows tokens [prefill_rows] at positions [pos0, pos0 + T): their K/V written,
+        """Prefill rows tokens [T] (T a prefill_chunk size) at positions [pos0, pos0 + T): their K/V written,
         hidden [T, D] returned (a static buffer with graphs); no LM head. The same kernels as a
         decode step over row blocks, so a row's K/V and hidden equal a decode step's, bit for bit."""
         T = int(tokens.shape[0])
-        assert self._prefill_rows and T == self._prefill_rows, (T, self._prefill_rows)
+        assert self.prefill_rows and T == self.prefill_chunk(T), (T, self.prefill_rows)
         with torch.inference_mode():
             g = (self._graphs.get(-T) or self._try_capture(T, prefill=True)) if self.use_graphs else None
             if g is None:

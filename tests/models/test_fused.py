@@ -142,3 +142,26 @@ def test_fused_prefill_chunk_matches_torch_and_one_row_steps():
         dec.forward(toks[:9], torch.arange(9))
     with pytest.raises(AssertionError):
         dec.forward(toks[:41], torch.arange(41), head=False)
+
+
+def test_step_runner_prefill_chunk_sizes_and_rows():
+    # the runner's prefill chunks: prefill_rows and its halves down to 16, the rest as decode
+    # steps; a chunk's hidden rows are the fused forward's (eager here: graphs need CUDA)
+    from mtp_turbo.models.step import StepRunner
+
+    model = tiny_model(seed=11, layers=3)
+    c = model.cfg
+    kv = KVCache(c.n_layers, 200, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    r = StepRunner(model, kv, use_graphs=False, kernels="triton")
+    P = r.prefill_rows
+    assert P == fused.PREFILL_ROWS
+    assert [r.prefill_chunk(n) for n in (300, P, P - 1, 64, 40, 16, 15, 3)] == [P, P, P // 2, 64, 32, 16, 0, 0]
+    toks = torch.randint(0, c.vocab_size, (40,), generator=torch.Generator().manual_seed(6))
+    h = r.prefill(toks[8:40], 8).clone()  # a 32-row chunk at positions 8..39
+    with pytest.raises(AssertionError):
+        r.prefill(toks[:20], 0)  # not a chunk size
+    kv2 = KVCache(c.n_layers, 200, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    kv2.k.copy_(kv.k)
+    kv2.v.copy_(kv.v)
+    ref = fused.FusedDecoder(model, kv2).forward(toks[39:40], torch.arange(39, 40))[1]
+    assert rel(h[31], ref[0]) < 1e-6
