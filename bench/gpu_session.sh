@@ -51,6 +51,10 @@
 #                                          profile of the engine build
 #
 # Session 12 (programmatic dependent launch):
+#   bench/gpu_session.sh s13-start         piece p0; llama-bench alone built in the background (-j 16)
+#   bench/gpu_session.sh s13-tests         join + check the model; the model's GPU tests (models, spec)
+#   bench/gpu_session.sh s13-bench         (after the build) MT-Bench plain / MTP k = 3 at temp 0 and 0.6, pp512, with
+#                                          llama-bench; the 12k prompt
 #   bench/gpu_session.sh s12-probe         no model: the fused step on random weights with / without PDL (bitwise
 #                                          check, per-kernel profile); tests/sampling's GPU tests (4 workers); sampler bench
 #   bench/gpu_session.sh s12-start         piece p0; llama.cpp build in the background (-j 12); step_bench (random weights:
@@ -68,11 +72,11 @@ if [ -d .whl ]; then
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 
-llama_build() {  # JOBS: unpack .carry/llama.tar.gz, build llama-bench + llama-completion in the background
+llama_build() {  # JOBS [TARGETS]: unpack .carry/llama.tar.gz, build llama-bench + llama-completion in the background
   tar xzf .carry/llama.tar.gz -C /tmp && [ -d /tmp/llama.cpp ] || return 1
   (cd /tmp/llama.cpp && setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
-    > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target llama-bench llama-completion \
+    > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target ${2:-llama-bench llama-completion} \
     >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
 }
 case $step in
@@ -248,6 +252,26 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s13-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
+    llama_build 16 llama-bench || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
+  s13-tests)
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout 300 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 280 --durations=6 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -14
+    tail -n 1 /tmp/logs/llama-build.log ;;
+  s13-bench)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    timeout 240 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench --llama-args "-ngl 99" \
+      --json "$OUT/bench_mtbench.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -10
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7 ;;
   s12-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
     llama_build 12 || exit 1
