@@ -167,11 +167,18 @@ def main() -> int:
         floor = step_bytes(m, pos) / (bw * 1e9) * 1e3
         row = {"pos": pos, "floor_ms": floor}
         for rows in (1, 4, 8):
-            row[f"ms{rows}"] = time_step(step, rows, pos)[0]
+            row[f"ms{rows}"], out = time_step(step, rows, pos)
+            if rows == 4:  # verify rows = one-row steps, bit for bit (the cells below hold what the 4 rows wrote)
+                with torch.inference_mode():
+                    row["bitwise_verify_rows"] = all(
+                        torch.equal(step.forward(torch.tensor([100 + j], device="cuda"),
+                                                 torch.tensor([pos + j], device="cuda"))[0][0], out[j])
+                        for j in range(4))
         print(f"position {pos}: floor {floor * 1e3:.0f} us ({step_bytes(m, pos) / 2**20:.1f} MiB at {bw:.0f} GB/s); "
               f"decode step 1 row {row['ms1'] * 1e3:.1f} us, 4 rows {row['ms4'] * 1e3:.1f} us "
               f"(4/1 {row['ms4'] / row['ms1']:.3f}), 8 rows {row['ms8'] * 1e3:.1f} us = "
-              f"{8 / row['ms8'] * 1e3:.0f} prefill tok/s as 8-row steps", flush=True)
+              f"{8 / row['ms8'] * 1e3:.0f} prefill tok/s as 8-row steps; 4 verify rows = 1-row steps bitwise: "
+              f"{row['bitwise_verify_rows']}", flush=True)
         for P, dec in chunks.items():
             ms, hid = time_step(dec, P, pos, iters=60, head=False, per_graph=2)
             _, h1 = step.forward(torch.tensor([100 + P - 1], device="cuda"), torch.tensor([pos + P - 1], device="cuda"))

@@ -158,7 +158,7 @@ class FusedDecoder:
             glob = c.is_global(i)
             cos, sin = m.rope[glob]
             kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
-            fk.qk_rope_write[(T,)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
+            fk.qk_rope_write[(T, H + HKV)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
                                    H=H, HKV=HKV, DH=DH, num_warps=t.warps)
             window = 0 if glob else c.sliding_window
             n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)

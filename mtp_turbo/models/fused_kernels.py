@@ -148,27 +148,31 @@ if triton is not None:
     @triton.jit
     def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, eps,
                       H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr):
-        """One program per row m: QKV [M, (H + 2 HKV) DH] -> QOUT [M, H, DH] (normed, roped);
-        K (normed, roped) and V into cache cells KC/VC [capacity, HKV, DH] at POS[m].
+        """Program (m, j) of a (rows, H + HKV) grid: QKV [M, (H + 2 HKV) DH] -> for j < H query head j
+        of row m into QOUT [M, H, DH] (normed, roped); else KV head j - H: K (normed, roped) and V
+        into cache cells KC/VC [capacity, HKV, DH] at POS[m]. One head a program, so the heads' loads
+        go out together, not one head after another (4 us a launch that way: bench/RESULTS.md).
         COS/SIN [n_pos, DH] fp32 tables (both halves equal: rotate-half RoPE)."""
         ACT: tl.constexpr = KC.dtype.element_ty
         m = tl.program_id(0)
+        j = tl.program_id(1)
         p = tl.load(POS + m)
         rh = tl.arange(0, DH // 2)
         cos = tl.load(COS + p * DH + rh)
         sin = tl.load(SIN + p * DH + rh)
         row = QKV + m * (H + 2 * HKV) * DH
-        for j in tl.static_range(H):
+        if j < H:
             olo, ohi = _norm_rope(row + j * DH, QN, cos, sin, rh, eps, DH, ACT)
             out = QOUT + (m * H + j) * DH
             tl.store(out + rh, olo)
             tl.store(out + DH // 2 + rh, ohi)
-        for j in tl.static_range(HKV):
-            olo, ohi = _norm_rope(row + (H + j) * DH, KN, cos, sin, rh, eps, DH, ACT)
-            cell = (p * HKV + j) * DH
+        else:
+            g = j - H
+            olo, ohi = _norm_rope(row + (H + g) * DH, KN, cos, sin, rh, eps, DH, ACT)
+            cell = (p * HKV + g) * DH
             tl.store(KC + cell + rh, olo)
             tl.store(KC + cell + DH // 2 + rh, ohi)
-            vrow = row + (H + HKV + j) * DH
+            vrow = row + (H + HKV + g) * DH
             tl.store(VC + cell + rh, tl.load(vrow + rh).to(ACT))
             tl.store(VC + cell + DH // 2 + rh, tl.load(vrow + DH // 2 + rh).to(ACT))
 

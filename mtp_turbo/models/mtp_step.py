@@ -148,9 +148,10 @@ class FusedMTPStep:
             qkv = torch.cat([w(self.xn[:n], out_dtype=torch.float32) for w in self.qkv], dim=1)
         else:
             qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
-        fk.qk_rope_write[(n,)](qkv, pos, self.norms["q_norm"], self.norms["k_norm"], self.cos, self.sin, self.q, self.k_cache,
-                               self.v_cache, c.eps, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim,
-                               num_warps=self.tiles.warps)
+        nm = self.norms
+        fk.qk_rope_write[(n, c.n_heads + c.n_kv_heads)](qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q,
+                                                        self.k_cache, self.v_cache, c.eps, H=c.n_heads,
+                                                        HKV=c.n_kv_heads, DH=c.head_dim, num_warps=self.tiles.warps)
         return self.q[:n]
 
     def attend(self, x, q, cells):
