@@ -26,7 +26,8 @@ HELP = {
     "device": "auto (CUDA if present), cpu or cuda",
     "ctx_size": "context size in tokens (prompt + output); the KV cache is preallocated for it",
     "prefill_chunk": "prompt rows per forward while prefilling with the torch kernels (the fused CUDA kernels "
-    "prefill in the decode step's own batch-invariant row blocks, so the text never depends on the chunking)",
+    "prefill in chunks of up to 128 rows through the decode step's own batch-invariant kernels, so the text "
+    "never depends on the chunking)",
     "cuda_graphs": "replay captured decode/verify steps as CUDA graphs",
     "compile": "torch.compile the captured steps (fuses elementwise kernels; first call compiles)",
     "progress": "progress bars while loading and prefilling",

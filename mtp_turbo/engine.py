@@ -138,8 +138,8 @@ class Engine:
         graphs), so a token's K/V at a position are bit-identical whatever the chunking and
         whatever the cache held before: the same seed gives the same text after a reused prefix
         too. Chunks of the runner's prefill sizes (128, 64, 32, 16 rows) go through the same kernels
-        over row blocks in one launch each (no LM head). The torch path prefills prefill_chunk rows a forward,
-        without the LM head."""
+        over row blocks in one launch each (no LM head). The torch path prefills prefill_chunk rows a
+        forward, without the LM head."""
         start = self.kv.length
         n = upto - start
         if n <= 0:

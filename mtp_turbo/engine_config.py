@@ -15,7 +15,7 @@ class EngineConfig:
     model: str | None = None  # GGUF path; None = the default Gemma-3-270M
     device: str = "auto"  # auto | cpu | cuda
     ctx_size: int = 4096  # cells of the static KV cache (prompt + generated)
-    prefill_chunk: int = 512  # rows per prefill forward (torch kernels; the fused ones use their row blocks)
+    prefill_chunk: int = 512  # rows per prefill forward (torch kernels; the fused ones take <= 128-row chunks)
     cuda_graphs: bool = True  # replay captured decode/verify steps on CUDA
     compile: bool = True  # torch.compile the captured steps (fuses elementwise work)
     kernels: str = "auto"  # few-row steps: triton (fused kernels), torch, auto (triton on CUDA)
