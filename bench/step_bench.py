@@ -187,15 +187,6 @@ def main() -> int:
             print(f"  prefill chunk of {P} rows: {ms * 1e3:.1f} us = {P / ms * 1e3:.0f} tok/s "
                   f"({row['ms8'] * P / 8 / ms:.2f}x 8-row steps); last row's hidden = a 1-row step's: {same}",
                   flush=True)
-        one = FusedDecoder(m, kv, FusedTiles(split_tall=1))  # the tall matrices without the split GEMV
-        ms1, lg1 = time_step(one, 1, pos)
-        ms4, _ = time_step(one, 4, pos)
-        ms1s, lgs = time_step(step, 1, pos)
-        row["no_split_ms1"], row["no_split_ms4"] = ms1, ms4
-        row["split_vs_no_split_rel"] = float((lgs - lg1).abs().max() / lg1.abs().max())
-        print(f"  without the split tall GEMVs: 1 row {ms1 * 1e3:.1f} us, 4 rows {ms4 * 1e3:.1f} us; logits vs split: "
-              f"max rel diff {row['split_vs_no_split_rel']:.2e}, argmax equal {bool(lgs.argmax() == lg1.argmax())}",
-              flush=True)
         res["rows"].append(row)
     try:
         res["gaps_pos256"] = gp = gaps(step, 256)

@@ -56,10 +56,6 @@ class FusedTiles:
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
-    # tall matrices (o, down: K >= 1024, N = hidden) take K in this many parts, summed in a fixed
-    # order by the part that ends last (fused_kernels.linear_split): their 40 output tiles fill 4x
-    # the SMs. 1 = one program a tile (linear)
-    split_tall: int = 4
 
 
 def _pow2(n: int) -> int:
@@ -107,10 +103,6 @@ class FusedDecoder:
         # the window plus the verify rows, starting at any alignment (+1)
         self.n_chunks = {True: -(-kv.capacity // bs), False: -(-(c.sliding_window + MAX_ROWS - 1) // bs) + 1}
         ns = max(self.n_chunks.values()) * c.n_kv_heads * -(-R // self.block)
-        S = tiles.split_tall
-        n_mblk = -(-R // MP)
-        self.parts = buf(n_mblk, S, MP, D, dtype=torch.float32) if S > 1 else None  # linear_split's parts
-        self.counts = torch.zeros(n_mblk * -(-D // tiles.bn_small), dtype=torch.int32, device=dev)
         self.op = buf(ns, QR, DH, dtype=torch.float32)
         self.mx = buf(ns, QR, dtype=torch.float32)
         self.ls = buf(ns, QR, dtype=torch.float32)
@@ -134,12 +126,6 @@ class FusedDecoder:
             bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
         else:
             bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
-        S = t.split_tall
-        if (pro == 0 and not gated and not head and K >= 1024 and S > 1 and K % (S * bk) == 0
-                and N == self.parts.shape[-1]):
-            fk.linear_split[(-(-N // bn) * S, -(-M // MP))](x, w, y, self.parts, self.counts, M, N, K, MP=MP, BN=bn,
-                                                           BK=bk, S=S, PREC=self.prec, num_warps=warps)
-            return
         dummy = x
         fk.linear[(-(-N // bn), -(-M // MP))](
             x, h if h is not None else dummy, delta if delta is not None else dummy,

@@ -2,8 +2,7 @@
 
 Owns: the kernels of the fused few-row steps and nothing else: `linear` (GEMV for up to 16 rows
 with the sandwich norms and the residual add folded into its prologue and GELU-gating into its
-epilogue), `linear_split` (the plain GEMV of tall matrices with K split over more programs),
-`residual_norm` (that prologue as its own kernel), `qk_rope_write` (q/k RMSNorm + RoPE,
+epilogue), `residual_norm` (that prologue as its own kernel), `qk_rope_write` (q/k RMSNorm + RoPE,
 K/V written into the cache), `attn_partial` (one chunk of keys per program, flash-decoding style)
 and `attn_combine` for the main model; for the MTP head's block (mtp_fused.py) `mtp_inputs` (the
 embedding row gather and both input norms, side by side for the one fc GEMV), `attn_cells` (one
@@ -111,43 +110,6 @@ if triton is not None:
             acc = gl.to(ACT).to(tl.float32) * u
         y_msk = m_mask[:, None] & n_mask[None, :]
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
-
-    @triton.jit(do_not_specialize=["M"])
-    def linear_split(X, W, Y, P, CNT, M, N, K, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                     S: tl.constexpr, PREC: tl.constexpr):
-        """Y[M, N] = X[M, K] @ W[:N].T for tall matrices (few output tiles, long K), K cut into S
-        parts: program (n * S + s, b) takes part s of output tile n for the rows of block b (as
-        linear's) into P [blocks, S, MP, N] fp32; the part that ends last (a counter per tile and
-        block in CNT, reset by it) sums the S parts in order 0..S-1 and stores Y. The order never
-        depends on which part ends last nor on M, so rows stay batch-invariant. K % (S * BK) == 0."""
-        ACT: tl.constexpr = W.dtype.element_ty
-        pid = tl.program_id(0)
-        n = pid // S
-        s = pid % S
-        b = tl.program_id(1)
-        rb = tl.arange(0, MP)
-        rm = b * MP + rb
-        m_mask = rm < M
-        rn = n * BN + tl.arange(0, BN)
-        n_mask = rn < N
-        KS = K // S
-        acc = tl.zeros([MP, BN], dtype=tl.float32)
-        for k0 in range(s * KS, s * KS + KS, BK):
-            rk = k0 + tl.arange(0, BK)
-            x = tl.load(X + rm[:, None] * K + rk[None, :], mask=m_mask[:, None], other=0.0).to(ACT)
-            w = tl.load(W + rn[:, None] * K + rk[None, :], mask=n_mask[:, None], other=0.0)  # [BN, BK]
-            acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
-        part = P + (b * S * MP + rb)[:, None] * N + rn[None, :]  # part s at + s * MP * N
-        tl.store(part + s * MP * N, acc, mask=n_mask[None, :])
-        tl.debug_barrier()  # every thread's part stored before the counter says so
-        cnt = CNT + b * (tl.num_programs(0) // S) + n
-        if tl.atomic_add(cnt, 1, sem="acq_rel") == S - 1:
-            tot = tl.load(part, mask=n_mask[None, :], other=0.0, cache_modifier=".cg")
-            for t in tl.static_range(1, S):
-                tot += tl.load(part + t * MP * N, mask=n_mask[None, :], other=0.0, cache_modifier=".cg")
-            tl.store(Y + rm[:, None] * N + rn[None, :], tot.to(Y.dtype.element_ty),
-                     mask=m_mask[:, None] & n_mask[None, :])
-            tl.atomic_xchg(cnt, 0)
 
     @triton.jit
     def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, K, eps, PRO: tl.constexpr, KP: tl.constexpr):

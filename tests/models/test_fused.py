@@ -165,39 +165,3 @@ def test_step_runner_prefill_chunk_sizes_and_rows():
     kv2.v.copy_(kv.v)
     ref = fused.FusedDecoder(model, kv2).forward(toks[39:40], torch.arange(39, 40))[1]
     assert rel(h[31], ref[0]) < 1e-6
-
-
-def test_linear_split_sums_parts_in_order_and_rows_stay_invariant():
-    # the tall-matrix GEMV: K in S parts, the last part to end sums them in order; against a float64
-    # matmul, rows alone vs together, and its counters back at 0 for the next launch
-    from mtp_turbo.models import fused_kernels as fk
-
-    g = torch.Generator().manual_seed(8)
-    N, K, S, BK = 40, 1024, 4, 256
-    x = torch.randn(5, K, generator=g)
-    w = torch.randn(N, K, generator=g) / 32
-    parts = torch.zeros(1, S, fused.MP, N)
-    counts = torch.zeros(3, dtype=torch.int32)
-
-    def run(rows):
-        y = torch.zeros(rows.shape[0], N)
-        fk.linear_split[(3 * S, 1)](rows, w, y, parts, counts, rows.shape[0], N, K, MP=fused.MP, BN=16, BK=BK, S=S,
-                                    PREC="ieee", num_warps=4)
-        return y
-
-    five = run(x)
-    ref = (x.double() @ w.double().t()).float()
-    assert rel(five, ref) < 1e-5
-    assert counts.tolist() == [0, 0, 0]
-    for j in range(5):
-        assert rel(run(x[j: j + 1])[0], five[j]) < 1e-6
-
-
-def test_fused_step_with_tall_matrices_matches_torch():
-    # o (K = 4 x 256) and down (K = 1024) take the split GEMV; the step still matches the torch forward
-    model = tiny_model(seed=12, layers=2, head_dim=256, ffn=1024)
-    (rl, rh, kr), (fl, fh, kf), dec = run_both(model, 20, 3)
-    assert dec.parts is not None
-    assert rel(fl, rl) < 1e-4 and rel(fh, rh) < 1e-4
-    (rl1, _, _), (fl1, _, _), _ = run_both(model, 20, 3, tiles=fused.FusedTiles(split_tall=1))
-    assert rel(fl1, rl1) < 1e-4
