@@ -142,32 +142,29 @@ class DraftCells:
         The query's own cell p is included only if it is committed (draft 0 after `wrote`).
         """
         assert _is_int(p) and p >= 0, p
-        p = int(p)
+        runs = self._committed_runs(int(p))
+        if len(runs) == 1:
+            return np.arange(*runs[0], dtype=np.int64)
+        return np.concatenate([np.arange(lo, hi, dtype=np.int64) for lo, hi in runs])
+
+    def _committed_runs(self, p: int) -> list[tuple[int, int]]:
+        """read_cells(p) as ascending disjoint [lo, hi) runs (one or two; the first may be empty)."""
         first = max(p - self._cfg.window, 0)
         s_hi = min(self._sink_valid, p + 1)
         w_lo = max(first, self._cell0)
         w_hi = min(p + 1, self._cell1)
         if w_lo >= w_hi:
-            return np.arange(s_hi, dtype=np.int64)
+            return [(0, s_hi)]
         if s_hi >= w_lo:  # sink and window part touch: one interval
-            return np.arange(max(s_hi, w_hi), dtype=np.int64)
-        return np.concatenate((np.arange(s_hi, dtype=np.int64), np.arange(w_lo, w_hi, dtype=np.int64)))
+            return [(0, max(s_hi, w_hi))]
+        return [(0, s_hi), (w_lo, w_hi)]
 
     def read_runs(self, p: int, chain_lo: int) -> list[tuple[int, int]]:
         """`read_cells_with_chain(p, range(chain_lo, p + 1))` as ascending disjoint [lo, hi) runs
         (at most 3), in Python ints: what a drafting round stages each step without building
         arrays (the host work of a round is GPU idle time). chain_lo >= cell1 (the chain lies past
         the committed run); chain_lo > p: no chain cells."""
-        first = max(p - self._cfg.window, 0)
-        s_hi = min(self._sink_valid, p + 1)
-        w_lo = max(first, self._cell0)
-        w_hi = min(p + 1, self._cell1)
-        if w_lo >= w_hi:
-            runs = [(0, s_hi)]
-        elif s_hi >= w_lo:
-            runs = [(0, max(s_hi, w_hi))]
-        else:
-            runs = [(0, s_hi), (w_lo, w_hi)]
+        runs = self._committed_runs(p)
         c_lo = max(chain_lo, p - self._cfg.window)
         if c_lo <= p:
             assert chain_lo >= self._cell1, (chain_lo, self._cell1)

@@ -3,8 +3,9 @@
 Owns: the launch sequence of one forward of 1..MAX_ROWS rows (9 kernels per layer: norm+residual,
 qkv GEMV, q/k norm+RoPE+KV write, attention over key chunks, chunk merge, o GEMV, norm+residual,
 gate/up GEMV+GELU gating, down GEMV; then norm+residual, LM head), its scratch buffers and tiles.
-Ignores: prefill (the torch forward, gemma3.py, does long chunks with SDPA), graph capture
-(step.py), cache lengths (cache/kv.py).
+Also prefill chunks of up to prefill_rows rows: the same kernels over row blocks (a grid
+dimension), no LM head. Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
+forward (gemma3.py: the CPU path and the reference).
 
 Why: the compiled torch step runs ~14 kernels per layer (cuBLAS GEMVs, separate norms, a masked
 softmax over gathered cells); at this model size a decode step is bound by kernel count, not
@@ -100,8 +101,8 @@ class FusedDecoder:
         self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)  # the head runs on <= MAX_ROWS rows
         bs = tiles.block_keys
         # key chunks a program grid covers: global layers every chunk of the cache; sliding layers
-        # the window plus the verify rows, starting at any alignment (+1)
-        self.n_chunks = {True: -(-kv.capacity // bs), False: -(-(c.sliding_window + MAX_ROWS - 1) // bs) + 1}
+        # the window plus a row block's rows, starting at any alignment (+1)
+        self.n_chunks = {True: -(-kv.capacity // bs), False: -(-(c.sliding_window + self.block - 1) // bs) + 1}
         ns = max(self.n_chunks.values()) * c.n_kv_heads * -(-R // self.block)
         self.op = buf(ns, QR, DH, dtype=torch.float32)
         self.mx = buf(ns, QR, dtype=torch.float32)

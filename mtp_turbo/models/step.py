@@ -115,7 +115,8 @@ class StepRunner:
         return m.lm_head(m.final_norm(h)), h
 
     def _try_capture(self, T: int, prefill: bool = False):
-        """The graph for T rows, or None (and eager steps from now on) when capture fails."""
+        """The graph for T rows, or None: eager steps from now on when capture fails, or a prefill
+        chunk whose fused step failed to build."""
         try:
             return self._capture(T, prefill)
         except Exception as e:  # a failed capture costs speed, never the answer
@@ -143,8 +144,8 @@ class StepRunner:
                 print(f"mtp-turbo: fused Triton step failed ({type(e).__name__}: {str(e)[:300]}); "
                       "using the torch step instead", file=sys.stderr)
                 self.fused, self.kernels, self.max_rows = None, "torch", 8
-        if prefill and self.fused is None:
-            raise RuntimeError("the fused Triton step failed: no prefill chunks")
+        if prefill and self.fused is None:  # the Triton step just failed: prefill() takes the torch forward
+            return None
         if self.compile and self.fused is None:
             try:
                 # static shapes: one specialisation per row count (decode 1, verify k+1; the
