@@ -24,6 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models.fused import FusedDecoder, FusedTiles  # noqa: E402
 from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
+from mtp_turbo.models.load import split_q8_0  # noqa: E402
+from mtp_turbo.quant.dequant import dequantize  # noqa: E402
+from mtp_turbo.quant.formats import quantize_tensor  # noqa: E402
 
 CFG = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
                    eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
@@ -42,17 +45,21 @@ def random_model(cfg: Gemma3Config, dev) -> Gemma3:
         t = torch.randn(*shape, generator=g, device=dev) * scale
         return (1 + t).float() if norm else t.to(torch.bfloat16)
 
-    w = {"token_embd": mk((cfg.vocab_size, D), False, 0.05), "output_norm": mk((D,), True, 0.1)}
+    # the embedding through Q8_0 as the file stores it: codes and scales for the fused head, their
+    # dequantization as the dense rows (models/load.py)
+    raw = quantize_tensor(mk((cfg.vocab_size, D), False, 0.05).float(), "q8_0").reshape(-1)
+    w = {"token_embd": dequantize(raw, 8, (cfg.vocab_size, D)).to(torch.bfloat16),
+         "output_norm": mk((D,), True, 0.1)}
     for i in range(cfg.n_layers):
         for k, name in LAYER_TENSORS.items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"), 0.1 if k.endswith("norm") else 0.04)
-    return Gemma3(cfg, w, dev, torch.bfloat16)
+    return Gemma3(cfg, w, dev, torch.bfloat16, head_q8=split_q8_0(raw, (cfg.vocab_size, D)))
 
 
 def step_bytes(m: Gemma3, pos: int) -> int:
     """Bytes one 1-row step must read once: every weight (the fused qkv / gate_up, not their split
-    views), the K/V cells its attention reads."""
-    n = m.embed.numel() * m.embed.element_size() + m.out_norm.numel() * 4
+    views; the head as Q8_0 codes and scales), the K/V cells its attention reads."""
+    n = sum(t.numel() * t.element_size() for t in m.head_q8) + m.out_norm.numel() * 4
     for L in m.layers:
         n += sum(L[k].numel() * L[k].element_size() for k in ("qkv", "o", "gate_up", "down"))
         n += sum(L[k].numel() * 4 for k in L if k.endswith("norm"))
@@ -152,6 +159,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--positions", default="256,7000", help="query positions to time at")
     ap.add_argument("--prefill-rows", default="64,128", help="prefill chunk sizes to time")
+    ap.add_argument("--ab", default="head_q8=0;combine_chunks=1",
+                    help="tile variants (FusedTiles fields, ';' between variants) whose 1-row step is timed "
+                         "beside the default's at each position, bitwise logits compared")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     assert torch.cuda.is_available(), "needs CUDA"
@@ -187,6 +197,14 @@ def main() -> int:
             print(f"  prefill chunk of {P} rows: {ms * 1e3:.1f} us = {P / ms * 1e3:.0f} tok/s "
                   f"({row['ms8'] * P / 8 / ms:.2f}x 8-row steps); last row's hidden = a 1-row step's: {same}",
                   flush=True)
+        for v in filter(None, a.ab.split(";")):
+            kw = {k: type(getattr(FusedTiles(), k))(int(x)) for k, x in (f.split("=") for f in v.split(","))}
+            alt = FusedDecoder(m, kv, FusedTiles(**kw))
+            ms, lo = time_step(alt, 1, pos)
+            _, ld = time_step(step, 1, pos, iters=30)
+            row[f"ab {v}"] = {"ms1": ms, "ms1_default": row["ms1"], "same_logits": bool(torch.equal(lo, ld))}
+            print(f"  variant {v}: 1-row step {ms * 1e3:.1f} us vs default {row['ms1'] * 1e3:.1f} us; "
+                  f"same logits as the default: {torch.equal(lo, ld)}", flush=True)
         res["rows"].append(row)
     try:
         res["gaps_pos256"] = gp = gaps(step, 256)
@@ -194,12 +212,14 @@ def main() -> int:
               f"{gp['gap_us']:.1f} us of gaps ({gp['gap_per_kernel_us']:.2f} us a kernel)")
     except Exception as e:  # the trace is an extra; the timings above stand without it
         print(f"trace failed: {type(e).__name__}: {e}")
-    prof = profile(step, 256)
-    res["profile_pos256"] = prof
-    print("eager 1-row step at 256: kernel, us a step, launches a step")
-    for r in prof[:12]:
-        print(f"  {r['kernel']:50s} {r['us_per_step']:7.1f} {r['launches_per_step']:5.0f}")
-    print(f"  total {sum(r['us_per_step'] for r in prof):.1f} us, {sum(r['launches_per_step'] for r in prof):.0f} launches")
+    for pos in map(int, a.positions.split(",")):
+        prof = profile(step, pos)
+        res[f"profile_pos{pos}"] = prof
+        print(f"eager 1-row step at {pos}: kernel, us a step, launches a step")
+        for r in prof[:12]:
+            print(f"  {r['kernel']:50s} {r['us_per_step']:7.1f} {r['launches_per_step']:5.0f}")
+        print(f"  total {sum(r['us_per_step'] for r in prof):.1f} us, "
+              f"{sum(r['launches_per_step'] for r in prof):.0f} launches")
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))
     return 0

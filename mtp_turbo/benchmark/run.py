@@ -183,7 +183,9 @@ def bandwidth_floor(eng, context: int) -> dict | None:
     over the copy bandwidth: the tok/s no plain decoder on this device can beat."""
     m = eng.model
     try:
-        weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
+        # the head is read as the file's Q8_0 codes and scales where the fused step has them
+        head = [m.embed] if m.head_q8 is None else list(m.head_q8)
+        weights = _unique_bytes([*head, m.out_norm, *(t for L in m.layers for t in L.values())])
         c, kv = m.cfg, eng.kv
         cell = 2 * c.n_kv_heads * c.head_dim * kv.k.element_size()
         window = getattr(c, "sliding_window", context)

@@ -315,6 +315,17 @@ class GGUFFile:
         t = self._info(name)
         return self._mm[t.offset:t.offset + t.nbytes]
 
+    def raw_tensor(self, name: str, device: Any = "cpu") -> Any:
+        """The tensor's bytes as a uint8 torch tensor on `device` (on the CPU: a read-only view of
+        the map, for readers only)."""
+        import torch
+
+        with warnings.catch_warnings():
+            # the map is read-only and stays so: the dequantizers only read raw (each result is a
+            # new tensor), so no copy of the file's bytes is made first (0.6 s of a CPU load)
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            return torch.from_numpy(self.raw(name)).to(device)
+
     def load(self, name: str, device: Any = "cpu", dtype: Any = None) -> Any:
         """The tensor dequantized, in torch-order shape, on `device`, cast to dtype (float32 default).
 
@@ -326,13 +337,8 @@ class GGUFFile:
 
         dtype = torch.float32 if dtype is None else dtype
         t = self._info(name)
-        with warnings.catch_warnings():
-            # the map is read-only and stays so: dequantize only reads raw (each result is a new
-            # tensor), so no copy of the file's bytes is made first (0.6 s of a CPU load)
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            raw = torch.from_numpy(self.raw(name))
         try:
-            out = dequantize(raw.to(device), t.ggml_type, t.shape)
+            out = dequantize(self.raw_tensor(name, device), t.ggml_type, t.shape)
         except ModelFileError as e:
             raise ModelFileError(f"{self.path}: tensor {name!r}: {e}") from None
         assert tuple(out.shape) == t.shape, (name, tuple(out.shape), t.shape)

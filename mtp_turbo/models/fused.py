@@ -52,11 +52,14 @@ class FusedTiles:
     bk_head: int = 128
     warps_head: int = 4
     block_keys: int = 32  # key cells per attention program
+    combine_chunks: int = 16  # key chunks the merge takes a load (a power of two)
     warps_attn: int = 4
     warps: int = 4  # q/k norm + RoPE and the merge
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
+    # the LM head from the model's Q8_0 codes and scales (Gemma3.head_q8) when it has them
+    head_q8: bool = True
 
 
 def _pow2(n: int) -> int:
@@ -111,18 +114,20 @@ class FusedDecoder:
         self.prec = "ieee" if act == torch.float32 else "tf32"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
-                gated=False, head=False):
-        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]."""
+                gated=False, head=False, ws=None):
+        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]; ws: the fp16
+        scales [N, K / 32] of an int8 (Q8_0) w."""
         t = self.tiles
         M, K = x.shape
         N = w.shape[0] // 2 if gated else w.shape[0]
         assert M <= self.rows and w.shape[1] == K and y.shape[1] == N
+        assert (ws is not None) == (w.dtype == torch.int8), "int8 weights come with their scales"
         if pro != 0 and t.split_norm:  # prologue as its own kernel, then a plain GEMV
             xn = self.xn[:M]
             fk.residual_norm[(M,)](x if pro == 1 else h, delta if delta is not None else x,
                                    wpost if wpost is not None else wpre, wpre, hout if hout is not None else xn,
                                    xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), num_warps=t.warps)
-            return self._linear(xn, w, y, gated=gated, head=head)
+            return self._linear(xn, w, y, gated=gated, head=head, ws=ws)
         if head:
             bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
         else:
@@ -131,8 +136,9 @@ class FusedDecoder:
         fk.linear[(-(-N // bn), -(-M // MP))](
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
-            hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
+            hout if hout is not None else dummy, w, ws if ws is not None else w, y, M, N, K, self.model.cfg.eps,
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, Q8=ws is not None,
+            num_warps=warps)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
@@ -169,7 +175,7 @@ class FusedDecoder:
             fk.attn_combine[(min(T, self.block) * (H // HKV), HKV, n_blk)](self.op, self.mx, self.ls, pos, self.att, T,
                                                                            window, n_ch,
                                                   H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                                  num_warps=t.warps)
+                                                  CT=t.combine_chunks, num_warps=t.warps)
             o = self.o[:T]
             self._linear(self.att[:T].view(T, H * DH), L["o"], o)
             gu = self.gu[:T]
@@ -184,6 +190,10 @@ class FusedDecoder:
                                    c.hidden, eps, PRO=2, KP=_pow2(c.hidden), num_warps=t.warps)
             return None, hidden
         logits = self.logits[:T]
-        self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,
-                     wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True)
+        # the tied head from the file's Q8_0 bytes where the model has them: half the bytes of the
+        # step's largest read, the same logits bit for bit (fused_kernels._w_tile)
+        wq = m.head_q8 if t.head_q8 else None
+        self._linear(res[cur], m.embed if wq is None else wq[0], logits, pro=2, h=res[cur], delta=delta,
+                     wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True,
+                     ws=None if wq is None else wq[1])
         return logits, hidden

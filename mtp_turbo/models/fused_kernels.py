@@ -56,17 +56,30 @@ if triton is not None:
             x = (hf * rstd[:, None] * wpre[None, :]).to(ACT)
         return x
 
+    @triton.jit
+    def _w_tile(W, WS, rn, rk, msk, K, ACT: tl.constexpr, Q8: tl.constexpr):
+        # Weight rows rn, columns rk as [BN, BK] in ACT. Q8: W int8 codes [*, K] and WS fp16
+        # scales [*, K / 32] (Q8_0 as stored in the file): code * scale is exact in fp32 and
+        # rounds to ACT as the loader's dequantization does, so the tile equals the dense one
+        if Q8:
+            q = tl.load(W + rn[:, None] * K + rk[None, :], mask=msk, other=0).to(tl.float32)
+            d = tl.load(WS + rn[:, None] * (K // 32) + rk[None, :] // 32, mask=msk, other=0.0).to(tl.float32)
+            return (q * d).to(ACT)
+        else:
+            return tl.load(W + rn[:, None] * K + rk[None, :], mask=msk, other=0.0)
+
     @triton.jit(do_not_specialize=["M"])
-    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
+    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, WS, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, Q8: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
-        W [N or 2N, K] row-major in the activation dtype; X/H/DELTA/HOUT [M, K]; Y [M, N].
+        W [N or 2N, K] row-major in the activation dtype (X's), or Q8: int8 codes with fp16 scales
+        WS [N, K / 32] (_w_tile); X/H/DELTA/HOUT [M, K]; Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
-        ACT: tl.constexpr = W.dtype.element_ty
+        ACT: tl.constexpr = X.dtype.element_ty
         pid = tl.program_id(0)
         rm = tl.program_id(1) * MP + tl.arange(0, MP)
         m_mask = rm < M
@@ -98,10 +111,10 @@ if triton is not None:
             k_mask = rk < K
             x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT)
             w_msk = n_mask[:, None] & k_mask[None, :]
-            w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
+            w = _w_tile(W, WS, rn, rk, w_msk, K, ACT, Q8)  # [BN, BK]
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
             if GATED:
-                wu = tl.load(W + (rn[:, None] + N) * K + rk[None, :], mask=w_msk, other=0.0)
+                wu = _w_tile(W, WS, rn + N, rk, w_msk, K, ACT, Q8)
                 acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
         if GATED:
             g = acc.to(ACT).to(tl.float32)
@@ -226,18 +239,22 @@ if triton is not None:
             v = tl.load(VC + kv_off, mask=k_ok[:, None], other=0.0)
             o = tl.dot(p, v, input_precision=PREC)  # [QR, DH] fp32
             slot = (b * tl.num_programs(0) + s) * tl.num_programs(1) + g
-            tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o)
-            tl.store(MX + slot * QR + rq, mx)
-            tl.store(LS + slot * QR + rq, tl.sum(p.to(tl.float32), axis=1))
+            # only the block's rows: the padding rows would write 8x the bytes of a 1-row decode
+            tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o, mask=q_ok[:, None])
+            tl.store(MX + slot * QR + rq, mx, mask=q_ok)
+            tl.store(LS + slot * QR + rq, tl.sum(p.to(tl.float32), axis=1), mask=q_ok)
 
     @triton.jit(do_not_specialize=["M"])
     def attn_combine(OP, MX, LS, POS, OUT, M, window, S,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr):
+                     QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr):
         """Program (r, g, b): merge query row r of group g of row block b (attn_partial's blocks)
-        over the chunks, in chunk order, into OUT [M, H, DH] (activation dtype). S: attn_partial's
-        chunk programs. A chunk with no key for a row adds exact zeros, so a row's result does not
-        depend on the block's other rows."""
+        over the chunks into OUT [M, H, DH] (activation dtype). S: attn_partial's chunk programs.
+        Chunks go CT at a time, in tiles aligned to absolute chunk index 0 (a block's first chunk
+        c0 depends on its first row; the tiles do not): a chunk with no key for a row, or outside
+        the block's range, adds exact zeros, so a row's sum has the same terms in the same tree
+        whatever its block. CT chunks a load: at 7000 cells a global layer's 219 chunks are 14
+        loads instead of 219 dependent ones (bench/RESULTS.md)."""
         r = tl.program_id(0)
         g = tl.program_id(1)
         b = tl.program_id(2)
@@ -249,19 +266,28 @@ if triton is not None:
             OUT += b * RB * H * DH
             M = tl.minimum(M - b * RB, RB)
             c0, p_last = _chunk0(POS, M, window, BS)
-            n = p_last // BS - c0 + 1
+            c1 = p_last // BS
             base = b * S * G
-            m_all = tl.load(MX + (base + g) * QR + r)
-            for s in range(1, n):
-                m_all = tl.maximum(m_all, tl.load(MX + (base + s * G + g) * QR + r))
+            t0 = (c0 // CT) * CT
+            rt = tl.arange(0, CT)
+            m_all = float("-inf")
+            for t in range(t0, c1 + 1, CT):
+                j = t + rt
+                ok = (j >= c0) & (j <= c1)
+                slot = base + (j - c0) * G + g
+                m_all = tl.maximum(m_all, tl.max(tl.load(MX + slot * QR + r, mask=ok, other=float("-inf")), axis=0))
             rd = tl.arange(0, DH)
             acc = tl.zeros([DH], dtype=tl.float32)
             l_all = 0.0
-            for s in range(0, n):
-                slot = base + s * G + g
-                w = tl.exp(tl.load(MX + slot * QR + r) - m_all)  # a chunk with no key for r: exp(-inf) = 0
-                acc += w * tl.load(OP + (slot * QR + r) * DH + rd)
-                l_all += w * tl.load(LS + slot * QR + r)
+            for t in range(t0, c1 + 1, CT):
+                j = t + rt
+                ok = (j >= c0) & (j <= c1)
+                slot = base + (j - c0) * G + g
+                # a chunk with no key for r (or none of the block's): exp(-inf) = 0
+                w = tl.exp(tl.load(MX + slot * QR + r, mask=ok, other=float("-inf")) - m_all)
+                op = tl.load(OP + (slot * QR + r)[:, None] * DH + rd[None, :], mask=ok[:, None], other=0.0)
+                acc += tl.sum(w[:, None] * op, axis=0)
+                l_all += tl.sum(w * tl.load(LS + slot * QR + r, mask=ok, other=0.0), axis=0)
             m = r // REP
             h = g * REP + r % REP
             tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))

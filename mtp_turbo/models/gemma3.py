@@ -116,11 +116,18 @@ class Gemma3:
     """Weights plus the forward. Linear weights are [out, in] dense tensors in `dtype`; q/k/v and
     gate/up are stored fused (one matrix read per row group) with the parts as views."""
 
-    def __init__(self, cfg: Gemma3Config, weights: dict[str, torch.Tensor], device, dtype):
+    def __init__(self, cfg: Gemma3Config, weights: dict[str, torch.Tensor], device, dtype,
+                 head_q8: tuple[torch.Tensor, torch.Tensor] | None = None):
         self.cfg = cfg
         self.device = torch.device(device)
         self.dtype = dtype
         self.embed = weights["token_embd"]  # [V, D], also the tied LM head
+        # the embedding's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file, for
+        # the fused step's head (models/fused.py); embed is their dequantization
+        if head_q8 is not None:
+            assert head_q8[0].shape == self.embed.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
+            assert head_q8[1].shape == (self.embed.shape[0], self.embed.shape[1] // 32), head_q8[1].shape
+        self.head_q8 = head_q8
         self.out_norm = weights["output_norm"]
         self.layers = []
         nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim

@@ -11,10 +11,12 @@ from tqdm import tqdm
 
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile
+from ..quant.dequant import dequantize
 from .gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config
 
 # Types we can dequantize (gguf.GGMLQuantizationType values): F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, BF16
 SUPPORTED_TYPES = {0, 1, 2, 6, 8, 12, 14, 30}
+Q8_0 = 8
 
 
 def default_dtype(device: torch.device) -> torch.dtype:
@@ -50,8 +52,28 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
                 f"{gf.path}: tensor {n}.weight has unsupported type {gguf.GGMLQuantizationType(t.ggml_type).name}"
             )
     weights = {}
+    head_q8 = None
     for n in tqdm(names, desc="loading weights", unit="tensor", disable=not progress, leave=False):
         is_norm = n.endswith("norm")
+        t = gf.tensors[f"{n}.weight"]
+        if n == "token_embd" and t.ggml_type == Q8_0 and torch.device(device).type == "cuda":
+            # the fused step's head reads the file's codes and scales (half the bf16 bytes); the
+            # dense rows serve the embedding, the drafter and the torch forward
+            raw = gf.raw_tensor(f"{n}.weight", device)
+            head_q8 = split_q8_0(raw, t.shape)
+            weights[n] = dequantize(raw, t.ggml_type, t.shape).to(dtype)
+            continue
         # norms stay fp32: they are tiny and the fp32 +1 matters
         weights[n] = gf.load(f"{n}.weight", device=device, dtype=torch.float32 if is_norm else dtype)
-    return Gemma3(cfg, weights, device, dtype)
+    return Gemma3(cfg, weights, device, dtype, head_q8=head_q8)
+
+
+def split_q8_0(raw: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0 bytes (uint8, rows of 34-byte blocks: fp16 scale, 32 int8 codes) of a [N, K] matrix ->
+    (codes int8 [N, K], scales fp16 [N, K / 32]) on raw's device."""
+    n, k = shape
+    assert k % 32 == 0 and raw.dtype == torch.uint8 and raw.numel() == n * k // 32 * 34, (shape, raw.numel())
+    blk = raw.reshape(n * k // 32, 34)
+    scales = blk[:, :2].contiguous().view(torch.float16).reshape(n, k // 32)
+    codes = blk[:, 2:].contiguous().view(torch.int8).reshape(n, k)
+    return codes, scales

@@ -119,8 +119,8 @@ class FusedMTPStep:
             bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
         else:
             bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
-        fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
-                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, num_warps=warps)
+        fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
+                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, Q8=False, num_warps=warps)
         return y
 
     def _norm(self, h, delta, wpost, wpre, hout, xout):

@@ -57,11 +57,17 @@ def rel(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
-@pytest.mark.parametrize("n_prefill,T", [(5, 1), (40, 4), (63, 8)])
-def test_fused_matches_torch_forward(n_prefill, T):
+# 4-cell key chunks merged 4 a load: the merge's tiles, aligned to chunk 0, start before a sliding
+# window's first chunk and cross tile boundaries (the default tiles take these contexts in one load)
+SMALL_CHUNKS = fused.FusedTiles(block_keys=4, combine_chunks=4)
+
+
+@pytest.mark.parametrize("n_prefill,T,tiles", [(5, 1, None), (40, 4, None), (63, 8, None),
+                                               (40, 4, SMALL_CHUNKS), (63, 1, SMALL_CHUNKS)])
+def test_fused_matches_torch_forward(n_prefill, T, tiles):
     # 40 and 63 rows of prefill: past the 16-cell sliding window and across key chunks
     model = tiny_model()
-    (rl, rh, kr), (fl, fh, kf), _ = run_both(model, n_prefill, T)
+    (rl, rh, kr), (fl, fh, kf), _ = run_both(model, n_prefill, T, tiles=tiles)
     assert rel(fl, rl) < 1e-4, rel(fl, rl)
     assert rel(fh, rh) < 1e-4
     n = n_prefill + T
@@ -110,11 +116,13 @@ def test_fused_rejects_too_many_rows():
         dec.forward(torch.zeros(fused.MAX_ROWS + 1, dtype=torch.int64), torch.arange(fused.MAX_ROWS + 1))
 
 
-def test_fused_prefill_chunk_matches_torch_and_one_row_steps():
+@pytest.mark.parametrize("tiles", [fused.FusedTiles(), SMALL_CHUNKS])
+def test_fused_prefill_chunk_matches_torch_and_one_row_steps(tiles):
     # one prefill chunk of 37 rows (5 attention row blocks, 3 GEMV row blocks; past the 16-cell
-    # window and across key chunks of 32) against the torch forward, and each row against a
-    # one-row decode step on a cache that held the same rows before it (to fp32 rounding here; bit
-    # for bit on CUDA: tests/models/test_fused_gpu.py)
+    # window and across key chunks) against the torch forward, and each row against a one-row
+    # decode step on a cache that held the same rows before it (to fp32 rounding here; bit for bit
+    # on CUDA: tests/models/test_fused_gpu.py). Small chunks: the row blocks' first chunks differ
+    # and fall in different merge tiles
     model = tiny_model(seed=9)
     c = model.cfg
     toks = torch.randint(0, c.vocab_size, (50,), generator=torch.Generator().manual_seed(4))
@@ -127,14 +135,19 @@ def test_fused_prefill_chunk_matches_torch_and_one_row_steps():
     kv_1.k.copy_(kv_ref.k)
     kv_1.v.copy_(kv_ref.v)
     _, ref_h = model.forward(toks[5:42], 5, kv_ref)
-    dec = fused.FusedDecoder(model, kv_p, prefill_rows=40)
+    dec = fused.FusedDecoder(model, kv_p, tiles, prefill_rows=40)
     logits, hidden = dec.forward(toks[5:42], torch.arange(5, 42), head=False)
     assert logits is None and hidden.shape == (37, c.hidden)
     assert rel(hidden, ref_h) < 1e-4
     assert rel(kv_p.k[:, :42], kv_ref.k[:, :42]) < 1e-5 and rel(kv_p.v[:, :42], kv_ref.v[:, :42]) < 1e-5
     hidden = hidden.clone()
-    one = fused.FusedDecoder(model, kv_1)
-    for j in range(5, 42):
+    rows = range(5, 42)
+    if tiles.block_keys < 32:  # the interpreter's time: the last rows, each over the chunk's own cells
+        rows = range(34, 42)
+        kv_1.k.copy_(kv_p.k)
+        kv_1.v.copy_(kv_p.v)
+    one = fused.FusedDecoder(model, kv_1, tiles)
+    for j in rows:
         _, h1 = one.forward(toks[j: j + 1], torch.arange(j, j + 1))
         assert rel(h1[0], hidden[j - 5]) < 1e-6, j
     assert rel(kv_1.k[:, 5:42], kv_p.k[:, 5:42]) < 1e-6 and rel(kv_1.v[:, 5:42], kv_p.v[:, 5:42]) < 1e-6
@@ -165,3 +178,37 @@ def test_step_runner_prefill_chunk_sizes_and_rows():
     kv2.v.copy_(kv.v)
     ref = fused.FusedDecoder(model, kv2).forward(toks[39:40], torch.arange(39, 40))[1]
     assert rel(h[31], ref[0]) < 1e-6
+
+
+def test_q8_head_gives_the_dense_heads_logits_bit_for_bit():
+    # the LM head from Q8_0 codes and scales (the file's bytes, split by load.split_q8_0) against
+    # the same head dequantized: code * scale is exact in fp32, so the dot sees the same operands
+    from mtp_turbo.models.load import split_q8_0
+    from mtp_turbo.quant.dequant import dequantize
+    from mtp_turbo.quant.formats import quantize_tensor
+
+    model = tiny_model(seed=11, hidden=64, vocab=300)
+    c = model.cfg
+    raw = quantize_tensor(model.embed, "q8_0").reshape(-1)
+    model.embed = dequantize(raw, 8, tuple(model.embed.shape))
+    codes, scales = split_q8_0(raw, tuple(model.embed.shape))
+    assert torch.equal(codes.float() * scales.float().repeat_interleave(32, 1), model.embed)
+    dense = fused.FusedTiles(head_q8=False)
+    (rl, _, _), (fl_dense, _, _), _ = run_both(model, 20, 3, tiles=dense)
+    model.head_q8 = (codes, scales)
+    (_, _, _), (fl_q8, _, _), _ = run_both(model, 20, 3)
+    assert torch.equal(fl_q8, fl_dense)
+    assert rel(fl_q8, rl) < 1e-4
+    # and a model without the codes takes the dense head under the default tiles
+    model.head_q8 = None
+    (_, _, _), (fl_none, _, _), _ = run_both(model, 20, 3)
+    assert torch.equal(fl_none, fl_dense)
+
+
+def test_q8_head_scales_must_come_with_the_codes():
+    model = tiny_model(seed=12, hidden=64, layers=3)
+    c = model.cfg
+    kv = KVCache(c.n_layers, 64, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    dec = fused.FusedDecoder(model, kv)
+    with pytest.raises(AssertionError, match="scales"):
+        dec._linear(torch.zeros(1, 64), torch.zeros(8, 64, dtype=torch.int8), torch.zeros(1, 8))
