@@ -151,8 +151,12 @@ def test_table_and_plot(tmp_path):
               "llama_bench": {"tg": {"name": "tg128", "tps": 50.0, "std": 1.0}, "pp": {"name": "pp512", "tps": 10.0}},
               "pp": {"name": "pp512", "tps": 20.0, "n": 512},
               "floor": {"weight_bytes": 2**20, "kv_bytes": 0, "context": 64, "bandwidth_GBps": 1.0,
-                        "ms_per_token": 1.0, "tps": 400.0}}
+                        "ms_per_token": 1.0, "tps": 400.0},
+              "memory": {"weights_MiB": 511.5, "head_q8_MiB": 170.0, "kv_MiB": 72.0, "allocated_MiB": 800.0,
+                         "peak_allocated_MiB": 900.0, "reserved_MiB": 1024.0}}
     t = report.table(result)
+    assert ("memory: weights 511.5 MiB + the head's Q8_0 codes 170.0, K/V cache 72.0 MiB; device allocated 800 MiB "
+            "(peak 900, reserved 1024)") in t
     assert "| plain | - | 0 | 100.0 | 10.0 | 1.00 | - | - | - | - | - | - | - | yes | - | 2.00 | 25% |" in t
     assert "| mtp | 3 | 0 | 200.0 | 10.0 | 2.50 | 50% | 80% | - | - | - | 10% | 10% | **NO** | 0.97x (#4) | 4.00 | 50% |" in t
     assert "pp512: 20.0 tok/s | llama-bench pp512: 10.0 tok/s, ratio 2.00" in t and "plain greedy ratio 2.00" in t
@@ -173,3 +177,6 @@ def test_tiny_bench_on_the_cpu(capsys, tmp_path, model_path):
     assert all(r["same_text"] and r["gen_tokens"] == 3 and r["decode_tps"] > 0 for r in res["rows"])
     assert res["mismatches"] == [] and res["pp"]["tps"] > 0 and res["meta"]["sampled_chain"]["repeat_penalty"] == 1.08
     assert "| plain | - | 0.7 |" in out and "prompt pp16:" in out
+    mem = res["memory"]  # the CPU keeps no Q8_0 codes (the fused head is CUDA's)
+    assert mem["head_q8_MiB"] == 0 and mem["kv_MiB"] > 0 and mem["peak_rss_MiB"] > mem["weights_MiB"] > 100
+    assert f"memory: weights {mem['weights_MiB']:.1f} MiB, K/V cache" in out

@@ -54,7 +54,7 @@ def cmd_bench(args) -> int:
     from tqdm import tqdm
 
     from ..engine import Engine
-    from .run import bandwidth_floor, prefill_speed, run_rows
+    from .run import bandwidth_floor, memory, prefill_speed, run_rows
 
     eng = Engine(ecfg)
     if cfg.pp >= eng.ctx_size or max(len(eng.tokenizer.encode(p)) for p in prompts) + cfg.max_tokens > eng.ctx_size:
@@ -75,6 +75,7 @@ def cmd_bench(args) -> int:
             result["pp"] = prefill_speed(eng, cfg.pp, prompts, cfg.reps, cfg.warmup, bar)
     if cfg.floor:
         result["floor"] = bandwidth_floor(eng, cfg.max_tokens // 2 + 64)
+    result["memory"] = memory(eng)
     del eng  # free the device before llama.cpp runs
     if cfg.llama_bench:
         print("running llama-bench ...", file=sys.stderr)

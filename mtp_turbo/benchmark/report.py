@@ -71,6 +71,13 @@ def table(result: dict) -> str:
                    f"(weights {floor['weight_bytes'] / 2**20:.1f}, K/V at {floor['context']} cells "
                    f"{floor['kv_bytes'] / 2**20:.1f}) at {floor['bandwidth_GBps']:.0f} GB/s copy: "
                    f"{floor['ms_per_token']:.3f} ms/token, {floor['tps']:.0f} tok/s")
+    mem = result.get("memory")
+    if mem:
+        held = (f"device allocated {mem['allocated_MiB']:.0f} MiB (peak {mem['peak_allocated_MiB']:.0f}, reserved "
+                f"{mem['reserved_MiB']:.0f})" if "allocated_MiB" in mem else f"peak RSS {mem['peak_rss_MiB']:.0f} MiB")
+        out.append(f"memory: weights {mem['weights_MiB']:.1f} MiB" +
+                   (f" + the head's Q8_0 codes {mem['head_q8_MiB']:.1f}" if mem["head_q8_MiB"] else "") +
+                   f", K/V cache {mem['kv_MiB']:.1f} MiB; {held}")
     for line in result["mismatches"]:
         out.append(f"MISMATCH (a bug: same seed must give the same text): {line}")
     return "\n".join(out)

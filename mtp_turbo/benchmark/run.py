@@ -150,6 +150,26 @@ def prefill_speed(eng, n: int, prompts: list[str], reps: int, warmup: bool, bar)
     return {"n": n, "tps": statistics.median(tps), "name": f"pp{n}"}
 
 
+def memory(eng) -> dict:
+    """Resident memory after the runs: the model's weights as held (each storage once: the fused
+    qkv / gate_up, not their views; the head's Q8_0 codes where kept), the K/V cache, and what the
+    device allocator holds now and held at most (CUDA), or the process's peak RSS (CPU)."""
+    import resource
+
+    m = eng.model
+    weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
+    head_q8 = _unique_bytes(m.head_q8 or ())
+    out = {"weights_MiB": weights / 2**20, "head_q8_MiB": head_q8 / 2**20,
+           "kv_MiB": _unique_bytes([eng.kv.k, eng.kv.v]) / 2**20}
+    if eng.device.type == "cuda":
+        out |= {"allocated_MiB": torch.cuda.memory_allocated(eng.device) / 2**20,
+                "peak_allocated_MiB": torch.cuda.max_memory_allocated(eng.device) / 2**20,
+                "reserved_MiB": torch.cuda.memory_reserved(eng.device) / 2**20}
+    else:
+        out["peak_rss_MiB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    return out
+
+
 def _unique_bytes(tensors) -> int:
     seen, total = set(), 0
     for t in tensors:
