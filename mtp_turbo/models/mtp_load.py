@@ -110,11 +110,17 @@ def pack_ops(W: dict[str, torch.Tensor], packed: dict, head, cfg: MTPConfig, bac
     return ops
 
 
-def _main_head(main_gguf, vocab_ids: torch.Tensor | None):
-    """The main model's LM head (tied embedding) in its own block format, rows gathered, on the
-    CPU; None when the file is not given or its format has no GEMV kernel."""
+def _main_head(main_gguf, vocab_ids: torch.Tensor | None, main=None):
+    """The main model's LM head (tied embedding) in its own block format, rows gathered: from
+    the Q8_0 codes the main model keeps on its device (Gemma3.head_q8: no second read and copy
+    of the file's 178 MB on the host), else from the file on the CPU; None when neither is there
+    or the file's format has no GEMV kernel."""
     from ..quant.repack import BLOCK_FORMATS, PackedWeight
 
+    kept = getattr(main, "head_q8", None)
+    if kept is not None:
+        pw = PackedWeight("q8_0", tuple(kept[0].shape), kept[0], kept[1])
+        return pw if vocab_ids is None else pw.rows(vocab_ids.to(kept[0].device))
     info = None if main_gguf is None else main_gguf.tensors.get("token_embd.weight")
     if info is None:
         return None
@@ -181,7 +187,7 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
         head_pw = PackedWeight.from_gguf_bytes(raw, head_quant, tuple(rows.shape))
         head_rows = head_pw.dequantize().to(device, dtype)
     elif head_quant == "main" and packed_path:
-        head_pw = _main_head(main_gguf, vocab_ids)
+        head_pw = _main_head(main_gguf, vocab_ids, main)
     # fc_embedding | fc_hidden joined along K: one GEMV over both normed inputs (a block format's
     # rows are independent 32-blocks, so joined rows are the parts' bytes side by side)
     Wq["fc"] = torch.cat([Wq["fc_e"], Wq["fc_h"]], dim=1)

@@ -252,6 +252,13 @@ def test_head_keeps_the_main_models_format(head_file):
     assert head.w.fmt == "q8_0" and head.w.shape == (len(hp.vocab_ids), D)
     assert (head.w.to_gguf_bytes() == raw[hp.vocab_ids.numpy()]).all()
     assert torch.equal(head.w.dequantize(), hp.head_rows)  # = main's embedding rows
+    # the same rows from the codes a CUDA main model keeps (models/load.py), without the file
+    from mtp_turbo.models.load import split_q8_0
+
+    main_kept = SimpleNamespace(**{**vars(main_q8), "head_q8": split_q8_0(torch.from_numpy(raw.reshape(-1)),
+                                                                          tuple(main.embed.shape))})
+    kept = load_head(p, main_kept, gemv_backend="torch").ops["head"]
+    assert (kept.w.to_gguf_bytes() == raw[hp.vocab_ids.numpy()]).all()
     # without the file (or on the dense path) the head is the dense rows, as before
     assert "head" not in load_head(p, main_q8, gemv_backend="torch").ops
     assert "head" not in load_head(p, main_q8, gemv_backend="dense", main_gguf=gguf_file).ops
