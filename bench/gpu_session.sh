@@ -64,11 +64,24 @@
 #   bench/gpu_session.sh s12-bench         MT-Bench and HumanEval, plain / MTP / n-gram at k = 3, temp 0 and 0.6, pp512,
 #                                          llama-bench + llama-completion in the same run
 #   bench/gpu_session.sh s12-more          the 12k prompt; pp7000 beside llama-bench's; time to first token
+#
+# Session 14 (the Q8_0 head and the tiled attention merge, both unmeasured when written: no device was lent):
+#   bench/gpu_session.sh s14-start         piece p0; llama-bench + llama-completion built in the background (-j 16);
+#                                          step_bench: default vs head_q8=0 vs combine_chunks=1 at 256 and 7000
+#                                          (1-row step time, same logits), per-kernel profile at both depths
+#   bench/gpu_session.sh s14-recv N        copy piece N (1..5); the build's progress
+#   bench/gpu_session.sh s14-tests         join + check the model; the model's GPU tests (models, spec; the Q8_0 head
+#                                          bit for bit against the dense one)
+#   bench/gpu_session.sh s14-bench         (after the build) the table of record: MT-Bench plain / MTP / n-gram k = 3,
+#                                          temp 0 and 0.6, pp512, floor and memory, llama-bench + llama-completion;
+#                                          HumanEval; the 12k prompt (decode at depth)
+#   bench/gpu_session.sh s14-more          pp7000 beside llama-bench's; time to first token x3 with a profile
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
 if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  # compiled to .pyc as a user's pip install is (--no-compile made gguf's import 1.9 s of a start-up)
+  python3 -m pip install -q --no-index --no-deps --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 
@@ -252,6 +265,39 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s14-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
+    llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 300 python3 bench/step_bench.py --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" ;;
+  s14-recv)
+    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
+  s14-tests)
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 300 --durations=6 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -14
+    tail -n 1 /tmp/logs/llama-build.log ;;
+  s14-bench)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7 ;;
+  s14-more)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0 --max-tokens 64 --n-prompts 2 --pp 7000 \
+      --ctx-size 8192 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pp7000.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d --profile 25 > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
   s13-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
     llama_build 16 llama-bench || exit 1
