@@ -117,7 +117,9 @@ class Gemma3:
     gate/up are stored fused (one matrix read per row group) with the parts as views."""
 
     def __init__(self, cfg: Gemma3Config, weights: dict[str, torch.Tensor], device, dtype,
-                 head_q8: tuple[torch.Tensor, torch.Tensor] | None = None):
+                 head_q8: tuple[torch.Tensor, torch.Tensor] | None = None, max_positions: int | None = None):
+        """max_positions: positions the RoPE tables cover (default the model's context length;
+        an engine passes its cache's, so a 4096-cell engine does not build 32768-row tables)."""
         self.cfg = cfg
         self.device = torch.device(device)
         self.dtype = dtype
@@ -138,7 +140,7 @@ class Gemma3:
             L["gate_up"] = torch.cat([L["gate"], L["up"]])  # [2 F, D]
             L["gate"], L["up"] = L["gate_up"].split([cfg.ffn, cfg.ffn])
             self.layers.append(L)
-        n_pos = cfg.context_length
+        n_pos = cfg.context_length if max_positions is None else min(max_positions, cfg.context_length)
         self.rope = {
             True: rope_tables(cfg.rope_global, cfg.head_dim, n_pos, self.device),
             False: rope_tables(cfg.rope_local, cfg.head_dim, n_pos, self.device),

@@ -30,7 +30,9 @@ def required_tensors(cfg: Gemma3Config) -> list[str]:
     return names
 
 
-def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True) -> Gemma3:
+def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True,
+                max_positions: int | None = None) -> Gemma3:
+    """The model of `gf` on `device`; max_positions: see Gemma3 (the engine's context size)."""
     dtype = dtype or default_dtype(device)
     tok = gf.metadata.get("tokenizer.ggml.tokens")
     emb = gf.tensors.get("token_embd.weight")
@@ -65,7 +67,7 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
             continue
         # norms stay fp32: they are tiny and the fp32 +1 matters
         weights[n] = gf.load(f"{n}.weight", device=device, dtype=torch.float32 if is_norm else dtype)
-    return Gemma3(cfg, weights, device, dtype, head_q8=head_q8)
+    return Gemma3(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
 
 
 def split_q8_0(raw: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
