@@ -270,14 +270,6 @@ case $step in
     llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     timeout 300 python3 bench/step_bench.py --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" ;;
-  s14-recv)
-    cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
-  s14-tests)
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
-    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
-      -p no:cacheprovider --timeout 300 --durations=6 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -14
-    tail -n 1 /tmp/logs/llama-build.log ;;
   s14-bench)
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
@@ -302,7 +294,7 @@ case $step in
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
     llama_build 16 llama-bench || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
-  s13-tests)
+  s13-tests|s14-tests)
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
     timeout 300 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
@@ -323,7 +315,7 @@ case $step in
     llama_build 12 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     timeout 240 python3 bench/step_bench.py --out "$OUT/step.json" 2>&1 | tee "$OUT/step.txt" ;;
-  s12-recv)
+  s12-recv|s14-recv)
     cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
   s12-tests)
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
