@@ -31,6 +31,9 @@ HELP = {
     "cuda_graphs": "replay captured decode/verify steps as CUDA graphs",
     "compile": "torch.compile the captured steps (fuses elementwise kernels; first call compiles)",
     "progress": "progress bars while loading and prefilling",
+    "decode_steps": "plain decoding: steps per device program, one host round trip for all of them (tokens "
+    "then arrive in bursts of this many; the text is the same for any value). 0 = auto: 4 with CUDA graphs, "
+    "else 1",
     "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "
     "same logits as one-row steps), torch (compiled torch ops), auto (triton on CUDA)",
     # SamplerConfig

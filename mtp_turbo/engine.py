@@ -338,11 +338,24 @@ class Engine:
             self._programs[key] = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split)
         return self._programs[key]
 
+    @property
+    def decode_steps(self) -> int:
+        """Plain steps a device program takes (EngineConfig.decode_steps; 0 = auto)."""
+        if self.cfg.decode_steps:
+            return self.cfg.decode_steps
+        # a program of steps saves a host round trip a token where the steps replay from graphs;
+        # eager steps (the CPU) gain nothing and would read every cached cell on the captured path
+        return 4 if self.device.type == "cuda" and self.cfg.cuda_graphs else 1
+
     def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
         program = self._program(sampler, "exact", None)
-        for _ in range(budget):
-            _, emitted, _ = program.run(0)  # the one host sync per token, inside
-            self.commit(emitted, on_device=True)
+        steps, produced = self.decode_steps, 0
+        while produced < budget:
+            # whole programs while they fit, single steps for the rest (two graphs at most)
+            s = steps if budget - produced >= steps else 1
+            a, emitted, _ = program.run(0, steps=s)  # the one host sync, inside
+            self.commit(emitted, a, on_device=True)
+            produced += len(emitted)
             yield emitted
 
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int,

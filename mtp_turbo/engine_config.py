@@ -20,6 +20,9 @@ class EngineConfig:
     compile: bool = True  # torch.compile the captured steps (fuses elementwise work)
     kernels: str = "auto"  # few-row steps: triton (fused kernels), torch, auto (triton on CUDA)
     progress: bool = True  # progress bars on loading and long prefills
+    # plain decoding: steps per device program (one host sync per program; a stop mid-program
+    # discards the rest). 0 = auto: 4 where the steps replay from CUDA graphs, else 1
+    decode_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -28,5 +31,7 @@ class EngineConfig:
             raise ConfigError(f"ctx-size must be >= 16, got {self.ctx_size}")
         if self.kernels not in ("auto", "triton", "torch"):
             raise ConfigError(f"kernels must be auto, triton or torch, got {self.kernels!r}")
+        if not 0 <= self.decode_steps <= 8:
+            raise ConfigError(f"decode-steps must be in 0..8 (0 = auto), got {self.decode_steps}")
         if self.prefill_chunk < 1:
             raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")

@@ -175,3 +175,33 @@ def test_draft_auto_on_cuda_takes_the_mtp_head(engine, monkeypatch):
     got = engine._auto_spec(SpecConfig(draft="auto", draft_tokens=3))
     assert got == SpecConfig(draft="mtp", draft_tokens=3) and isinstance(engine.drafter, Head)
     engine._set_drafter(None, None)
+
+
+def test_plain_steps_in_one_program_give_the_single_steps_text(engine):
+    # --decode-steps 4: the same tokens as single steps (greedy, and the sampled chain with its
+    # penalty window), a budget that is no multiple of 4 (single steps for the tail), a stop in the
+    # middle of a program (the rest discarded, the cache rolled back so the next call continues
+    # as if never gone further)
+    chain = SamplerConfig(temperature=0.7, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.08,
+                          presence_penalty=0.4, penalty_last_n=64, seed=3)
+    old = engine.cfg
+    assert engine.decode_steps == 1  # auto on the CPU
+    ref = {s: engine.generate_ids(PROMPT, sampler=s, max_tokens=10) for s in (GREEDY, chain)}
+    try:
+        engine.cfg = dataclasses.replace(old, decode_steps=4)
+        for s, want in ref.items():
+            engine.reset()
+            assert engine.generate_ids(PROMPT, sampler=s, max_tokens=10) == want
+        want = ref[GREEDY]
+        i = next(j for j in range(2, len(want)) if want[j] not in want[:j])
+        pieces = list(engine.generate(PROMPT, sampler=GREEDY, max_tokens=10, stop_ids=(want[i],)))
+        assert [t for p in pieces for t in p.token_ids] == want[:i]
+        assert engine.last_stats.finish_reason == "stop"
+        n_prompt = engine.last_stats.prompt_tokens
+        assert len(engine.tokens) == n_prompt + i + 1 and engine.kv.length == n_prompt + i
+        assert engine.generate_ids(PROMPT, sampler=GREEDY, max_tokens=10) == want
+        assert engine.last_stats.prompt_cached > 0
+    finally:
+        engine.cfg = old
+    with pytest.raises(ConfigError, match="decode-steps"):
+        dataclasses.replace(old, decode_steps=9)

@@ -96,8 +96,12 @@ class StepRunner:
     def body(self, tokens: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The step's device work for tokens [T] at device positions pos [T] (consecutive), T <=
         max_rows: no host sync and nothing shaped by positions, so a caller's CUDA graph can
-        capture it (call it once outside the capture first: kernels compile on first use)."""
-        if self.fused is None and self.compile and self.model.device.type == "cuda":
+        capture it (call it once outside the capture first: kernels compile on first use). Off
+        CUDA nothing is captured: the rows take forward()'s path (one position read on the host,
+        free there), so eager work gives what forward() gives, bit for bit."""
+        if self.model.device.type != "cuda":
+            return self.forward(tokens, int(pos[0]))
+        if self.fused is None and self.compile:
             if self._compiled is None:
                 self._compiled = torch.compile(self._body, dynamic=False, fullgraph=True)
             return self._compiled(tokens, pos)

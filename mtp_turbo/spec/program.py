@@ -99,6 +99,26 @@ class RoundProgram:
 
         return draft, verify, accept
 
+    def _plain_steps(self, steps: int):
+        """`steps` plain steps as device work, for the three-part interface (draft / verify unused):
+        step j forwards tok_buf[n-1+j] at position n-1+j and writes the token it draws at n+j, where
+        the next step reads it (its penalty window too). Each step is the 1-row step's kernels and
+        the sampler a 1-row round uses, so the tokens are the 1-step rounds' bit for bit; out =
+        [steps - 1, t_0, .., t_{steps-1}] (the rows past the pending one whose K/V were written)."""
+        tg, tb, s = self.target, self.target.tok_buf, self.sampler
+
+        def run(*_):
+            for j in range(steps):
+                pos = self.n_dev + j  # [1]: the token drawn; its input row is pos - 1
+                logits, _ = tg.forward_body(tb[pos - 1], pos - 1)
+                t = logits.argmax(-1) if s.greedy and not s.uses_penalties else \
+                    sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
+                tb.index_copy_(0, pos, t)
+                self.out_dev[1 + j: 2 + j].copy_(t)
+            self.out_dev[:1].fill_(steps - 1)
+
+        return (lambda: None), (lambda: ()), run
+
     def _whole(self, parts):
         draft, verify, accept = parts
         draft()
@@ -165,13 +185,20 @@ class RoundProgram:
 
     # ---- one round -----------------------------------------------------------------------------
     @torch.inference_mode()
-    def run(self, k: int, host_drafts: list[int] | None = None) -> tuple[int, list[int], int]:
+    def run(self, k: int, host_drafts: list[int] | None = None, steps: int = 1) -> tuple[int, list[int], int]:
         """One round with k drafts: host_drafts (a host drafter's, len k), or the device drafter's
-        chain (host_drafts None, k > 0), or none (k = 0: a plain step). Returns (accepted, emitted
-        tokens, k actually drafted). Commits nothing: the caller commits `emitted`."""
+        chain (host_drafts None, k > 0), or none (k = 0: a plain step; `steps` > 1: that many plain
+        steps in one device program, one host sync for all). Returns (accepted, emitted tokens, k
+        actually drafted); `steps` plain steps return (steps - 1, their tokens, 0), committed with
+        accepted = steps - 1 (their first steps - 1 tokens' K/V are written). Commits nothing: the
+        caller commits `emitted`."""
         tg = self.target
         n = len(tg.tokens)
         staged, n_catch, from_host = None, 0, host_drafts is not None
+        assert 1 <= steps <= MAX_K and (steps == 1 or (k == 0 and not from_host)), (steps, k)
+        if steps > 1:
+            assert n + steps <= tg.ctx_size, (n, steps, tg.ctx_size)
+            return self._run_plain_steps(n, steps)
         if from_host:
             k = len(host_drafts)
             self.drafts_host[:k] = torch.tensor(host_drafts, dtype=torch.int64)
@@ -202,15 +229,37 @@ class RoundProgram:
             graphs = None
         if graphs is None:
             self._whole(self._parts(k, n_catch, staged, from_host, n))
-        if self.cuda:
-            self.out_host[: k + 2].copy_(self.out_dev[: k + 2], non_blocking=True)
-            torch.cuda.current_stream().synchronize()  # the round's one host sync
-            out = self.out_host[: k + 2].tolist()
-        else:
-            out = self.out_dev[: k + 2].tolist()
+        out = self._read(k + 2)  # the round's one host sync
         if self.split and self.graphs and getattr(self, "_events", None):
             e = self._events
             self.last_split = tuple(e[i].elapsed_time(e[i + 1]) for i in range(3))
             self._events = None
         a = out[0]
         return a, out[1: a + 2], k
+
+    def _run_plain_steps(self, n: int, steps: int) -> tuple[int, list[int], int]:
+        self.n_host[0] = n
+        self.n_dev.copy_(self.n_host, non_blocking=True)
+        key = ("steps", steps)
+        self.last_fresh = key not in self._ran
+        self._ran.add(key)
+        graphs = None
+        if self.graphs:
+            graphs = self._graphs.get(key)
+            if graphs is None:
+                graphs = self._capture(key, self._plain_steps(steps))
+            if graphs is not None:
+                self._replay(graphs)
+        if graphs is None:  # eager: the same device work
+            self._whole(self._plain_steps(steps))
+        self._events = None  # a split program's part timings are a round's, not these steps'
+        out = self._read(steps + 1)
+        return out[0], out[1:], 0
+
+    def _read(self, n: int) -> list[int]:
+        """out_dev[:n] on the host: the round's one sync."""
+        if self.cuda:
+            self.out_host[:n].copy_(self.out_dev[:n], non_blocking=True)
+            torch.cuda.current_stream().synchronize()
+            return self.out_host[:n].tolist()
+        return self.out_dev[:n].tolist()

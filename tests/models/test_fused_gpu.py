@@ -69,10 +69,19 @@ def test_speculative_text_equals_plain_on_gpu(cuda_engine, temperature):
         e.reset()
         return e.generate_ids(prompt, sampler=s, max_tokens=48, stop_ids=(), **kw)
 
+    import dataclasses
+
+    assert e.decode_steps == 4  # auto with CUDA graphs: plain decodes 4 steps a program
+    old = e.cfg
     for prompt in PROMPTS:
         plain = fresh()
         for draft in ("ngram", "mtp"):
             assert fresh(spec=SpecConfig(draft=draft, draft_tokens=3)) == plain, (draft, prompt)
+        try:  # one step a program: the same text
+            e.cfg = dataclasses.replace(old, decode_steps=1)
+            assert fresh() == plain, prompt
+        finally:
+            e.cfg = old
 
 
 def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):

@@ -101,3 +101,28 @@ def test_program_rounds_equal_the_host_rule(name):
         if len(tg.tokens) > CTX - 12:
             tg.start(tg.tokens[:10])
     assert min(kinds.values()) > 0, kinds
+
+
+@pytest.mark.parametrize("name", ["greedy", "greedy_pen", "sampled"])
+@pytest.mark.parametrize("steps", [2, 4, 8])
+def test_plain_steps_in_one_program_equal_single_steps(name, steps):
+    # a program of `steps` plain steps draws, step by step, what as many 1-step rounds draw (each
+    # step's penalty window holds the tokens the steps before it wrote), and says steps - 1 rows
+    # past the pending one were forwarded
+    cfg, _ = CFGS[name]
+    one, many = ToyTarget(seed=4), ToyTarget(seed=4)
+    prompt = [3, 14, 15, 9, 26, 5]
+    one.start(prompt)
+    many.start(prompt)
+    p1, ps = RoundProgram(one, cfg), RoundProgram(many, cfg)
+    for _ in range(24 // steps):
+        a, e, k = ps.run(0, steps=steps)
+        assert (a, k, len(e)) == (steps - 1, 0, steps)
+        many.commit(e, a, on_device=True)
+    for _ in range(24):
+        a, e, _ = p1.run(0)
+        one.commit(e, a, on_device=True)
+    assert many.tokens == one.tokens
+    assert many.tok_buf[: len(many.tokens)].tolist() == many.tokens
+    with pytest.raises(AssertionError):  # steps are plain steps: no drafts beside them
+        ps.run(2, steps=2)
