@@ -218,7 +218,7 @@ def cmd_generate(args) -> int:
 
     from .engine import Engine
 
-    eng = Engine(ecfg)
+    eng = Engine(ecfg, gguf=gf)  # the header parsed above, not again
     if session is not None and session.exists():
         eng.load_session(session)
     matcher = StopStrings(stops)

