@@ -74,7 +74,7 @@
 #                                          bit for bit against the dense one)
 #   bench/gpu_session.sh s14-bench         (after the build) the table of record: MT-Bench plain / MTP / n-gram k = 3,
 #                                          temp 0 and 0.6, pp512, floor and memory, llama-bench + llama-completion;
-#                                          HumanEval; the 12k prompt (decode at depth)
+#                                          plain with --decode-steps 1 beside it; HumanEval; the 12k prompt (decode at depth)
 #   bench/gpu_session.sh s14-more          pp7000 beside llama-bench's; time to first token x3 with a profile
 set -uo pipefail
 step=$1; shift || true
@@ -277,6 +277,9 @@ case $step in
       --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
       --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16
+    timeout 60 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0,0.6 --decode-steps 1 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 --json "$OUT/bench_mtbench_steps1.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -5
     timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
       --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
