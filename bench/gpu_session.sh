@@ -74,8 +74,9 @@
 #                                          bit for bit against the dense one)
 #   bench/gpu_session.sh s14-bench         (after the build) the table of record: MT-Bench plain / MTP / n-gram k = 3,
 #                                          temp 0 and 0.6, pp512, floor and memory, llama-bench + llama-completion;
-#                                          plain with --decode-steps 1 beside it; HumanEval; the 12k prompt (decode at depth)
-#   bench/gpu_session.sh s14-more          pp7000 beside llama-bench's; time to first token x3 with a profile
+#                                          plain with --decode-steps 1 beside it
+#   bench/gpu_session.sh s14-more          HumanEval; the 12k prompt (decode at depth); pp7000 beside llama-bench's; time
+#                                          to first token (plain, MTP) with a profile
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -279,20 +280,20 @@ case $step in
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16
     timeout 60 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0,0.6 --decode-steps 1 \
       --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 --json "$OUT/bench_mtbench_steps1.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -5
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -5 ;;
+  s14-more)
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
     timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
       --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
     python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
     timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
       --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7 ;;
-  s14-more)
-    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7
     timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0 --max-tokens 64 --n-prompts 2 --pp 7000 \
       --ctx-size 8192 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pp7000.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
-    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d --profile 25 > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
+    for d in none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d --profile 25 > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
   s13-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
     llama_build 16 llama-bench || exit 1
