@@ -217,8 +217,10 @@ class FakeEngine:
 
     calls: list = []
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, gguf=None):
         from mtp_turbo.engine import Stats
+
+        assert gguf is None or gguf.path.name.endswith(".gguf")  # the CLI's opened file, handed on
 
         self.device, self.cfg, self.last_stats = "cpu", cfg, Stats(prompt_tokens=3, gen_tokens=2, decode_s=0.1,
                                                                     finish_reason="length")

