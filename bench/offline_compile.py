@@ -570,6 +570,11 @@ def wl_sampler(dry_all: bool):
         run(262144, {**SAMPLER_CPU, **more}, (1, 8), True)
     with workload("sampler V=262144 rows 16 (the GPU tests' batch)", dry=True):
         run(262144, {"chain": {}, "top-k 200": dict(top_k=200)}, (16,), False, False)
+    # the MTP drafter's penalised argmax over its 32768 head rows (spec/drafters/mtp.py: a window
+    # sequence of penalty_last_n head indices, then the chain's drafts)
+    with workload("sampler V=32768 rows 1: the drafter's greedy + penalties", dry=True):
+        run(32768, {"drafter": SamplerConfig(temperature=0.0, repeat_penalty=1.08, presence_penalty=0.4,
+                                             penalty_last_n=64)}, (1,), False, False)
 
 
 def wl_gemv(dry_all: bool):

@@ -23,6 +23,7 @@ capture failure costs only speed.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -37,12 +38,16 @@ from ...models.mtp_step import MAX_ROWS as MAX_STEP_ROWS
 from ...models.mtp_step import FusedMTPStep, TorchMTPStep
 from ...sampling.chain import apply_penalties, probs_from_logits
 from ...sampling.draw import draw
+from ...sampling.fused import sample_tokens
 from ...sampling.rng import uniforms
 from .base import Drafter
 
 # captured CUDA graphs exist for catch-up batches of <= GRAPH_ROWS rows (a round catches up
 # accepted + 1 rows) and chains of <= GRAPH_K drafts; bigger work runs the same code eagerly
 GRAPH_ROWS, GRAPH_K = 8, 8
+# penalty windows of up to this many tokens are staged as the window's head indices and the drafts
+# picked by the fused sampler (one launch a draft); longer or whole-history windows (-1) as counts
+SEQ_WINDOW_MAX = 4096
 
 
 class MTPDrafter(Drafter):
@@ -92,6 +97,12 @@ class MTPDrafter(Drafter):
         n_rows = head.head_rows.shape[0]
         self._pen_dev = torch.zeros(n_rows, dtype=torch.float32, device=dev)  # window counts [N]
         self._pen_host = torch.zeros(n_rows, dtype=torch.float32, pin_memory=dev.type == "cuda")
+        # the window-sequence path (set_sampler): per window length W, host [W] / device [W +
+        # GRAPH_K] head-index sequences (window, then the chain's drafts) and the draft positions
+        self._seq_bufs: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._seq: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._seq_cfg = None  # the verifier's penalty stage at temperature 0: the drafts' pick
+        self._seq_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
 
     # ---- engine hooks --------------------------------------------------------------------------
     def reset(self) -> None:
@@ -172,6 +183,19 @@ class MTPDrafter(Drafter):
         on = (sampler is not None and sampler.uses_penalties and "penalties" in sampler.order)
         self._pen = sampler if on else None
         self._draw = sampler if (coupling and sampler is not None and not sampler.greedy) else None
+        # penalised argmax drafts over a bounded window: the window's head indices go up (not a
+        # [N] count array filled and uploaded a round) and one fused sampler launch picks each
+        # draft, its window the sequence window ++ earlier drafts (what the verifier's row sees)
+        self._seq = self._seq_cfg = None
+        if self._pen is not None and self._draw is None and 0 < self._pen.penalty_last_n <= SEQ_WINDOW_MAX:
+            w = self._pen.penalty_last_n
+            if w not in self._seq_bufs:  # kept per W: captured graphs read these buffers
+                dev = self.head.device
+                self._seq_bufs[w] = (torch.full((w,), -1, dtype=torch.int64, pin_memory=dev.type == "cuda"),
+                                     torch.full((w + GRAPH_K,), -1, dtype=torch.int64, device=dev),
+                                     torch.arange(w, w + GRAPH_K, dtype=torch.int64, device=dev))
+            self._seq = self._seq_bufs[w]
+            self._seq_cfg = dataclasses.replace(self._pen, temperature=0.0)
         ids = self.head.vocab_ids
         if self._draw is not None and ids is not None and ids.numel() > 1:
             # the head's rows must run in token-id order for its CDF to line up with the verifier's
@@ -181,6 +205,8 @@ class MTPDrafter(Drafter):
         """The sampler values a captured chain bakes in (part of its graph key)."""
         p, d = self._pen, self._draw
         pen = None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
+        if self._seq is not None:  # the window length shapes the work (and its buffers)
+            pen = (pen, self._pen.penalty_last_n)
         return pen if d is None else (pen, d)
 
     def _head_index(self) -> np.ndarray:
@@ -214,6 +240,14 @@ class MTPDrafter(Drafter):
                 if t >= 0:
                     leave[j] = vmap[tokens[t]]
         return leave
+
+    def _seq_window(self, tokens: list[int], out: np.ndarray) -> None:
+        """The verifier's penalty window of draft 0 (the last W committed tokens) as head indices
+        (-1: no head row, or before the sequence's start) into out int64 [W]."""
+        w = out.shape[0]
+        win = self._head_index()[np.asarray(tokens[max(0, len(tokens) - w):], dtype=np.int64)]
+        out[: w - win.shape[0]] = -1
+        out[w - win.shape[0]:] = win
 
     def _pick(self, lg: torch.Tensor, c: torch.Tensor | None, i_prev: torch.Tensor | None,
               leave: torch.Tensor | None, upos: torch.Tensor):
@@ -276,9 +310,10 @@ class MTPDrafter(Drafter):
 
     def fall_back_to_torch(self) -> bool:
         """Draft with torch ops from now on (the fused kernels failed); False if it already does."""
-        if self.step is self.torch_step:
+        if self.step is self.torch_step and self._seq_backend == "torch":
             return False
         self.step = self.torch_step
+        self._seq_backend = "torch"
         self._graphs.clear()
         return True
 
@@ -339,7 +374,7 @@ class MTPDrafter(Drafter):
         """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
         n, M = p0 - c + 1, self.max_reads
         self.cells.wrote(c, n)
-        pen = self._pen is not None
+        pen = self._pen is not None and self._seq is None  # penalties as staged counts
         L = 2 * n + k * M + (k if pen else 0)
         fits = n <= GRAPH_ROWS and k <= GRAPH_K
         host = self._stage_host[:L] if fits else torch.empty(L, dtype=torch.int64)
@@ -351,6 +386,10 @@ class MTPDrafter(Drafter):
         if pen:  # window counts of draft 0 -> _pen_dev (pinned, reused after the round's sync)
             a[2 * n + k * M:] = self._pen_window(tokens, k, self._pen_host.numpy())
             self._pen_dev.copy_(self._pen_host, non_blocking=True)
+        elif self._seq is not None:  # the window's head indices (pinned, reused after the sync)
+            seq_host, seq_dev, _ = self._seq
+            self._seq_window(tokens, seq_host.numpy())
+            seq_dev[: seq_host.shape[0]].copy_(seq_host, non_blocking=True)
         ar = self._cell_ids
         for j in range(k):  # draft j's query at p0 + j: committed cells and the chain p0+1 .. p0+j
             o = 0
@@ -374,8 +413,10 @@ class MTPDrafter(Drafter):
         cells = staged[2 * n: 2 * n + km].view(k, self.max_reads)
         # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
         # and the head index leaving the window at each chain step [k]
-        cnt = None if self._pen is None else self._pen_dev
-        leave = None if self._pen is None else staged[2 * n + km:]
+        seq = self._seq
+        counts = self._pen is not None and seq is None
+        cnt = self._pen_dev if counts else None
+        leave = staged[2 * n + km:] if counts else None
         i = None
         zero = torch.zeros(1, dtype=torch.int64, device=head.device)
         x = st.inputs(toks, self.hbuf, pos)  # catch-up rows c..p0-1 and draft 0's row p0
@@ -388,9 +429,14 @@ class MTPDrafter(Drafter):
             h = st.attend(x, q, cells[j])
             lg = st.logits(h, j)
             logits.append(lg[0])
-            # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
-            i, cnt = self._pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
-                                pos[-1:] + 2 + j)
+            if seq is not None:  # the penalised argmax; the draft then enters the next one's window
+                w = seq[0].shape[0]
+                i = sample_tokens(lg, seq[1], seq[2][j: j + 1], self._seq_cfg, backend=self._seq_backend)
+                seq[1][w + j: w + j + 1].copy_(i)
+            else:
+                # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
+                i, cnt = self._pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
+                                    pos[-1:] + 2 + j)
             d = i if head.vocab_ids is None else head.vocab_ids[i]
             drafts.append(d)
             if j + 1 < k:
