@@ -492,6 +492,14 @@ def wl_mtp(dry_all: bool):
         with workload(f"mtp tiny {dt} packed q8_0 (GEMV CUDA branch)", dry=True), gemv_cuda_branch():
             _mtp_session(_mtp_head(tiny_main, V, getattr(torch, dt), True, packed_fmt="q8_0"), V, D, rounds=4,
                          sink=4, window=16)
+    # the drafter's penalised argmax on CUDA: the fused sampler over its 32768 head rows with a
+    # window sequence of penalty_last_n head indices (the interpreter's drafter takes the torch chain)
+    with workload("mtp drafter's sampler: V=32768, greedy + penalties, 1 row", dry=True):
+        from mtp_turbo.sampling import fused as sfused
+
+        cfg = SamplerConfig(temperature=0.0, repeat_penalty=1.08, presence_penalty=0.4, penalty_last_n=64)
+        sfused.sample_tokens(torch.randn(1, 32768), torch.randint(-1, 32768, (64 + 8,)), torch.tensor([64]), cfg,
+                             backend="triton")
     real_main = _real_cfg(layers=18, vocab=262144)
     for dt, packed in (("bfloat16", None), ("bfloat16", "q8_0"), ("bfloat16", "q4_0"), ("float32", None)):
         name = f"mtp Gemma-3-270M head shapes {dt} {'packed ' + packed if packed else 'dense'}"
@@ -570,11 +578,6 @@ def wl_sampler(dry_all: bool):
         run(262144, {**SAMPLER_CPU, **more}, (1, 8), True)
     with workload("sampler V=262144 rows 16 (the GPU tests' batch)", dry=True):
         run(262144, {"chain": {}, "top-k 200": dict(top_k=200)}, (16,), False, False)
-    # the MTP drafter's penalised argmax over its 32768 head rows (spec/drafters/mtp.py: a window
-    # sequence of penalty_last_n head indices, then the chain's drafts)
-    with workload("sampler V=32768 rows 1: the drafter's greedy + penalties", dry=True):
-        run(32768, {"drafter": SamplerConfig(temperature=0.0, repeat_penalty=1.08, presence_penalty=0.4,
-                                             penalty_last_n=64)}, (1,), False, False)
 
 
 def wl_gemv(dry_all: bool):

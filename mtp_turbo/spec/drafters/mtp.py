@@ -13,9 +13,10 @@ Ignores: the head's math and file (models/mtp_head.py, models/mtp_load.py), the 
 
 Static shapes: the round's inputs live in one int64 vector staged on the host and uploaded with
 one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft step j its read cells
-padded with -1 to M = sink + window + 1 [k, M] | with penalties only: for each step j the head
-index leaving the penalty window [k] (-1 none), next to draft 0's window counts [N] uploaded to
-_pen_dev. The read cells follow from the cell bookkeeping alone (never from the drafts), so the
+padded with -1 to M = sink + window + 1 [k, M] | with penalties over a whole-history window only:
+for each step j the head index leaving the penalty window [k] (-1 none), next to draft 0's window
+counts [N] uploaded to _pen_dev. A bounded penalty window goes up apart, as its head indices [W],
+and each draft is picked by the fused sampler over that window ++ the chain's earlier drafts. The read cells follow from the cell bookkeeping alone (never from the drafts), so the
 host knows them up front; drafts are chosen and embedded on the device, and the k ids come back
 in one sync at the end. Graph replay and the eager run are the same kernels (equal results), so a
 capture failure costs only speed.
