@@ -354,13 +354,25 @@ class Engine:
     def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
         program = self._program(sampler, "exact", None)
         steps, produced = self.decode_steps, 0
-        while produced < budget:
-            # whole programs while they fit, single steps for the rest (two graphs at most)
-            s = steps if budget - produced >= steps else 1
-            a, emitted, _ = program.run(0, steps=s)  # the one host sync, inside
-            self.commit(emitted, a, on_device=True)
-            produced += len(emitted)
-            yield emitted
+
+        def launch():  # whole programs while they fit, single steps for the rest (two graphs at most)
+            return program.launch(0, steps=steps if budget - produced >= steps else 1)
+
+        # as speculative rounds (spec/round.py): the next program runs while the consumer takes
+        # these tokens; one launched past a stop is drained and never committed
+        pending = launch() if budget > 0 else None
+        try:
+            while pending is not None:
+                a, emitted, _ = program.finish(pending)  # the one host sync
+                pending = None
+                self.commit(emitted, a, on_device=True)
+                produced += len(emitted)
+                if produced < budget:
+                    pending = launch()
+                yield emitted
+        finally:
+            if pending is not None:
+                program.finish(pending)
 
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int,
                 special: bool) -> Iterator[Piece]:

@@ -184,21 +184,29 @@ class RoundProgram:
         self._events = ev
 
     # ---- one round -----------------------------------------------------------------------------
-    @torch.inference_mode()
     def run(self, k: int, host_drafts: list[int] | None = None, steps: int = 1) -> tuple[int, list[int], int]:
         """One round with k drafts: host_drafts (a host drafter's, len k), or the device drafter's
         chain (host_drafts None, k > 0), or none (k = 0: a plain step; `steps` > 1: that many plain
         steps in one device program, one host sync for all). Returns (accepted, emitted tokens, k
         actually drafted); `steps` plain steps return (steps - 1, their tokens, 0), committed with
         accepted = steps - 1 (their first steps - 1 tokens' K/V are written). Commits nothing: the
-        caller commits `emitted`."""
+        caller commits `emitted`. = finish(launch(...))."""
+        return self.finish(self.launch(k, host_drafts, steps))
+
+    @torch.inference_mode()
+    def launch(self, k: int, host_drafts: list[int] | None = None, steps: int = 1) -> tuple:
+        """run()'s host half and the device program's launch, without waiting for it: the caller
+        may do other host work (stream the previous round's text) while the device runs, then
+        finish(ticket). One round in flight at a time; nothing may touch the target or the drafter
+        in between."""
         tg = self.target
         n = len(tg.tokens)
         staged, n_catch, from_host = None, 0, host_drafts is not None
         assert 1 <= steps <= MAX_K and (steps == 1 or (k == 0 and not from_host)), (steps, k)
         if steps > 1:
             assert n + steps <= tg.ctx_size, (n, steps, tg.ctx_size)
-            return self._run_plain_steps(n, steps)
+            self._launch_plain_steps(n, steps)
+            return ("steps", steps)
         if from_host:
             k = len(host_drafts)
             self.drafts_host[:k] = torch.tensor(host_drafts, dtype=torch.int64)
@@ -229,7 +237,16 @@ class RoundProgram:
             graphs = None
         if graphs is None:
             self._whole(self._parts(k, n_catch, staged, from_host, n))
-        out = self._read(k + 2)  # the round's one host sync
+        return ("round", k)
+
+    def finish(self, ticket: tuple) -> tuple[int, list[int], int]:
+        """Wait for the launched program (the round's one host sync) and read what it emitted:
+        (accepted, emitted tokens, k), as run()."""
+        kind, k = ticket
+        if kind == "steps":
+            out = self._read(k + 1)
+            return out[0], out[1:], 0
+        out = self._read(k + 2)
         if self.split and self.graphs and getattr(self, "_events", None):
             e = self._events
             self.last_split = tuple(e[i].elapsed_time(e[i + 1]) for i in range(3))
@@ -237,7 +254,7 @@ class RoundProgram:
         a = out[0]
         return a, out[1: a + 2], k
 
-    def _run_plain_steps(self, n: int, steps: int) -> tuple[int, list[int], int]:
+    def _launch_plain_steps(self, n: int, steps: int) -> None:
         self.n_host[0] = n
         self.n_dev.copy_(self.n_host, non_blocking=True)
         key = ("steps", steps)
@@ -253,8 +270,6 @@ class RoundProgram:
         if graphs is None:  # eager: the same device work
             self._whole(self._plain_steps(steps))
         self._events = None  # a split program's part timings are a round's, not these steps'
-        out = self._read(steps + 1)
-        return out[0], out[1:], 0
 
     def _read(self, n: int) -> list[int]:
         """out_dev[:n] on the host: the round's one sync."""

@@ -109,7 +109,9 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         program.chooser, program.chooser_key = KChooser(spec.draft_tokens, adaptive=spec.adaptive), key
     chooser = program.chooser
     produced = 0
-    while produced < budget:
+
+    def launch():
+        """Choose k, draft on the host if the drafter does, launch the round -> (ticket, want, t0, host s)."""
         t0 = time.perf_counter()
         n = len(target.tokens)
         # k drafts need k+1 cells from n-1 and may emit k+1 tokens: stay inside both limits
@@ -118,19 +120,34 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         if want and not drafter.on_device:
             host = drafter.propose(target.tokens, want) or None
         t1 = time.perf_counter()
-        a, emitted, k = program.run(want if drafter.on_device else 0, host)
-        t2 = time.perf_counter()
-        target.commit(emitted, a, on_device=True)
-        drafter.observe(target.tokens, a, None, stored=True)
-        t3 = time.perf_counter()
-        chooser.update(want, k, a, t3 - t0, fresh=program.last_fresh)
-        stats.add(k, a, len(emitted))
-        stats.host_s += (t1 - t0) + (t3 - t2)
-        stats.round_s += t3 - t0
-        if program.last_split is not None:
-            d, v, acc = program.last_split
-            stats.draft_s, stats.verify_s, stats.accept_s = stats.draft_s + d / 1e3, stats.verify_s + v / 1e3, \
-                stats.accept_s + acc / 1e3
-        stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
-        produced += len(emitted)
-        yield emitted
+        return program.launch(want if drafter.on_device else 0, host), want, t0, t1 - t0
+
+    # The next round is launched before this round's tokens are handed on, so the consumer's work
+    # (stop checks, detokenizing, printing, a server's writes) runs while the device drafts and
+    # verifies. A round launched past a stop the consumer finds is drained and never committed.
+    pending = launch() if budget > 0 else None
+    try:
+        while pending is not None:
+            ticket, want, t0, host_s = pending
+            pending = None
+            a, emitted, k = program.finish(ticket)
+            t3 = time.perf_counter()
+            target.commit(emitted, a, on_device=True)
+            drafter.observe(target.tokens, a, None, stored=True)
+            t4 = time.perf_counter()
+            chooser.update(want, k, a, t4 - t0, fresh=program.last_fresh)
+            stats.add(k, a, len(emitted))
+            stats.host_s += host_s + (t4 - t3)
+            stats.round_s += t4 - t0  # launch to commit: the consumer's time since the launch overlaps it
+            if program.last_split is not None:
+                d, v, acc = program.last_split
+                stats.draft_s, stats.verify_s, stats.accept_s = stats.draft_s + d / 1e3, stats.verify_s + v / 1e3, \
+                    stats.accept_s + acc / 1e3
+            stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
+            produced += len(emitted)
+            if produced < budget:
+                pending = launch()
+            yield emitted
+    finally:
+        if pending is not None:  # the consumer stopped: the round in flight is waited for, not kept
+            program.finish(pending[0])

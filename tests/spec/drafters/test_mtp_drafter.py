@@ -220,3 +220,29 @@ def test_shipped_head_belongs_to_the_default_model_and_is_exact(engine):
     spec_out = engine.generate_ids(prompt, sampler=g, max_tokens=24, spec=spec)
     assert spec_out == plain
     assert engine.last_stats.spec.accepted > 0  # a trained head gets drafts accepted
+
+
+def test_a_stop_or_a_closed_stream_leaves_the_mtp_session_as_plain_leaves_it(engine):
+    """Rounds are launched one ahead of the tokens handed on (spec/round.py): at a stop, and when
+    the consumer closes the stream early, the round in flight is drained, nothing of it is kept,
+    and the drafter's and the model's caches continue exactly as plain decoding's would."""
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    spec = SpecConfig(draft="mtp", draft_tokens=3)
+    g = SamplerConfig(temperature=0.0)
+    prompt = "The history of the printing press begins"
+    engine.reset()
+    plain = engine.generate_ids(prompt, sampler=g, max_tokens=20)
+    i = next(j for j in range(3, len(plain)) if plain[j] not in plain[:j])
+    engine.reset()
+    assert engine.generate_ids(prompt, sampler=g, max_tokens=20, stop_ids=(plain[i],), spec=spec) == plain[:i]
+    assert engine.last_stats.finish_reason == "stop" and len(engine.tokens) == engine.last_stats.prompt_tokens + i + 1
+    assert engine.generate_ids(prompt, sampler=g, max_tokens=20, spec=spec) == plain  # the prefix reused
+    assert engine.last_stats.prompt_cached > 0
+    gen = engine.generate(prompt, sampler=g, max_tokens=20, spec=spec)
+    got = [t for _, p in zip(range(2), gen) for t in p.token_ids]  # two pieces, then the consumer stops
+    gen.close()
+    assert got == plain[: len(got)] and engine.last_stats.finish_reason == "cancelled"
+    assert len(engine.tokens) == engine.last_stats.prompt_tokens + len(got)
+    assert engine.generate_ids(prompt, sampler=g, max_tokens=20, spec=spec) == plain
