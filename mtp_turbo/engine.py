@@ -365,11 +365,14 @@ class Engine:
             while pending is not None:
                 a, emitted, _ = program.finish(pending)  # the one host sync
                 pending = None
+                first = produced == 0
                 self.commit(emitted, a, on_device=True)
                 produced += len(emitted)
-                if produced < budget:
+                if produced < budget and not first:  # (the first tokens go out before the next launch)
                     pending = launch()
                 yield emitted
+                if pending is None and produced < budget:
+                    pending = launch()
         finally:
             if pending is not None:
                 program.finish(pending)

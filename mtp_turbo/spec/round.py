@@ -145,9 +145,13 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
                     stats.accept_s + acc / 1e3
             stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
             produced += len(emitted)
-            if produced < budget:
+            # the first round's tokens go out before the second launches (a graph capture it may
+            # need must not hold back the first token)
+            if produced < budget and stats.rounds > 1:
                 pending = launch()
             yield emitted
+            if pending is None and produced < budget:
+                pending = launch()
     finally:
         if pending is not None:  # the consumer stopped: the round in flight is waited for, not kept
             program.finish(pending[0])
