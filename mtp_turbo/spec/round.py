@@ -37,7 +37,8 @@ class RoundStats:
     emitted: int = 0  # tokens the rounds emitted (accepted drafts + one sampled token each)
     drafted_per_position: list[int] = field(default_factory=list)
     accepted_per_position: list[int] = field(default_factory=list)
-    round_s: float = 0.0  # wall time of the rounds, host work included
+    round_s: float = 0.0  # wall time of the rounds, launch to commit, host work included (the
+    # consumer's work on the previous round's tokens runs inside it, beside the device)
     host_s: float = 0.0  # of which host work around the device program (staging, bookkeeping)
     # the device program's parts (only with SpecConfig.round_split: CUDA events between them)
     draft_s: float = 0.0
