@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models.fused import FusedDecoder, FusedTiles  # noqa: E402
 from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
-from mtp_turbo.models.load import split_q8_0  # noqa: E402
+from mtp_turbo.quant.repack import split_q8_0  # noqa: E402
 from mtp_turbo.quant.dequant import dequantize  # noqa: E402
 from mtp_turbo.quant.formats import quantize_tensor  # noqa: E402
 

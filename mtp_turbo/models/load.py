@@ -12,6 +12,7 @@ from tqdm import tqdm
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile
 from ..quant.dequant import dequantize
+from ..quant.repack import split_q8_0
 from .gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config
 
 # Types we can dequantize (gguf.GGMLQuantizationType values): F32, F16, Q4_0, Q5_0, Q8_0, Q4_K, Q6_K, BF16
@@ -69,13 +70,3 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
         weights[n] = gf.load(f"{n}.weight", device=device, dtype=torch.float32 if is_norm else dtype)
     return Gemma3(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
 
-
-def split_q8_0(raw: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Q8_0 bytes (uint8, rows of 34-byte blocks: fp16 scale, 32 int8 codes) of a [N, K] matrix ->
-    (codes int8 [N, K], scales fp16 [N, K / 32]) on raw's device."""
-    n, k = shape
-    assert k % 32 == 0 and raw.dtype == torch.uint8 and raw.numel() == n * k // 32 * 34, (shape, raw.numel())
-    blk = raw.reshape(n * k // 32, 34)
-    scales = blk[:, :2].contiguous().view(torch.float16).reshape(n, k // 32)
-    codes = blk[:, 2:].contiguous().view(torch.int8).reshape(n, k)
-    return codes, scales

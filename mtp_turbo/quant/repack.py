@@ -1,9 +1,9 @@
 """Repacking GGUF block-quantized matrices into separate, aligned arrays for the GEMV kernels.
 
 Owns: `PackedWeight` (one [N_out, K] weight matrix in Q8_0, Q5_0, Q4_0, or dense bf16/f32 for
-comparison), its construction from raw GGUF bytes or from a dense matrix, the exact inverse back
-to GGUF bytes, and a plain torch dequantization of the packed arrays (the reference the GEMV
-fallback uses). Ignores: the kernels (kernels/), dispatch (gemv.py), file parsing (io/).
+comparison), its construction from raw GGUF bytes (split_q8_0: Q8_0 bytes to codes and scales
+on any device) or from a dense matrix, the exact inverse back to GGUF bytes, and a plain torch
+dequantization of the packed arrays (the reference the GEMV fallback uses). Ignores: the kernels (kernels/), dispatch (gemv.py), file parsing (io/).
 
 Layout (all arrays row-major, one row per output feature; K % 32 == 0, nb = K // 32 blocks/row):
   q8_0: qs int8 [N, K]               element k of row n = scales[n, k//32] * qs[n, k]
@@ -29,6 +29,7 @@ through qh_bit like any other order; frag8 re-lays the matrix from `codes()`.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -48,6 +49,18 @@ CODE_OFFSET = {"q8_0": 128, "q5_0": 16, "q4_0": 8}  # PackedWeight.codes() - off
 BLOCK_BYTES = {"q8_0": 34, "q5_0": 22, "q4_0": 18}
 GGML_TYPES = {"q8_0": T.Q8_0, "q5_0": T.Q5_0, "q4_0": T.Q4_0, "bf16": T.BF16, "f32": T.F32}
 _DENSE_DTYPES = {"bf16": torch.bfloat16, "f32": torch.float32}
+
+
+def split_q8_0(raw: torch.Tensor, shape: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q8_0 bytes (uint8, rows of 34-byte blocks: fp16 scale, 32 int8 codes) of a [N, K] matrix ->
+    (codes int8 [N, K], scales fp16 [N, K / 32]), new contiguous tensors on raw's device (a GPU
+    splits the file's bytes there, without a host copy)."""
+    n, k = shape
+    assert k % 32 == 0 and raw.dtype == torch.uint8 and raw.numel() == n * k // 32 * 34, (shape, raw.numel())
+    blk = raw.reshape(n * k // 32, 34)
+    scales = blk[:, :2].contiguous().view(torch.float16).reshape(n, k // 32)
+    codes = blk[:, 2:].contiguous().view(torch.int8).reshape(n, k)
+    return codes, scales
 
 
 def pair_bytes(k: int) -> int:
@@ -164,12 +177,14 @@ class PackedWeight:
         bs, nb = BLOCK_BYTES[fmt], k // QK
         if a.dtype != np.uint8 or a.size != n * nb * bs:
             raise ConfigError(f"{fmt} tensor of shape {shape} needs {n * nb * bs} bytes, got {a.nbytes}")
+        if fmt == "q8_0":
+            with warnings.catch_warnings():  # a read-only map: split_q8_0 only reads it (its outputs are copies)
+                warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+                return PackedWeight(fmt, (n, k), *split_q8_0(torch.from_numpy(a), (n, k)))
         blk = a.reshape(n, nb, bs)
         scales = torch.from_numpy(blk[:, :, 0:2].copy().view(np.float16).reshape(n, nb))
         qh = None
-        if fmt == "q8_0":
-            qs = torch.from_numpy(blk[:, :, 2:].copy().view(np.int8).reshape(n, k))
-        elif fmt == "q4_0":
+        if fmt == "q4_0":
             qs = torch.from_numpy(gguf_nibbles_to_pairs(blk[:, :, 2:], nb))
         else:  # q5_0: d, qh (4 bytes little-endian), qs[16]
             qh = torch.from_numpy(gguf_qh_to_stored(blk[:, :, 2:6].copy().view("<u4").reshape(n, nb)).view(np.int32))

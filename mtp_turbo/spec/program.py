@@ -21,6 +21,7 @@ the verified rows' states stored on the device (all k+1 rows; the host marks a+1
 from __future__ import annotations
 
 import sys
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -31,6 +32,32 @@ from .target import Target
 from .verify import accept_exact, accept_greedy
 
 MAX_K = 8  # drafts a round takes at most (the verify step's rows - 1)
+
+
+def launched_ahead(launch: Callable[[], Any], settle: Callable[[Any], list[int]], more: Callable[[], bool],
+                   drain: Callable[[Any], object]) -> Iterator[list[int]]:
+    """Yield the tokens of device programs run one ahead of the consumer: launch() starts one (->
+    a ticket), settle(ticket) waits for it, commits it and returns its tokens, more() says whether
+    another is wanted. From the second program on, the next is launched before this one's tokens
+    are handed on, so the consumer's work (stop checks, detokenizing, printing, a server's writes)
+    runs while the device works; the first one's tokens go out first (a graph capture the next
+    launch needs must not hold back the first token). A program in flight when the consumer stops
+    is drain(ticket)-ed: waited for, never committed."""
+    pending = launch() if more() else None
+    first = True
+    try:
+        while pending is not None:
+            out = settle(pending)
+            pending = None
+            if not first and more():
+                pending = launch()
+            first = False
+            yield out
+            if pending is None and more():
+                pending = launch()
+    finally:
+        if pending is not None:
+            drain(pending)
 
 
 class RoundProgram:
@@ -218,25 +245,12 @@ class RoundProgram:
             else:
                 n_catch, staged = prep
         assert 0 <= k <= MAX_K and n + k <= tg.ctx_size, (n, k, tg.ctx_size)
-        self.n_host[0] = n
-        self.n_dev.copy_(self.n_host, non_blocking=True)
-        key = (k, n_catch, from_host)
-        # not a timing: the first run of a key (compiles, captures), or a long catch-up (after plain
-        # rounds: a cost of switching k, not of drafting k)
-        self.last_fresh = key not in self._ran or n_catch > GRAPH_ROWS
-        self._ran.add(key)
         # a catch-up longer than the drafter stages in its persistent buffer (after a rollback far
-        # back) comes in a fresh tensor a graph cannot replay with: that round runs eagerly
-        if self.graphs and n_catch <= GRAPH_ROWS:
-            graphs = self._graphs.get(key)
-            if graphs is None:
-                graphs = self._capture(key, self._parts(k, n_catch, staged, from_host, None))
-            if graphs is not None:
-                self._replay(graphs)
-        else:
-            graphs = None
-        if graphs is None:
-            self._whole(self._parts(k, n_catch, staged, from_host, n))
+        # back) comes in a fresh tensor a graph cannot replay with: that round runs eagerly; and
+        # it is no timing either (after plain rounds: a cost of switching k, not of drafting k)
+        self._go(n, (k, n_catch, from_host), lambda n_int: self._parts(k, n_catch, staged, from_host, n_int),
+                 graphable=n_catch <= GRAPH_ROWS)
+        self.last_fresh |= n_catch > GRAPH_ROWS
         return ("round", k)
 
     def finish(self, ticket: tuple) -> tuple[int, list[int], int]:
@@ -255,21 +269,26 @@ class RoundProgram:
         return a, out[1: a + 2], k
 
     def _launch_plain_steps(self, n: int, steps: int) -> None:
+        self._go(n, ("steps", steps), lambda n_int: self._plain_steps(steps))
+        self._events = None  # a split program's part timings are a round's, not these steps'
+
+    def _go(self, n: int, key: tuple, parts, graphable: bool = True) -> None:
+        """Start a program's device work at n committed tokens: replay key's graph (captured from
+        parts(None) the first time), or run parts(n) eagerly (no graphs, or not graphable).
+        last_fresh: the first run of a key (it compiles and captures), no timing of its kind."""
         self.n_host[0] = n
         self.n_dev.copy_(self.n_host, non_blocking=True)
-        key = ("steps", steps)
         self.last_fresh = key not in self._ran
         self._ran.add(key)
         graphs = None
-        if self.graphs:
+        if self.graphs and graphable:
             graphs = self._graphs.get(key)
             if graphs is None:
-                graphs = self._capture(key, self._plain_steps(steps))
+                graphs = self._capture(key, parts(None))
             if graphs is not None:
                 self._replay(graphs)
-        if graphs is None:  # eager: the same device work
-            self._whole(self._plain_steps(steps))
-        self._events = None  # a split program's part timings are a round's, not these steps'
+        if graphs is None:
+            self._whole(parts(n))
 
     def _read(self, n: int) -> list[int]:
         """out_dev[:n] on the host: the round's one sync."""

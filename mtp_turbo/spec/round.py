@@ -23,7 +23,7 @@ from ..sampling.config import SamplerConfig
 from .adaptive import KChooser
 from .config import SpecConfig
 from .drafters.base import Drafter
-from .program import RoundProgram
+from .program import RoundProgram, launched_ahead
 from .target import Target
 
 
@@ -123,36 +123,26 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         t1 = time.perf_counter()
         return program.launch(want if drafter.on_device else 0, host), want, t0, t1 - t0
 
-    # The next round is launched before this round's tokens are handed on, so the consumer's work
-    # (stop checks, detokenizing, printing, a server's writes) runs while the device drafts and
-    # verifies. A round launched past a stop the consumer finds is drained and never committed.
-    pending = launch() if budget > 0 else None
-    try:
-        while pending is not None:
-            ticket, want, t0, host_s = pending
-            pending = None
-            a, emitted, k = program.finish(ticket)
-            t3 = time.perf_counter()
-            target.commit(emitted, a, on_device=True)
-            drafter.observe(target.tokens, a, None, stored=True)
-            t4 = time.perf_counter()
-            chooser.update(want, k, a, t4 - t0, fresh=program.last_fresh)
-            stats.add(k, a, len(emitted))
-            stats.host_s += host_s + (t4 - t3)
-            stats.round_s += t4 - t0  # launch to commit: the consumer's time since the launch overlaps it
-            if program.last_split is not None:
-                d, v, acc = program.last_split
-                stats.draft_s, stats.verify_s, stats.accept_s = stats.draft_s + d / 1e3, stats.verify_s + v / 1e3, \
-                    stats.accept_s + acc / 1e3
-            stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
-            produced += len(emitted)
-            # the first round's tokens go out before the second launches (a graph capture it may
-            # need must not hold back the first token)
-            if produced < budget and stats.rounds > 1:
-                pending = launch()
-            yield emitted
-            if pending is None and produced < budget:
-                pending = launch()
-    finally:
-        if pending is not None:  # the consumer stopped: the round in flight is waited for, not kept
-            program.finish(pending[0])
+    def settle(pending) -> list[int]:
+        """Wait for the launched round, commit it, tell the drafter and the stats -> its tokens."""
+        nonlocal produced
+        ticket, want, t0, host_s = pending
+        a, emitted, k = program.finish(ticket)
+        t3 = time.perf_counter()
+        target.commit(emitted, a, on_device=True)
+        drafter.observe(target.tokens, a, None, stored=True)
+        t4 = time.perf_counter()
+        chooser.update(want, k, a, t4 - t0, fresh=program.last_fresh)
+        stats.add(k, a, len(emitted))
+        stats.host_s += host_s + (t4 - t3)
+        stats.round_s += t4 - t0  # launch to commit: the consumer's time since the launch overlaps it
+        if program.last_split is not None:
+            d, v, acc = program.last_split
+            stats.draft_s, stats.verify_s, stats.accept_s = stats.draft_s + d / 1e3, stats.verify_s + v / 1e3, \
+                stats.accept_s + acc / 1e3
+        stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
+        produced += len(emitted)
+        return emitted
+
+    # rounds one ahead of the consumer; one in flight at a stop is drained, never committed
+    yield from launched_ahead(launch, settle, lambda: produced < budget, lambda p: program.finish(p[0]))

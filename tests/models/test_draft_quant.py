@@ -253,7 +253,7 @@ def test_head_keeps_the_main_models_format(head_file):
     assert (head.w.to_gguf_bytes() == raw[hp.vocab_ids.numpy()]).all()
     assert torch.equal(head.w.dequantize(), hp.head_rows)  # = main's embedding rows
     # the same rows from the codes a CUDA main model keeps (models/load.py), without the file
-    from mtp_turbo.models.load import split_q8_0
+    from mtp_turbo.quant.repack import split_q8_0
 
     main_kept = SimpleNamespace(**{**vars(main_q8), "head_q8": split_q8_0(torch.from_numpy(raw.reshape(-1)),
                                                                           tuple(main.embed.shape))})

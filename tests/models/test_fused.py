@@ -181,9 +181,9 @@ def test_step_runner_prefill_chunk_sizes_and_rows():
 
 
 def test_q8_head_gives_the_dense_heads_logits_bit_for_bit():
-    # the LM head from Q8_0 codes and scales (the file's bytes, split by load.split_q8_0) against
+    # the LM head from Q8_0 codes and scales (the file's bytes, split by repack.split_q8_0) against
     # the same head dequantized: code * scale is exact in fp32, so the dot sees the same operands
-    from mtp_turbo.models.load import split_q8_0
+    from mtp_turbo.quant.repack import split_q8_0
     from mtp_turbo.quant.dequant import dequantize
     from mtp_turbo.quant.formats import quantize_tensor
 
