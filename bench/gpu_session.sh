@@ -266,6 +266,17 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s15-first)  # piece p0; llama.cpp's build in the background
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
+  s15-profile)  # join + check; the Q8_0-head test; where a round's device time goes, short and 12k prompts
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout 100 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -k q8_head --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider 2>&1 | tail -3
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    timeout 300 python3 bench/round_profile.py --model /tmp/gguf/model.gguf --long /tmp/long.json \
+      --out "$OUT/round_profile.json" 2>&1 | grep -v "Warn\|USDT" | tee "$OUT/round_profile.txt" ;;
   s14-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/
     llama_build 16 || exit 1

@@ -58,8 +58,9 @@ class FusedTiles:
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
-    # the LM head from the model's Q8_0 codes and scales (Gemma3.head_q8) when it has them
-    head_q8: bool = True
+    # the LM head from the model's Q8_0 codes and scales (Gemma3.head_q8) when it has them. Off: the
+    # in-register dequantization made a 1-row step slower on an H200 (RESULTS.md, session 15)
+    head_q8: bool = False
 
 
 def _pow2(n: int) -> int:

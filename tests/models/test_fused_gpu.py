@@ -134,7 +134,8 @@ def test_q8_head_bit_identical_to_the_dense_head(cuda_engine):
     e = cuda_engine
     m, c = e.model, e.model.cfg
     assert m.head_q8 is not None, "the default model's token_embd is Q8_0"
-    ids = e.tokenizer.encode(PROMPTS[0] * 120)[:700]
+    ids = e.tokenizer.encode(" ".join(PROMPTS * 80))[:700]
+    assert len(ids) == 700, len(ids)
     toks = torch.tensor(ids, device="cuda")
     out = {}
     for q8 in (True, False):
