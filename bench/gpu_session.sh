@@ -266,6 +266,43 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s15-sweep)  # piece p0, llama.cpp's build; the GEMV tile sweep; its pick A/B in the step (kept in /tmp/tiles.sed if it wins)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 330 python3 bench/experiments/linear_sweep.py --out "$OUT/linear_sweep.json" 2>&1 | grep -v Warn | tee "$OUT/linear_sweep.txt"
+    AB=$(python3 bench/experiments/pick_tiles.py "$OUT/linear_sweep.json" --sed /tmp/tiles.sed); echo "pick: $AB"
+    timeout 200 python3 bench/step_bench.py --positions 256 --prefill-rows 128 --ab "$AB" --out "$OUT/step.json" 2>&1 \
+      | grep -v Warn | tee "$OUT/step.txt" | head -8
+    python3 -c "
+import json; r = json.load(open('$OUT/step.json'))['rows'][0]; v = [x for k, x in r.items() if k.startswith('ab ')][0]
+win = v['ms1'] < 0.98 * v['ms1_default']; print('tiles', 'kept' if win else 'dropped', v['ms1'], v['ms1_default'])
+win or open('/tmp/tiles.sed', 'w').close()" ;;
+  s15-tests)  # the picked tiles (if any) as defaults; join + check; the model's GPU tests; the step bitwise checks at 256 / 7000
+    [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py; grep -n "int = " mtp_turbo/models/fused.py | sed -n 1,18p | tr '\n' ' '; echo
+    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    timeout 200 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 180 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -6
+    timeout 150 python3 bench/step_bench.py --ab "" --out "$OUT/step_after.json" 2>&1 | grep -v Warn | tee "$OUT/step_after.txt" | head -9
+    tail -n 1 /tmp/logs/llama-build.log ;;
+  s15-bench)  # the table of record with the picked tiles, llama.cpp beside it
+    [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16 ;;
+  s15-more)
+    [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+    timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7 ;;
   s15-first)  # piece p0; llama.cpp's build in the background
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;

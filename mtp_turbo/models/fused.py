@@ -44,13 +44,22 @@ class FusedTiles:
     """GEMV tiles (output rows BN x K step BK) per matrix kind, warps per kernel kind, and the
     attention key chunk. Defaults from the H200 sweep in bench/decode_bench.py (RESULTS.md)."""
 
-    bn_small: int = 16  # qkv, gate/up (K = hidden): small matrices want many programs
+    bn_small: int = 16  # qkv (K = hidden): small matrices want many programs
     bk_small: int = 128
-    bk_tall: int = 256  # o, down (K >= 1024, few output rows)
     warps_small: int = 4
+    stages_small: int = 0  # software-pipelining depth of the K loop (0: Triton's default)
+    bn_gated: int = 16  # gate|up (K = hidden, two weight tiles a program)
+    bk_gated: int = 128
+    warps_gated: int = 4
+    stages_gated: int = 0
+    bn_tall: int = 16  # o, down (K >= 1024, few output rows)
+    bk_tall: int = 256
+    warps_tall: int = 4
+    stages_tall: int = 0
     bn_head: int = 128  # the LM head: 262144 rows
     bk_head: int = 128
     warps_head: int = 4
+    stages_head: int = 0
     block_keys: int = 32  # key cells per attention program
     combine_chunks: int = 16  # key chunks the merge takes a load (a power of two)
     warps_attn: int = 4
@@ -130,16 +139,20 @@ class FusedDecoder:
                                    xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), num_warps=t.warps)
             return self._linear(xn, w, y, gated=gated, head=head, ws=ws)
         if head:
-            bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
+            bn, bk, warps, stages = t.bn_head, t.bk_head, t.warps_head, t.stages_head
+        elif gated:
+            bn, bk, warps, stages = t.bn_gated, t.bk_gated, t.warps_gated, t.stages_gated
+        elif K >= 1024:
+            bn, bk, warps, stages = t.bn_tall, t.bk_tall, t.warps_tall, t.stages_tall
         else:
-            bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
+            bn, bk, warps, stages = t.bn_small, t.bk_small, t.warps_small, t.stages_small
         dummy = x
         fk.linear[(-(-N // bn), -(-M // MP))](
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, ws if ws is not None else w, y, M, N, K, self.model.cfg.eps,
             PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, Q8=ws is not None,
-            num_warps=warps)
+            num_warps=warps, **({"num_stages": stages} if stages else {}))
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
