@@ -67,7 +67,7 @@
 #
 # Session 14 (the Q8_0 head and the tiled attention merge, both unmeasured when written: no device was lent):
 #   bench/gpu_session.sh s14-start         piece p0; llama-bench + llama-completion built in the background (-j 16);
-#                                          step_bench: default vs head_q8=0 vs combine_chunks=1 at 256 and 7000
+#                                          step_bench: default vs head_q8=0 vs combine_chunks=1 at 256 and 7000 (head_q8: since removed)
 #                                          (1-row step time, same logits), per-kernel profile at both depths
 #   bench/gpu_session.sh s14-recv N        copy piece N (1..5); the build's progress
 #   bench/gpu_session.sh s14-tests         join + check the model; the model's GPU tests (models, spec; the Q8_0 head

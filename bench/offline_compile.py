@@ -312,10 +312,7 @@ def _gemma(cfg, dtype, random: bool, seed: int = 0):
     for i in range(cfg.n_layers):
         for k, name in LAYER_TENSORS.items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"))
-    # real sizes: the fused head from Q8_0 codes and scales as models/load.py keeps them on CUDA
-    q8 = None if random or D % 32 else (torch.zeros(cfg.vocab_size, D, dtype=torch.int8),
-                                        torch.ones(cfg.vocab_size, D // 32, dtype=torch.float16))
-    return Gemma3(cfg, w, "cpu", dtype, head_q8=q8)
+    return Gemma3(cfg, w, "cpu", dtype)
 
 
 def _tiny_cfg(**kw):

@@ -24,7 +24,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models.fused import FusedDecoder, FusedTiles  # noqa: E402
 from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
-from mtp_turbo.quant.repack import split_q8_0  # noqa: E402
 from mtp_turbo.quant.dequant import dequantize  # noqa: E402
 from mtp_turbo.quant.formats import quantize_tensor  # noqa: E402
 
@@ -45,21 +44,20 @@ def random_model(cfg: Gemma3Config, dev) -> Gemma3:
         t = torch.randn(*shape, generator=g, device=dev) * scale
         return (1 + t).float() if norm else t.to(torch.bfloat16)
 
-    # the embedding through Q8_0 as the file stores it: codes and scales for the fused head, their
-    # dequantization as the dense rows (models/load.py)
+    # the embedding through Q8_0 as the file stores it, dequantized as the loader does (models/load.py)
     raw = quantize_tensor(mk((cfg.vocab_size, D), False, 0.05).float(), "q8_0").reshape(-1)
     w = {"token_embd": dequantize(raw, 8, (cfg.vocab_size, D)).to(torch.bfloat16),
          "output_norm": mk((D,), True, 0.1)}
     for i in range(cfg.n_layers):
         for k, name in LAYER_TENSORS.items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"), 0.1 if k.endswith("norm") else 0.04)
-    return Gemma3(cfg, w, dev, torch.bfloat16, head_q8=split_q8_0(raw, (cfg.vocab_size, D)))
+    return Gemma3(cfg, w, dev, torch.bfloat16)
 
 
 def step_bytes(m: Gemma3, pos: int) -> int:
     """Bytes one 1-row step must read once: every weight (the fused qkv / gate_up, not their split
-    views; the head as Q8_0 codes and scales), the K/V cells its attention reads."""
-    n = sum(t.numel() * t.element_size() for t in m.head_q8) + m.out_norm.numel() * 4
+    views; the tied head as held), the K/V cells its attention reads."""
+    n = m.embed.numel() * m.embed.element_size() + m.out_norm.numel() * 4
     for L in m.layers:
         n += sum(L[k].numel() * L[k].element_size() for k in ("qkv", "o", "gate_up", "down"))
         n += sum(L[k].numel() * 4 for k in L if k.endswith("norm"))
@@ -159,7 +157,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--positions", default="256,7000", help="query positions to time at")
     ap.add_argument("--prefill-rows", default="64,128", help="prefill chunk sizes to time")
-    ap.add_argument("--ab", default="head_q8=0;combine_chunks=1",
+    ap.add_argument("--ab", default="combine_chunks=1",
                     help="tile variants (FusedTiles fields, ';' between variants) whose 1-row step is timed "
                          "beside the default's at each position, bitwise logits compared")
     ap.add_argument("--out", default=None)

@@ -48,8 +48,8 @@ def sweep(name: str) -> list[dict]:
     res = []
 
     def launch(w, M, bn, bk, warps, stages):
-        fk.linear[(-(-N // bn), 1)](x, x, x, x, x, x, w, w, y, M, N, K, 1e-6, PRO=0, GATED=gated, MP=16, KP=KP,
-                                    BN=bn, BK=bk, PREC="tf32", Q8=False, num_warps=warps, num_stages=stages)
+        fk.linear[(-(-N // bn), 1)](x, x, x, x, x, x, w, y, M, N, K, 1e-6, PRO=0, GATED=gated, MP=16, KP=KP,
+                                    BN=bn, BK=bk, PREC="tf32", num_warps=warps, num_stages=stages)
 
     def time_cfg(M, cfg):
         for w in ws[:2]:

@@ -203,11 +203,7 @@ def bandwidth_floor(eng, context: int) -> dict | None:
     over the copy bandwidth: the tok/s no plain decoder on this device can beat."""
     m = eng.model
     try:
-        # the head is read as the file's Q8_0 codes and scales where the fused step takes them
-        fused = eng.runner.fused
-        q8 = m.head_q8 is not None and fused is not None and fused.tiles.head_q8
-        head = list(m.head_q8) if q8 else [m.embed]
-        weights = _unique_bytes([*head, m.out_norm, *(t for L in m.layers for t in L.values())])
+        weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
         c, kv = m.cfg, eng.kv
         cell = 2 * c.n_kv_heads * c.head_dim * kv.k.element_size()
         window = getattr(c, "sliding_window", context)

@@ -41,25 +41,27 @@ def available() -> bool:
 
 @dataclass(frozen=True)
 class FusedTiles:
-    """GEMV tiles (output rows BN x K step BK) per matrix kind, warps per kernel kind, and the
-    attention key chunk. Defaults from the H200 sweep in bench/decode_bench.py (RESULTS.md)."""
+    """GEMV tiles (output rows BN x K step BK, warps, K-loop pipelining depth) per matrix kind,
+    warps per kernel kind, and the attention key chunk. Defaults from the H200 sweeps of
+    bench/decode_bench.py (RESULTS.md 2026-11-30, commit bd1f2b7) and of
+    bench/experiments/linear_sweep.py (RESULTS.md session 15)."""
 
     bn_small: int = 16  # qkv (K = hidden): small matrices want many programs
     bk_small: int = 128
     warps_small: int = 4
-    stages_small: int = 0  # software-pipelining depth of the K loop (0: Triton's default)
-    bn_gated: int = 16  # gate|up (K = hidden, two weight tiles a program)
+    stages_small: int = 4  # software-pipelining depth of the K loop (0: Triton's default)
+    bn_gated: int = 32  # gate|up (K = hidden, two weight tiles a program)
     bk_gated: int = 128
     warps_gated: int = 4
-    stages_gated: int = 0
-    bn_tall: int = 16  # o, down (K >= 1024, few output rows)
-    bk_tall: int = 256
+    stages_gated: int = 4
+    bn_tall: int = 32  # o, down (K >= 1024, few output rows)
+    bk_tall: int = 512
     warps_tall: int = 4
-    stages_tall: int = 0
+    stages_tall: int = 3
     bn_head: int = 128  # the LM head: 262144 rows
     bk_head: int = 128
     warps_head: int = 4
-    stages_head: int = 0
+    stages_head: int = 3
     block_keys: int = 32  # key cells per attention program
     combine_chunks: int = 16  # key chunks the merge takes a load (a power of two)
     warps_attn: int = 4
@@ -67,9 +69,19 @@ class FusedTiles:
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
-    # the LM head from the model's Q8_0 codes and scales (Gemma3.head_q8) when it has them. Off: the
-    # in-register dequantization made a 1-row step slower on an H200 (RESULTS.md, session 15)
-    head_q8: bool = False
+
+    def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
+        """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
+        matrix's (K >= 1024: o, down) or a small one's (qkv)."""
+        if head:
+            kind = "head"
+        elif gated:
+            kind = "gated"
+        else:
+            kind = "tall" if K >= 1024 else "small"
+        stages = getattr(self, f"stages_{kind}")
+        return getattr(self, f"bn_{kind}"), getattr(self, f"bk_{kind}"), {
+            "num_warps": getattr(self, f"warps_{kind}"), **({"num_stages": stages} if stages else {})}
 
 
 def _pow2(n: int) -> int:
@@ -124,35 +136,25 @@ class FusedDecoder:
         self.prec = "ieee" if act == torch.float32 else "tf32"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
-                gated=False, head=False, ws=None):
-        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]; ws: the fp16
-        scales [N, K / 32] of an int8 (Q8_0) w."""
+                gated=False, head=False):
+        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]."""
         t = self.tiles
         M, K = x.shape
         N = w.shape[0] // 2 if gated else w.shape[0]
         assert M <= self.rows and w.shape[1] == K and y.shape[1] == N
-        assert (ws is not None) == (w.dtype == torch.int8), "int8 weights come with their scales"
         if pro != 0 and t.split_norm:  # prologue as its own kernel, then a plain GEMV
             xn = self.xn[:M]
             fk.residual_norm[(M,)](x if pro == 1 else h, delta if delta is not None else x,
                                    wpost if wpost is not None else wpre, wpre, hout if hout is not None else xn,
                                    xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), num_warps=t.warps)
-            return self._linear(xn, w, y, gated=gated, head=head, ws=ws)
-        if head:
-            bn, bk, warps, stages = t.bn_head, t.bk_head, t.warps_head, t.stages_head
-        elif gated:
-            bn, bk, warps, stages = t.bn_gated, t.bk_gated, t.warps_gated, t.stages_gated
-        elif K >= 1024:
-            bn, bk, warps, stages = t.bn_tall, t.bk_tall, t.warps_tall, t.stages_tall
-        else:
-            bn, bk, warps, stages = t.bn_small, t.bk_small, t.warps_small, t.stages_small
+            return self._linear(xn, w, y, gated=gated, head=head)
+        bn, bk, launch = t.gemv(K, gated, head)
         dummy = x
         fk.linear[(-(-N // bn), -(-M // MP))](
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
-            hout if hout is not None else dummy, w, ws if ws is not None else w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, Q8=ws is not None,
-            num_warps=warps, **({"num_stages": stages} if stages else {}))
+            hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
@@ -204,10 +206,6 @@ class FusedDecoder:
                                    c.hidden, eps, PRO=2, KP=_pow2(c.hidden), num_warps=t.warps)
             return None, hidden
         logits = self.logits[:T]
-        # the tied head from the file's Q8_0 bytes where the model has them: half the bytes of the
-        # step's largest read, the same logits bit for bit (fused_kernels._w_tile)
-        wq = m.head_q8 if t.head_q8 else None
-        self._linear(res[cur], m.embed if wq is None else wq[0], logits, pro=2, h=res[cur], delta=delta,
-                     wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True,
-                     ws=None if wq is None else wq[1])
+        self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,
+                     wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True)
         return logits, hidden

@@ -56,26 +56,13 @@ if triton is not None:
             x = (hf * rstd[:, None] * wpre[None, :]).to(ACT)
         return x
 
-    @triton.jit
-    def _w_tile(W, WS, rn, rk, msk, K, ACT: tl.constexpr, Q8: tl.constexpr):
-        # Weight rows rn, columns rk as [BN, BK] in ACT. Q8: W int8 codes [*, K] and WS fp16
-        # scales [*, K / 32] (Q8_0 as stored in the file): code * scale is exact in fp32 and
-        # rounds to ACT as the loader's dequantization does, so the tile equals the dense one
-        if Q8:
-            q = tl.load(W + rn[:, None] * K + rk[None, :], mask=msk, other=0).to(tl.float32)
-            d = tl.load(WS + rn[:, None] * (K // 32) + rk[None, :] // 32, mask=msk, other=0.0).to(tl.float32)
-            return (q * d).to(ACT)
-        else:
-            return tl.load(W + rn[:, None] * K + rk[None, :], mask=msk, other=0.0)
-
     @triton.jit(do_not_specialize=["M"])
-    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, WS, Y, M, N, K, eps,
+    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, Q8: tl.constexpr):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
-        W [N or 2N, K] row-major in the activation dtype (X's), or Q8: int8 codes with fp16 scales
-        WS [N, K / 32] (_w_tile); X/H/DELTA/HOUT [M, K]; Y [M, N].
+        W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
@@ -111,10 +98,10 @@ if triton is not None:
             k_mask = rk < K
             x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT)
             w_msk = n_mask[:, None] & k_mask[None, :]
-            w = _w_tile(W, WS, rn, rk, w_msk, K, ACT, Q8)  # [BN, BK]
+            w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
             if GATED:
-                wu = _w_tile(W, WS, rn + N, rk, w_msk, K, ACT, Q8)
+                wu = tl.load(W + (rn + N)[:, None] * K + rk[None, :], mask=w_msk, other=0.0)
                 acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
         if GATED:
             g = acc.to(ACT).to(tl.float32)

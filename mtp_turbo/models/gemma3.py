@@ -124,8 +124,8 @@ class Gemma3:
         self.device = torch.device(device)
         self.dtype = dtype
         self.embed = weights["token_embd"]  # [V, D], also the tied LM head
-        # the embedding's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file, for
-        # the fused step's head (models/fused.py); embed is their dequantization
+        # the embedding's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file, from
+        # which the MTP drafter takes its head rows (models/mtp_load.py); embed is their dequantization
         if head_q8 is not None:
             assert head_q8[0].shape == self.embed.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
             assert head_q8[1].shape == (self.embed.shape[0], self.embed.shape[1] // 32), head_q8[1].shape

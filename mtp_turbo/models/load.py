@@ -60,8 +60,8 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
         is_norm = n.endswith("norm")
         t = gf.tensors[f"{n}.weight"]
         if n == "token_embd" and t.ggml_type == Q8_0 and torch.device(device).type == "cuda":
-            # the fused step's head reads the file's codes and scales (half the bf16 bytes); the
-            # dense rows serve the embedding, the drafter and the torch forward
+            # the file's codes and scales stay on the device for the MTP drafter's Q8_0 head rows;
+            # the dense rows serve the embedding, the tied head and the torch forward
             raw = gf.raw_tensor(f"{n}.weight", device)
             head_q8 = split_q8_0(raw, t.shape)
             weights[n] = dequantize(raw, t.ggml_type, t.shape).to(dtype)

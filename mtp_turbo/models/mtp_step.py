@@ -115,12 +115,9 @@ class FusedMTPStep:
             fk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
             return y
         N = w.shape[0] // 2 if gated else w.shape[0]
-        if head:
-            bn, bk, warps = t.bn_head, t.bk_head, t.warps_head
-        else:
-            bn, bk, warps = t.bn_small, (t.bk_tall if K >= 1024 else t.bk_small), t.warps_small
-        fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
-                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, Q8=False, num_warps=warps)
+        bn, bk, launch = t.gemv(K, gated, head)
+        fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
+                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
         return y
 
     def _norm(self, h, delta, wpost, wpre, hout, xout):

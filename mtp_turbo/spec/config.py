@@ -12,8 +12,8 @@ SPEC_SAMPLE = ("exact", "greedy")
 
 @dataclass(frozen=True)
 class SpecConfig:
-    # auto: the MTP head on CUDA when one is there for the model, else plain (2.10x plain greedy,
-    # 1.08x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 12)
+    # auto: the MTP head on CUDA when one is there for the model, else plain (1.85x plain greedy,
+    # 1.11x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 15)
     draft: str = "auto"  # auto | none | ngram | mtp
     draft_tokens: int = 3  # k: drafts per round at most (verify forwards k+1 rows)
     # choose each round's k in 0..draft_tokens from measured acceptance and round times; off by

@@ -178,37 +178,3 @@ def test_step_runner_prefill_chunk_sizes_and_rows():
     kv2.v.copy_(kv.v)
     ref = fused.FusedDecoder(model, kv2).forward(toks[39:40], torch.arange(39, 40))[1]
     assert rel(h[31], ref[0]) < 1e-6
-
-
-def test_q8_head_gives_the_dense_heads_logits_bit_for_bit():
-    # the LM head from Q8_0 codes and scales (the file's bytes, split by repack.split_q8_0) against
-    # the same head dequantized: code * scale is exact in fp32, so the dot sees the same operands
-    from mtp_turbo.quant.repack import split_q8_0
-    from mtp_turbo.quant.dequant import dequantize
-    from mtp_turbo.quant.formats import quantize_tensor
-
-    model = tiny_model(seed=11, hidden=64, vocab=300)
-    c = model.cfg
-    raw = quantize_tensor(model.embed, "q8_0").reshape(-1)
-    model.embed = dequantize(raw, 8, tuple(model.embed.shape))
-    codes, scales = split_q8_0(raw, tuple(model.embed.shape))
-    assert torch.equal(codes.float() * scales.float().repeat_interleave(32, 1), model.embed)
-    dense = fused.FusedTiles(head_q8=False)
-    (rl, _, _), (fl_dense, _, _), _ = run_both(model, 20, 3, tiles=dense)
-    model.head_q8 = (codes, scales)
-    (_, _, _), (fl_q8, _, _), _ = run_both(model, 20, 3)
-    assert torch.equal(fl_q8, fl_dense)
-    assert rel(fl_q8, rl) < 1e-4
-    # and a model without the codes takes the dense head under the default tiles
-    model.head_q8 = None
-    (_, _, _), (fl_none, _, _), _ = run_both(model, 20, 3)
-    assert torch.equal(fl_none, fl_dense)
-
-
-def test_q8_head_scales_must_come_with_the_codes():
-    model = tiny_model(seed=12, hidden=64, layers=3)
-    c = model.cfg
-    kv = KVCache(c.n_layers, 64, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
-    dec = fused.FusedDecoder(model, kv)
-    with pytest.raises(AssertionError, match="scales"):
-        dec._linear(torch.zeros(1, 64), torch.zeros(8, 64, dtype=torch.int8), torch.zeros(1, 8))

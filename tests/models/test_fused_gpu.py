@@ -124,27 +124,3 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
         assert e.last_stats.prompt_cached >= 1  # the BOS (at least) was reused
 
 
-
-def test_q8_head_bit_identical_to_the_dense_head(cuda_engine):
-    # the loader kept the file's Q8_0 codes for the fused head; its logits equal the dense
-    # (dequantized) head's bit for bit, for 1 and 4 rows, past the 512-cell window
-    from mtp_turbo.cache.kv import KVCache
-    from mtp_turbo.models.fused import FusedDecoder, FusedTiles
-
-    e = cuda_engine
-    m, c = e.model, e.model.cfg
-    assert m.head_q8 is not None, "the default model's token_embd is Q8_0"
-    ids = e.tokenizer.encode(" ".join(PROMPTS * 80))[:700]
-    assert len(ids) == 700, len(ids)
-    toks = torch.tensor(ids, device="cuda")
-    out = {}
-    for q8 in (True, False):
-        kv = KVCache(c.n_layers, 1024, c.n_kv_heads, c.head_dim, "cuda", m.dtype)
-        dec = FusedDecoder(m, kv, FusedTiles(head_q8=q8))
-        with torch.inference_mode():
-            for s in range(0, 600, 120):
-                dec.forward(toks[s:s + 120], torch.arange(s, s + 120, device="cuda"), head=False)
-            four = dec.forward(toks[600:604], torch.arange(600, 604, device="cuda"))[0].clone()
-            one = dec.forward(toks[604:605], torch.arange(604, 605, device="cuda"))[0].clone()
-        out[q8] = (four, one)
-    assert torch.equal(out[True][0], out[False][0]) and torch.equal(out[True][1], out[False][1])
