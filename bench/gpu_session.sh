@@ -77,6 +77,13 @@
 #                                          plain with --decode-steps 1 beside it
 #   bench/gpu_session.sh s14-more          HumanEval; the 12k prompt (decode at depth); pp7000 beside llama-bench's; time
 #                                          to first token (plain, MTP) with a profile
+#
+# Session 15 (the GEMV tile sweep; bench/experiments/linear_sweep.py, pick_tiles.py):
+#   bench/gpu_session.sh s15-sweep         piece p0, llama.cpp's build; the sweep; step_bench A/B of its pick (the pick
+#                                          kept in /tmp/tiles.sed when it wins by 2%: later s15 steps run with it)
+#   bench/gpu_session.sh s14-recv N        pieces 1..5
+#   bench/gpu_session.sh s15-tests | s15-bench | s15-more    the model's GPU tests; the table of record; HumanEval + 12k
+#   bench/gpu_session.sh s15-profile       (pieces joined) bench/round_profile.py: device time per kernel per round
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -92,6 +99,24 @@ llama_build() {  # JOBS [TARGETS]: unpack .carry/llama.tar.gz, build llama-bench
     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
     > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target ${2:-llama-bench llama-completion} \
     >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
+}
+record_table() {  # (after llama.cpp's build) MT-Bench plain / MTP / n-gram k = 3 at temp 0 and 0.6, pp512, floor, llama.cpp
+  local L=/tmp/llama.cpp/build/bin M=/tmp/gguf/model.gguf
+  for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+  timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+    --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+    --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
+    | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16
+}
+humaneval_12k() {  # HumanEval x 20 and the 12k-token prompt (decode at depth), plain / MTP (/ n-gram) k = 3
+  local M=/tmp/gguf/model.gguf
+  timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
+    --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
+    | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+  python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
+  timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+    --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
+    | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7
 }
 case $step in
   recv) for d in "$@"; do cp "$d"/* /tmp/gguf/; done; ls -la /tmp/gguf ;;
@@ -288,24 +313,11 @@ win or open('/tmp/tiles.sed', 'w').close()" ;;
   s15-bench)  # the table of record with the picked tiles, llama.cpp beside it
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
-    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
-    timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
-      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
-      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16 ;;
+    record_table ;;
   s15-more)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
-    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
-      --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
-    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
-    timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
-      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7 ;;
-  s15-first)  # piece p0; llama.cpp's build in the background
-    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
+    humaneval_12k ;;
   s15-profile)  # join + check; the Q8_0-head test; where a round's device time goes, short and 12k prompts
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
@@ -321,23 +333,13 @@ win or open('/tmp/tiles.sed', 'w').close()" ;;
     timeout 300 python3 bench/step_bench.py --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" ;;
   s14-bench)
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
-    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
-    timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
-      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
-      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16
+    record_table
     timeout 60 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0,0.6 --decode-steps 1 \
       --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 --json "$OUT/bench_mtbench_steps1.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -5 ;;
   s14-more)
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
-    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 \
-      --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
-    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
-    timeout 120 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
-      --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
-      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7
+    humaneval_12k
     timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0 --max-tokens 64 --n-prompts 2 --pp 7000 \
       --ctx-size 8192 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pp7000.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
