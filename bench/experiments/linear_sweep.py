@@ -4,6 +4,11 @@ DRAM as the step's distinct layers do. Per shape: us a launch (median of graph r
 each (BN, BK, warps, stages), the best ones first.
 
     python bench/experiments/linear_sweep.py --out $OUT/linear_sweep.json [--shapes qkv,o,gate_up,down,head]
+    python bench/experiments/linear_sweep.py --l2     # FusedTiles' defaults only: DRAM vs L2-resident weights
+
+--l2 times each shape's default tile twice: weights rotated (DRAM, as above) and one weight copy
+launched again and again (it stays in L2): what a launch would cost if its weights were already in
+L2 (the ceiling of FusedTiles.l2_prefetch).
 
 Each shape runs in its own process (compiles in parallel); the sweep's result is what FusedTiles'
 defaults are chosen from, the step bench (bench/step_bench.py --ab) is what confirms them.
@@ -32,7 +37,15 @@ def configs(name: str):
     return out + [(16, bk, w, s) for bk, w, s in itertools.product((128, 256), (2, 8), (3, 4))]
 
 
-def sweep(name: str) -> list[dict]:
+def default_config(name: str) -> tuple[int, int, int, int]:
+    from mtp_turbo.models.fused import FusedTiles
+
+    N, K, gated = SHAPES[name]
+    bn, bk, launch = FusedTiles().gemv(K, gated, name == "head")
+    return bn, bk, launch["num_warps"], launch.get("num_stages", 3)
+
+
+def sweep(name: str, l2: bool = False) -> list[dict]:
     import torch
 
     from mtp_turbo.models import fused_kernels as fk
@@ -51,14 +64,14 @@ def sweep(name: str) -> list[dict]:
         fk.linear[(-(-N // bn), 1)](x, x, x, x, x, x, w, y, M, N, K, 1e-6, PRO=0, GATED=gated, MP=16, KP=KP,
                                     BN=bn, BK=bk, PREC="tf32", num_warps=warps, num_stages=stages)
 
-    def time_cfg(M, cfg):
+    def time_cfg(M, cfg, resident=False):
         for w in ws[:2]:
             launch(w, M, *cfg)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             for w in ws:
-                launch(w, M, *cfg)
+                launch(ws[0] if resident else w, M, *cfg)
         st, en = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         ts = []
         for _ in range(12):
@@ -66,6 +79,10 @@ def sweep(name: str) -> list[dict]:
             ts.append(st.elapsed_time(en) * 1e3 / len(ws))
         return statistics.median(ts[2:])
 
+    if l2:
+        cfg = default_config(name)
+        return [{"shape": name, "bn": cfg[0], "bk": cfg[1], "warps": cfg[2], "stages": cfg[3],
+                 "MiB": rows_w * K * 2 / 2**20, "us_dram": time_cfg(1, cfg), "us_l2": time_cfg(1, cfg, True)}]
     ref = None
     for cfg in configs(name):
         try:
@@ -92,18 +109,25 @@ def sweep(name: str) -> list[dict]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shapes", default="qkv,o,gate_up,down,head")
+    ap.add_argument("--l2", action="store_true", help="the default tiles only, DRAM vs L2-resident weights")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     names = a.shapes.split(",")
     import multiprocessing as mp
 
     with ProcessPoolExecutor(max_workers=len(names), mp_context=mp.get_context("spawn")) as ex:
-        results = dict(zip(names, ex.map(sweep, names)))
+        results = dict(zip(names, ex.map(sweep, names, [a.l2] * len(names))))
+    if a.l2:
+        for name, (r,) in results.items():
+            print(f"{name} ({r['MiB']:.1f} MiB, BN {r['bn']} BK {r['bk']} warps {r['warps']} stages {r['stages']}): "
+                  f"DRAM {r['us_dram']:.2f} us, L2-resident {r['us_l2']:.2f} us")
+        if a.out:
+            json.dump(results, open(a.out, "w"), indent=1)
+        return 0
     for name, res in results.items():
         ok = sorted((r for r in res if "us1" in r), key=lambda r: r["us1"])
-        base = next((r for r in res if (r["bn"], r["bk"], r["warps"], r["stages"]) ==
-                     ((128, 128, 4, 3) if name == "head" else (16, 256 if SHAPES[name][1] >= 1024 else 128, 4, 3))), None)
-        print(f"{name} ({ok[0]['MiB']:.1f} MiB): default-like {base and base.get('us1', float('nan')):.2f} us; best:")
+        base = next((r for r in res if (r["bn"], r["bk"], r["warps"], r["stages"]) == default_config(name)), {})
+        print(f"{name} ({ok[0]['MiB']:.1f} MiB): FusedTiles' default {base.get('us1', float('nan')):.2f} us; best:")
         for r in ok[:6]:
             four = f", 4 rows {r['us4']:.2f} us" if "us4" in r else ""
             print(f"   BN {r['bn']:3d} BK {r['bk']:3d} warps {r['warps']} stages {r['stages']}: {r['us1']:.2f} us "

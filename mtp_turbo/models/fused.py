@@ -4,7 +4,9 @@ Owns: the launch sequence of one forward of 1..MAX_ROWS rows (9 kernels per laye
 qkv GEMV, q/k norm+RoPE+KV write, attention over key chunks, chunk merge, o GEMV, norm+residual,
 gate/up GEMV+GELU gating, down GEMV; then norm+residual, LM head), its scratch buffers and tiles.
 Also prefill chunks of up to prefill_rows rows: the same kernels over row blocks (a grid
-dimension), no LM head. Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
+dimension), no LM head; and, as a tile option (FusedTiles.l2_prefetch), a second stream that reads
+the next layer's weights into L2 while a layer runs (forked and joined inside the forward, so a
+captured graph holds it). Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
 forward (gemma3.py: the CPU path and the reference).
 
 Why: the compiled torch step runs ~14 kernels per layer (cuBLAS GEMVs, separate norms, a masked
@@ -66,6 +68,9 @@ class FusedTiles:
     combine_chunks: int = 16  # key chunks the merge takes a load (a power of two)
     warps_attn: int = 4
     warps: int = 4  # q/k norm + RoPE and the merge
+    # programs of a second stream that read layer i+1's weights into L2 while layer i runs (0 =
+    # off: not yet measured against the default, bench/step_bench.py --ab l2_prefetch=16)
+    l2_prefetch: int = 0
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
@@ -82,6 +87,12 @@ class FusedTiles:
         stages = getattr(self, f"stages_{kind}")
         return getattr(self, f"bn_{kind}"), getattr(self, f"bk_{kind}"), {
             "num_warps": getattr(self, f"warps_{kind}"), **({"num_stages": stages} if stages else {})}
+
+
+def _words(w: torch.Tensor) -> torch.Tensor:
+    """A weight's storage as flat int32 words (what the prefetch reads)."""
+    flat = w.reshape(-1).view(torch.uint8)
+    return flat[: flat.numel() // 4 * 4].view(torch.int32)
 
 
 def _pow2(n: int) -> int:
@@ -134,6 +145,15 @@ class FusedDecoder:
         self.ls = buf(ns, QR, dtype=torch.float32)
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
+        # the L2 prefetch: each layer's four matrices as int32 words, a second stream (CUDA; on
+        # the CPU the kernel runs in line) and an event per layer that starts the next one's read
+        self._pf = None
+        if tiles.l2_prefetch:
+            words = [[_words(L[k]) for k in ("qkv", "o", "gate_up", "down")] for L in model.layers]
+            cuda = dev.type == "cuda"
+            side = torch.cuda.Stream(dev) if cuda else None
+            events = [torch.cuda.Event() for _ in words] if cuda else None
+            self._pf = (words, side, events, buf(tiles.l2_prefetch, dtype=torch.int32))
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -156,6 +176,20 @@ class FusedDecoder:
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
             PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
 
+    def _prefetch(self, i: int, main) -> None:
+        """Read layer i's weights into L2: on the side stream after what main has queued so far
+        (the previous layer's start), or in line without one (CPU)."""
+        words, side, events, sink = self._pf
+        a, b, c, d = words[i]
+        args = (a, a.numel(), b, b.numel(), c, c.numel(), d, d.numel(), sink, 0)
+        if side is None:
+            fk.l2_prefetch[(sink.numel(),)](*args, BLOCK=1024, num_warps=4)
+            return
+        events[i].record(main)
+        with torch.cuda.stream(side):
+            side.wait_event(events[i])
+            fk.l2_prefetch[(sink.numel(),)](*args, BLOCK=1024, num_warps=4)
+
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
         MAX_ROWS (head) or prefill_rows (no head). Writes the rows' K/V at cells pos. Returns views
@@ -169,8 +203,13 @@ class FusedDecoder:
         torch.mul(m.embed[tokens], m.embed_scale, out=res[0])  # [T, D]
         cur = 0  # res[cur] holds the residual stream
         delta = None  # the previous sub-block's output, added (normed) in the next prologue
+        main = torch.cuda.current_stream() if self._pf is not None and self._pf[1] is not None else None
+        if main is not None:
+            self._pf[1].wait_stream(main)  # fork: the side stream's reads follow this forward's start
         for i in range(c.n_layers):
             L = m.layers[i]
+            if self._pf is not None and i + 1 < c.n_layers:
+                self._prefetch(i + 1, main)
             qkv = self.qkv[:T]
             if delta is None:
                 self._linear(res[cur], L["qkv"], qkv, pro=1, wpre=L["attn_norm"])
@@ -200,6 +239,8 @@ class FusedDecoder:
             cur = 1 - cur
             delta = self.down[:T]
             self._linear(gu, L["down"], delta)
+        if main is not None:
+            main.wait_stream(self._pf[1])  # join (a captured graph must end on its origin stream)
         hidden = self.hidden[:T]
         if not head:  # the residual's last add alone (split_norm: the kernel the head's prologue is)
             fk.residual_norm[(T,)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden, self.xn[:T],
