@@ -89,9 +89,10 @@
 # and where a 12k-context round's time goes:
 #   bench/gpu_session.sh s16-start         piece p0, llama.cpp's build; linear_sweep --l2 (GEMV with weights in
 #                                          DRAM vs L2: the prefetch's ceiling); step_bench A/B of l2_prefetch = 8 / 16 /
-#                                          32 at 256 and 7000 (the best, if >= 2% faster at both, kept in /tmp/tiles.sed)
+#                                          32 and of the merge split over head_dim (combine_split, combine_chunks) at 256
+#                                          and 7000: per family the best, if >= 2% faster at both, kept in /tmp/tiles.sed
 #   bench/gpu_session.sh s14-recv N        pieces 1..5
-#   bench/gpu_session.sh s16-tests         (the pick applied) the model's GPU tests; a 1-row step's bitwise checks
+#   bench/gpu_session.sh s16-tests         (the picks applied) the model's GPU tests; step_bench of the picks together
 #   bench/gpu_session.sh s16-profile       round_profile (decode only) on MT-Bench and 12k; bench --split at 12k
 #   bench/gpu_session.sh s15-bench | s15-more    the table of record; HumanEval + 12k (with the pick)
 set -uo pipefail
@@ -305,20 +306,17 @@ case $step in
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     timeout 120 python3 bench/experiments/linear_sweep.py --l2 --out "$OUT/linear_l2.json" 2>&1 | grep -v Warn | tee "$OUT/linear_l2.txt"
-    timeout 300 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-      --ab "l2_prefetch=8;l2_prefetch=16;l2_prefetch=32" --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -16
-    python3 -c "
-import json; rows = json.load(open('$OUT/step.json'))['rows']
-gain = {k: max(r[k]['ms1'] / r[k]['ms1_default'] for r in rows) for k in rows[0] if k.startswith('ab ')}
-best = min(gain, key=gain.get); print('worst-position ratio per variant:', gain)
-keep = gain[best] < 0.98; print('kept' if keep else 'none kept', best)
-open('/tmp/tiles.sed', 'w').write(('s/^    l2_prefetch: int = [0-9]*/    l2_prefetch: int = %s/\\n' % best.split('=')[1]) if keep else '')" ;;
+    timeout 360 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+      --ab "l2_prefetch=8;l2_prefetch=16;l2_prefetch=32;combine_split=4;combine_split=4,combine_chunks=64;combine_split=2,combine_chunks=32" \
+      --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -24
+    python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed ;;
   s16-tests)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py; grep -n "l2_prefetch: int" mtp_turbo/models/fused.py
     cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
     timeout 200 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
-      -p no:cacheprovider --timeout 180 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -6 ;;
+      -p no:cacheprovider --timeout 180 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -6
+    timeout 150 python3 bench/step_bench.py --ab "" --out "$OUT/step_after.json" 2>&1 | grep -v Warn | tee "$OUT/step_after.txt" | head -9 ;;
   s16-profile)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     M=/tmp/gguf/model.gguf

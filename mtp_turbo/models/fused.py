@@ -66,6 +66,7 @@ class FusedTiles:
     stages_head: int = 3
     block_keys: int = 32  # key cells per attention program
     combine_chunks: int = 16  # key chunks the merge takes a load (a power of two)
+    combine_split: int = 1  # slices of head_dim the merge splits a row over (a power of two)
     warps_attn: int = 4
     warps: int = 4  # q/k norm + RoPE and the merge
     # programs of a second stream that read layer i+1's weights into L2 while layer i runs (0 =
@@ -117,6 +118,8 @@ class FusedDecoder:
         self.rows = prefill_rows  # rows a forward takes at most
         self.block = QR // rep  # attention rows a program takes (MAX_ROWS or more)
         assert c.head_dim & (c.head_dim - 1) == 0 and c.head_dim >= 32, "head_dim must be a power of two"
+        ds = tiles.combine_split
+        assert ds >= 1 and ds & (ds - 1) == 0 and c.head_dim % ds == 0, f"combine_split {ds}: a power of two <= head_dim"
         dev, act = model.device, model.dtype
         D, DH = c.hidden, c.head_dim
         nq, nkv = c.n_heads * DH, c.n_kv_heads * DH
@@ -227,10 +230,9 @@ class FusedDecoder:
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
                                         PREC=self.prec, num_warps=t.warps_attn)
-            fk.attn_combine[(min(T, self.block) * (H // HKV), HKV, n_blk)](self.op, self.mx, self.ls, pos, self.att, T,
-                                                                           window, n_ch,
-                                                  H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                                  CT=t.combine_chunks, num_warps=t.warps)
+            fk.attn_combine[(min(T, self.block) * (H // HKV) * t.combine_split, HKV, n_blk)](
+                self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV, DH=DH, QR=QR,
+                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps)
             o = self.o[:T]
             self._linear(self.att[:T].view(T, H * DH), L["o"], o)
             gu = self.gu[:T]

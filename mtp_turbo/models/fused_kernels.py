@@ -235,15 +235,18 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_combine(OP, MX, LS, POS, OUT, M, window, S,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr):
-        """Program (r, g, b): merge query row r of group g of row block b (attn_partial's blocks)
-        over the chunks into OUT [M, H, DH] (activation dtype). S: attn_partial's chunk programs.
+                     QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr):
+        """Program (r * DS + d, g, b): merge query row r of group g of row block b (attn_partial's
+        blocks) over the chunks into OUT [M, H, DH] (activation dtype), its d-th of DS slices of
+        DH (the same weights in every slice: more programs for a deep context, each reading 1/DS of
+        the partials). S: attn_partial's chunk programs.
         Chunks go CT at a time, in tiles aligned to absolute chunk index 0 (a block's first chunk
         c0 depends on its first row; the tiles do not): a chunk with no key for a row, or outside
         the block's range, adds exact zeros, so a row's sum has the same terms in the same tree
         whatever its block. CT chunks a load: at 7000 cells a global layer's 219 chunks are 14
         loads instead of 219 dependent ones (bench/RESULTS.md)."""
-        r = tl.program_id(0)
+        r = tl.program_id(0) // DS
+        d0 = (tl.program_id(0) % DS) * (DH // DS)
         g = tl.program_id(1)
         b = tl.program_id(2)
         G = tl.num_programs(1)
@@ -264,8 +267,8 @@ if triton is not None:
                 ok = (j >= c0) & (j <= c1)
                 slot = base + (j - c0) * G + g
                 m_all = tl.maximum(m_all, tl.max(tl.load(MX + slot * QR + r, mask=ok, other=float("-inf")), axis=0))
-            rd = tl.arange(0, DH)
-            acc = tl.zeros([DH], dtype=tl.float32)
+            rd = d0 + tl.arange(0, DH // DS)
+            acc = tl.zeros([DH // DS], dtype=tl.float32)
             l_all = 0.0
             for t in range(t0, c1 + 1, CT):
                 j = t + rt

@@ -218,3 +218,20 @@ def test_l2_prefetch_kernel_touches_each_word_once():
     total = sum(int(t.to(torch.int64).sum()) for t in ts)
     got = int(sink.to(torch.int64).sum())
     assert (got - total) % 2**32 == 0
+
+
+@pytest.mark.parametrize("n_prefill,T", [(40, 4), (63, 1)])
+def test_merge_split_over_head_dim_gives_the_same_bits(n_prefill, T):
+    # the merge split into 2 or 4 slices of head_dim (more programs at depth) weighs every slice
+    # with the same chunk weights: the same outputs as one program a row, here bit for bit (the
+    # interpreter sums each column in the same order whatever the slice's width)
+    model = tiny_model(seed=17)
+    base = fused.FusedTiles(block_keys=4, combine_chunks=4)
+    (rl, _, _), (fl, fh, kf), _ = run_both(model, n_prefill, T, tiles=base)
+    for ds in (2, 4):
+        (_, _, _), (sl, sh, ks), _ = run_both(model, n_prefill, T, tiles=fused.FusedTiles(
+            block_keys=4, combine_chunks=4, combine_split=ds))
+        assert torch.equal(sl, fl) and torch.equal(sh, fh) and torch.equal(ks.k, kf.k), ds
+    assert rel(fl, rl) < 1e-4
+    with pytest.raises(AssertionError, match="combine_split"):
+        fused.FusedDecoder(model, kf, fused.FusedTiles(combine_split=3))

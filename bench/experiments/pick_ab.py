@@ -1,0 +1,52 @@
+"""From a step_bench.py JSON with --ab variants timed at several positions: per family of
+FusedTiles fields (the first field's name up to its first '_': l2 / combine / ...) the variants
+that are at least 2% faster than the default at some position and at most 1% slower at any
+(a merge option may only matter at depth); of those the one with the lowest mean ratio. Prints
+each family's ratios and choice; writes a sed script setting the kept variants' fields as
+defaults in mtp_turbo/models/fused.py.
+
+    python bench/experiments/pick_ab.py step.json --sed /tmp/tiles.sed
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def pick(rows: list[dict]) -> dict[str, dict[str, int]]:
+    ratios: dict[str, list[float]] = {}
+    for k in rows[0]:
+        if k.startswith("ab "):
+            ratios[k[3:]] = [r[k]["ms1"] / r[k]["ms1_default"] for r in rows if k in r]
+    families: dict[str, list[str]] = {}
+    for v in ratios:
+        families.setdefault(v.split("=")[0].split("_")[0], []).append(v)
+    chosen = {}
+    for fam, vs in families.items():
+        ok = [v for v in vs if min(ratios[v]) < 0.98 and max(ratios[v]) <= 1.01]
+        best = min(ok, key=lambda v: sum(ratios[v]) / len(ratios[v])) if ok else None
+        print(f"{fam}: " + ", ".join(f"{v} " + "/".join(f"{x:.3f}" for x in ratios[v]) for v in vs) +
+              (f" -> kept {best}" if best else " -> none kept"))
+        if best:
+            chosen[fam] = {f.split("=")[0]: int(f.split("=")[1]) for f in best.split(",")}
+    return chosen
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("step_json")
+    ap.add_argument("--sed", default=None)
+    a = ap.parse_args()
+    chosen = pick(json.load(open(a.step_json))["rows"])
+    if a.sed:
+        with open(a.sed, "w") as f:
+            for fields in chosen.values():
+                for k, v in fields.items():
+                    f.write(f"s/^    {k}: int = [0-9]*/    {k}: int = {v}/\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
