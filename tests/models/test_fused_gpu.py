@@ -124,3 +124,42 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
         assert e.last_stats.prompt_cached >= 1  # the BOS (at least) was reused
 
 
+
+
+@pytest.mark.parametrize("tiles", [{"l2_prefetch": 16}, {"combine_split": 4, "combine_chunks": 64}])
+def test_tile_options_keep_rows_batch_invariant_in_graphs(cuda_engine, tiles):
+    # the L2 prefetch (a second stream forked and joined inside the forward) and the split merge,
+    # replayed from CUDA graphs: 4 verify rows = 4 one-row steps bit for bit, past the 512-cell
+    # window; the prefetch, which only reads, gives the default tiles' logits exactly
+    from mtp_turbo.cache.kv import KVCache
+    from mtp_turbo.models.fused import FusedDecoder, FusedTiles
+
+    e = cuda_engine
+    m, c = e.model, e.model.cfg
+    ids = e.tokenizer.encode(" ".join(PROMPTS * 80))[:700]
+    assert len(ids) == 700
+    toks = torch.tensor(ids, device="cuda")
+
+    def run(t):
+        kv = KVCache(c.n_layers, 1024, c.n_kv_heads, c.head_dim, "cuda", m.dtype)
+        dec = FusedDecoder(m, kv, t)
+        out = {}
+        with torch.inference_mode():
+            for s in range(0, 696, 116):
+                dec.forward(toks[s:s + 116], torch.arange(s, s + 116, device="cuda"), head=False)
+            for rows in (4, 1):
+                tk, ps = toks[696:696 + rows].clone(), torch.arange(696, 696 + rows, device="cuda")
+                dec.forward(tk, ps)  # warm-up (compiles), then the same forward from a graph
+                torch.cuda.synchronize()
+                g = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(g):
+                    lo, _ = dec.forward(tk, ps)
+                g.replay()
+                torch.cuda.synchronize()
+                out[rows] = lo.clone()
+        return out
+
+    got, default = run(FusedTiles(**tiles)), run(FusedTiles())
+    assert torch.equal(got[4][0], got[1][0])
+    if "l2_prefetch" in tiles:
+        assert torch.equal(got[4], default[4]) and torch.equal(got[1], default[1])
