@@ -48,6 +48,7 @@ class Stats:
     decode_s: float = 0.0
     finish_reason: str = ""
     spec: RoundStats | None = None  # speculative decoding's round stats (None: plain decoding)
+    captures: int = 0  # CUDA graphs the decode captured during this call (a shape's first use)
 
     @property
     def prompt_tps(self) -> float:
@@ -62,6 +63,7 @@ class Stats:
             f"prompt: {self.prompt_tokens} tokens ({self.prompt_cached} cached) in {self.prompt_s * 1e3:.1f} ms "
             f"({self.prompt_tps:.1f} tok/s) | decode: {self.gen_tokens} tokens in {self.decode_s * 1e3:.1f} ms "
             f"({self.decode_tps:.1f} tok/s) | finish: {self.finish_reason}"
+            + (f" | {self.captures} CUDA graphs captured while decoding" if self.captures else "")
         )
         if self.spec is not None:
             s += "\n" + self.spec.summary()
@@ -299,8 +301,13 @@ class Engine:
             program = self._program(sampler, spec.spec_sample, self.drafter, spec.round_split)
             token_iter = speculative_tokens(self, sampler, spec, budget, self.drafter, stats.spec, program)
         else:
-            token_iter = self._plain_tokens(sampler, budget)
-        yield from self._stream(token_iter, stops, stats, max_tokens, budget, special)
+            program = self._program(sampler, "exact", None)
+            token_iter = self._plain_tokens(program, budget)
+        before = program.captures
+        try:
+            yield from self._stream(token_iter, stops, stats, max_tokens, budget, special)
+        finally:
+            stats.captures = program.captures - before
 
     def _auto_spec(self, spec):
         """--draft auto: the MTP head on CUDA when one is there for this model, else None (plain
@@ -351,10 +358,10 @@ class Engine:
         # eager steps (the CPU) gain nothing and would read every cached cell on the captured path
         return 4 if self.device.type == "cuda" and self.cfg.cuda_graphs else 1
 
-    def _plain_tokens(self, sampler: SamplerConfig, budget: int) -> Iterator[list[int]]:
+    def _plain_tokens(self, program, budget: int) -> Iterator[list[int]]:
+        """Plain decoding's tokens from `program` (a RoundProgram without a drafter)."""
         from .spec.program import launched_ahead
 
-        program = self._program(sampler, "exact", None)
         steps, produced = self.decode_steps, 0
 
         def launch():  # whole programs while they fit, single steps for the rest (two graphs at most)

@@ -2,6 +2,7 @@
 as subprocesses with the flags of our sampler chain, the rows' text checks (a drafter that changes
 the text is reported, a bug), the table/JSON/plot, and one tiny real run on the CPU."""
 
+import dataclasses
 import json
 import stat
 import sys
@@ -103,12 +104,16 @@ class ScriptedEngine:
 
     def __init__(self):
         self.tokens = []
+        self.shapes = set()  # (k, tokens) seen: a new one "captures a graph", as a first use does
 
     def reset(self):
         self.tokens = []
 
     def generate(self, prompt, sampler, max_tokens, spec, stop_ids):
         ids = [len(prompt)] * max_tokens
+        shape = (None if spec is None else spec.draft_tokens, max_tokens)
+        captures = int(shape not in self.shapes)
+        self.shapes.add(shape)
         if spec is not None and spec.draft_tokens == 3:
             ids[2] += 1
         rounds = 0 if spec is None else max_tokens // 2
@@ -116,7 +121,7 @@ class ScriptedEngine:
                                                        round_s=0.8, host_s=0.05, draft_s=0.1, verify_s=0.5, accept_s=0.1)
         self.last_stats = SimpleNamespace(prompt_tokens=10, prompt_cached=0, prompt_s=0.5, gen_tokens=max_tokens,
                                           decode_s=1.0 if spec is None or spec.draft_tokens != 2
-                                          else 0.5 if len(prompt) < 3 else 1.5, spec=sp)
+                                          else 0.5 if len(prompt) < 3 else 1.5, spec=sp, captures=captures)
         yield SimpleNamespace(token_ids=tuple(ids))
 
 
@@ -137,6 +142,22 @@ def test_rows_and_their_text_checks():
     # the slowest prompt against plain's same prompt: the long one, 2 s of plain over 3 s
     assert r["worst_prompt"] == {"prompt": 1, "ratio": pytest.approx(2 / 3)}
     assert rows[2]["worst_prompt"] == {"prompt": 0, "ratio": 1.0} and "worst_prompt" not in rows[0]
+
+
+def test_warmup_leaves_no_capture_to_the_timed_runs():
+    # the warm-up generates each prompt exactly as the timed runs will (here 20 tokens: more than a
+    # short warm-up would), so no timed run meets a shape for the first time; without it they do,
+    # and the table says so
+    bar = SimpleNamespace(update=lambda *a: None, set_description=lambda *a: None)
+    cfg = BenchConfig(modes="ngram,plain", temps="0", draft_tokens="3", max_tokens=20, n_prompts=1, reps=1)
+    rows, _ = run_rows(ScriptedEngine(), cfg, SamplerConfig(), ["ab"], bar)
+    assert [r["captures"] for r in rows] == [0, 0]
+    cold = dataclasses.replace(cfg, warmup=False)
+    rows, _ = run_rows(ScriptedEngine(), cold, SamplerConfig(), ["ab"], bar)
+    assert [r["captures"] for r in rows] == [1, 1]
+    meta = dict(model="m", device="cuda", torch="2", prompts="mtbench", n_prompts=1, max_tokens=20, reps=1, seed=0)
+    text = report.table({"meta": meta, "rows": rows, "mismatches": []})
+    assert "CUDA graphs captured inside timed runs (first-use cost in their decode time): plain T=0: 1, ngram k=3 T=0: 1" in text
 
 
 def test_table_and_plot(tmp_path):

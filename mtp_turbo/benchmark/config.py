@@ -34,7 +34,7 @@ class BenchConfig:
     adaptive: bool = False  # speculative rows choose each round's k in 0..K (off: always K drafts, the default)
     split: bool = False  # time draft / verify / accept apart (SpecConfig.round_split: three graphs, events between)
     ignore_eos: bool = True  # always generate max_tokens (as llama-bench does)
-    warmup: bool = True  # one short untimed generation per prompt and row first
+    warmup: bool = True  # each prompt generated once untimed per row first, as the timed runs will
     pp: int = 512  # a prompt of this many tokens is prefilled (plain) for prompt speed as llama-bench's ppN; 0 = skip
     floor: bool = False  # the bandwidth floor: weight + KV bytes a plain step reads / measured copy bandwidth
     llama_bench: str = ""  # llama.cpp's llama-bench binary: run beside us, tgN / ppN and our ratio to them
@@ -117,7 +117,8 @@ HELP = {
     "split": "time a round's draft / verify / accept apart (SpecConfig.round_split: on CUDA three graphs with "
     "events between, a little slower); off: the round's device time and host share only",
     "ignore_eos": "generate max-tokens every time (EOS is not a stop), as llama-bench does",
-    "warmup": "one short untimed generation (16 tokens) per prompt and row before timing (compiles, captures graphs)",
+    "warmup": "each prompt generated once per row, untimed, exactly as the timed runs (compiles kernels and "
+    "captures every CUDA graph shape the runs use; the table says where a timed run still captured one)",
     "pp": "prefill a prompt of this many tokens (plain) for the prompt speed llama-bench reports as ppN; 0 = skip",
     "floor": "add the bandwidth floor: the bytes a plain decode step reads (weights + K/V) over the measured "
     "copy bandwidth",

@@ -78,6 +78,9 @@ def table(result: dict) -> str:
         out.append(f"memory: weights {mem['weights_MiB']:.1f} MiB" +
                    (f" + the head's Q8_0 codes {mem['head_q8_MiB']:.1f}" if mem["head_q8_MiB"] else "") +
                    f", K/V cache {mem['kv_MiB']:.1f} MiB; {held}")
+    cap = [f"{label(r)}: {r['captures']}" for r in result["rows"] if r.get("captures")]
+    if cap:
+        out.append("CUDA graphs captured inside timed runs (first-use cost in their decode time): " + ", ".join(cap))
     for line in result["mismatches"]:
         out.append(f"MISMATCH (a bug: same seed must give the same text): {line}")
     return "\n".join(out)

@@ -43,14 +43,15 @@ def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[lis
            for t in p.token_ids]
     st = eng.last_stats
     return ids, {"prompt_tokens": st.prompt_tokens, "prompt_cached": st.prompt_cached, "prompt_s": st.prompt_s,
-                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, **_spec_figures(st.spec)}
+                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, "captures": getattr(st, "captures", 0),
+                 **_spec_figures(st.spec)}
 
 
 def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: bool) -> dict:
     """One table row from its runs: sums, then ratios (so long runs weigh more, as in tok/s)."""
     tot = {key: sum(r.get(key, 0) for r in runs) for key in
            ("gen_tokens", "decode_s", "prompt_s", "rounds", "drafted", "accepted", "emitted", "round_s", "host_s",
-            "draft_s", "verify_s", "accept_s")}
+            "draft_s", "verify_s", "accept_s", "captures")}
     uncached = sum(r["prompt_tokens"] - r["prompt_cached"] for r in runs)
     dec = tot["decode_s"]
     row = {"mode": "plain" if mode == "none" else mode, "k": k, "temp": temp, "runs": len(runs),
@@ -59,7 +60,7 @@ def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: boo
            "prompt_tps": uncached / tot["prompt_s"] if tot["prompt_s"] > 0 else 0.0,
            "tokens_per_round": tot["emitted"] / tot["rounds"] if tot["rounds"] else 1.0,
            "acceptance": tot["accepted"] / tot["drafted"] if tot["drafted"] else None,
-           "same_text": same}
+           "same_text": same, "captures": tot["captures"]}
     if tot["rounds"] and dec > 0:
         # shares of decode time: the rounds' device program (its parts when timed apart), their host
         # work, and the rest (streaming, detokenizing, stop checks)
@@ -91,9 +92,9 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
                                                           round_split=cfg.split)
             name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
             bar.set_description(name)
-            if cfg.warmup:  # every prompt: each prefill tail and catch-up length captures its graph once
+            if cfg.warmup:  # every prompt once, as timed: each shape the runs use captures its graph here
                 for prompt in prompts:
-                    generate(eng, prompt, sampler, spec, min(cfg.max_tokens, 16), stop_ids)
+                    generate(eng, prompt, sampler, spec, cfg.max_tokens, stop_ids)
                     bar.update()
             runs, ids_of, secs_of = [], {}, {}
             for rep in range(cfg.reps):

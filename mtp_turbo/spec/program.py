@@ -87,6 +87,7 @@ class RoundProgram:
         self.chooser = None  # the round loop's adaptive.KChooser, kept with the program across calls
         self.chooser_key = None
         self.last_fresh = False  # the last round's time is no timing of its k (see run)
+        self.captures = 0  # CUDA graphs captured so far: a first use of a program's shape pays one
         self._ran: set[tuple] = set()
 
     # ---- the device work -------------------------------------------------------------------------
@@ -185,6 +186,7 @@ class RoundProgram:
                   file=sys.stderr)
             return self._capture(key, parts) if self.graphs else None
         self._graphs[key] = graphs
+        self.captures += 1
         return graphs
 
     def _degrade(self) -> str:
