@@ -111,6 +111,10 @@ llama_build() {  # JOBS [TARGETS]: unpack .carry/llama.tar.gz, build llama-bench
     > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target ${2:-llama-bench llama-completion} \
     >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
 }
+join_model() {  # the pieces joined into /tmp/gguf/model.gguf, its SHA-256 checked
+  cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
+  echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c -
+}
 record_table() {  # (after llama.cpp's build) MT-Bench plain / MTP / n-gram k = 3 at temp 0 and 0.6, pp512, floor, llama.cpp
   local L=/tmp/llama.cpp/build/bin M=/tmp/gguf/model.gguf
   for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
@@ -140,8 +144,7 @@ case $step in
       >> /tmp/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/llama-build.log" > /dev/null 2>&1 &
     sleep 2; tail -2 /tmp/llama-build.log ;;
   model)
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1 ;;
+    join_model || exit 1 ;;
   ours)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv
     python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 | tail -3 | tee "$OUT/pytest_gpu.txt"
@@ -272,8 +275,7 @@ case $step in
   s10-recv)
     cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 2 /tmp/logs/*.txt /tmp/logs/*.log ;;
   s10-tests)
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout ${TEST_S:-480} python3 -m pytest -q -m gpu tests --ignore=tests/quant --ignore=tests/sampling \
       --ignore=tests/check --ignore=tests/server --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 240 --durations=15 -rf \
       2>&1 | tee /tmp/logs/pytest_model.txt | tail -40
@@ -312,8 +314,7 @@ case $step in
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed ;;
   s16-tests)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py; grep -n "l2_prefetch: int" mtp_turbo/models/fused.py
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout 200 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
       -p no:cacheprovider --timeout 180 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -6
     timeout 150 python3 bench/step_bench.py --ab "" --out "$OUT/step_after.json" 2>&1 | grep -v Warn | tee "$OUT/step_after.txt" | head -9 ;;
@@ -339,8 +340,7 @@ win = v['ms1'] < 0.98 * v['ms1_default']; print('tiles', 'kept' if win else 'dro
 win or open('/tmp/tiles.sed', 'w').close()" ;;
   s15-tests)  # the picked tiles (if any) as defaults; join + check; the model's GPU tests; the step bitwise checks at 256 / 7000
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py; grep -n "int = " mtp_turbo/models/fused.py | sed -n 1,18p | tr '\n' ' '; echo
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout 200 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
       -p no:cacheprovider --timeout 180 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -6
     timeout 150 python3 bench/step_bench.py --ab "" --out "$OUT/step_after.json" 2>&1 | grep -v Warn | tee "$OUT/step_after.txt" | head -9
@@ -354,8 +354,7 @@ win or open('/tmp/tiles.sed', 'w').close()" ;;
     L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
     humaneval_12k ;;
   s15-profile)  # join + check; the Q8_0-head test; where a round's device time goes, short and 12k prompts
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout 100 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -k q8_head --model-path /tmp/gguf/model.gguf \
       -p no:cacheprovider 2>&1 | tail -3
     python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:39000]+'\n\nSummary of the play so far:'], open('/tmp/long.json','w'))"
@@ -384,8 +383,7 @@ win or open('/tmp/tiles.sed', 'w').close()" ;;
     llama_build 16 llama-bench || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
   s13-tests|s14-tests)
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout 300 python3 -m pytest -q -m gpu tests/models tests/spec -n 3 --model-path /tmp/gguf/model.gguf \
       -p no:cacheprovider --timeout 280 --durations=6 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -14
     tail -n 1 /tmp/logs/llama-build.log ;;
@@ -407,8 +405,7 @@ win or open('/tmp/tiles.sed', 'w').close()" ;;
   s12-recv|s14-recv)
     cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
   s12-tests)
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout 330 python3 -m pytest -q -m gpu tests --ignore=tests/sampling --ignore=tests/server -n 4 \
       --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 300 --durations=8 -rf 2>&1 \
       | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -22; tail -n 1 /tmp/logs/llama-build.log ;;
@@ -445,8 +442,7 @@ win or open('/tmp/tiles.sed', 'w').close()" ;;
   s11-recv)
     cp .pieces/p$1/piece.$1 /tmp/gguf/; ls /tmp/gguf; tail -n 1 /tmp/logs/llama-build.log ;;
   s11-sampling)
-    cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c - || exit 1
+    join_model || exit 1
     timeout ${TEST_S:-420} python3 -m pytest -q -m gpu tests/sampling -p no:cacheprovider --timeout 300 --durations=10 -rf \
       2>&1 | tee "$OUT/pytest_gpu_sampling.txt" | tail -25
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -14 ;;

@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from pick_tiles import write_sed  # run as a script: its folder is on the path
+
 
 def pick(rows: list[dict]) -> dict[str, dict[str, int]]:
     ratios: dict[str, list[float]] = {}
@@ -41,10 +43,7 @@ def main() -> int:
     a = ap.parse_args()
     chosen = pick(json.load(open(a.step_json))["rows"])
     if a.sed:
-        with open(a.sed, "w") as f:
-            for fields in chosen.values():
-                for k, v in fields.items():
-                    f.write(f"s/^    {k}: int = [0-9]*/    {k}: int = {v}/\n")
+        write_sed({k: v for fields in chosen.values() for k, v in fields.items()}, a.sed)
     return 0
 
 

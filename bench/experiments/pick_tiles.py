@@ -33,6 +33,13 @@ def pick(results: dict) -> dict[str, dict]:
     return out
 
 
+def write_sed(fields: dict[str, int], path: str) -> None:
+    """A sed script that sets these int FusedTiles fields' defaults in mtp_turbo/models/fused.py."""
+    with open(path, "w") as f:
+        for k, v in fields.items():
+            f.write(f"s/^    {k}: int = [0-9]*/    {k}: int = {v}/\n")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("sweep")
@@ -42,9 +49,7 @@ def main() -> int:
     fields = {f"{f}_{kind}": v[f] for kind, v in best.items() for f in ("bn", "bk", "warps", "stages")}
     print(",".join(f"{k}={v}" for k, v in fields.items()))
     if a.sed:
-        with open(a.sed, "w") as f:
-            for k, v in fields.items():
-                f.write(f"s/^    {k}: int = [0-9]*/    {k}: int = {v}/\n")
+        write_sed(fields, a.sed)
     return 0
 
 

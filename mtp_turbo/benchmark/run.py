@@ -43,7 +43,7 @@ def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[lis
            for t in p.token_ids]
     st = eng.last_stats
     return ids, {"prompt_tokens": st.prompt_tokens, "prompt_cached": st.prompt_cached, "prompt_s": st.prompt_s,
-                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, "captures": getattr(st, "captures", 0),
+                 "gen_tokens": st.gen_tokens, "decode_s": st.decode_s, "captures": st.captures,
                  **_spec_figures(st.spec)}
 
 

@@ -21,6 +21,7 @@ Runs wherever Triton runs: CUDA, or the CPU under TRITON_INTERPRET=1 (how CI che
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -90,6 +91,13 @@ class FusedTiles:
             "num_warps": getattr(self, f"warps_{kind}"), **({"num_stages": stages} if stages else {})}
 
 
+class _Prefetch(NamedTuple):
+    words: list  # per layer: its four matrices as int32 words
+    side: torch.cuda.Stream | None  # the stream that reads them (None on the CPU: in line)
+    events: list | None  # per layer: recorded on the main stream where that layer's read may start
+    sink: torch.Tensor  # int32 [programs]: the kernel's never-taken store
+
+
 def _words(w: torch.Tensor) -> torch.Tensor:
     """A weight's storage as flat int32 words (what the prefetch reads)."""
     flat = w.reshape(-1).view(torch.uint8)
@@ -156,7 +164,7 @@ class FusedDecoder:
             cuda = dev.type == "cuda"
             side = torch.cuda.Stream(dev) if cuda else None
             events = [torch.cuda.Event() for _ in words] if cuda else None
-            self._pf = (words, side, events, buf(tiles.l2_prefetch, dtype=torch.int32))
+            self._pf = _Prefetch(words, side, events, buf(tiles.l2_prefetch, dtype=torch.int32))
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -206,12 +214,13 @@ class FusedDecoder:
         torch.mul(m.embed[tokens], m.embed_scale, out=res[0])  # [T, D]
         cur = 0  # res[cur] holds the residual stream
         delta = None  # the previous sub-block's output, added (normed) in the next prologue
-        main = torch.cuda.current_stream() if self._pf is not None and self._pf[1] is not None else None
+        pf = self._pf
+        main = torch.cuda.current_stream() if pf is not None and pf.side is not None else None
         if main is not None:
-            self._pf[1].wait_stream(main)  # fork: the side stream's reads follow this forward's start
+            pf.side.wait_stream(main)  # fork: the side stream's reads follow this forward's start
         for i in range(c.n_layers):
             L = m.layers[i]
-            if self._pf is not None and i + 1 < c.n_layers:
+            if pf is not None and i + 1 < c.n_layers:
                 self._prefetch(i + 1, main)
             qkv = self.qkv[:T]
             if delta is None:
@@ -242,7 +251,7 @@ class FusedDecoder:
             delta = self.down[:T]
             self._linear(gu, L["down"], delta)
         if main is not None:
-            main.wait_stream(self._pf[1])  # join (a captured graph must end on its origin stream)
+            main.wait_stream(pf.side)  # join (a captured graph must end on its origin stream)
         hidden = self.hidden[:T]
         if not head:  # the residual's last add alone (split_norm: the kernel the head's prologue is)
             fk.residual_norm[(T,)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden, self.xn[:T],
