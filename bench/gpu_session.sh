@@ -95,6 +95,17 @@
 #   bench/gpu_session.sh s16-tests         (the picks applied) the model's GPU tests; step_bench of the picks together
 #   bench/gpu_session.sh s16-profile       round_profile (decode only) on MT-Bench and 12k; bench --split at 12k
 #   bench/gpu_session.sh s15-bench | s15-more    the table of record; HumanEval + 12k (with the pick)
+#
+# Session 17 (the GEMV tails, FusedTiles.tails, off by default: the norms and the RoPE done by the last
+# program of the GEMV before them, 6 kernels a layer instead of 9; not yet run on a GPU):
+#   bench/gpu_session.sh s17-start         piece p0, llama.cpp's build; step_bench A/B at 256 and 7000 of tails,
+#                                          tails + l2_prefetch, l2_prefetch, the split merge (1-row and 4-row steps,
+#                                          a 128-row prefill chunk, each variant's bitwise checks); pick_ab keeps per
+#                                          family what wins (>= 2%, bitwise, prefill <= 10% slower) in /tmp/tiles.sed
+#   bench/gpu_session.sh s14-recv N        pieces 1..5
+#   bench/gpu_session.sh s17-tests         (the picks applied) join + check; the model's GPU tests (models, spec)
+#   bench/gpu_session.sh s15-bench | s16-profile | s15-more    the table of record; the round profile and the
+#                                          12k split; HumanEval + 12k (all with the picks)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -304,6 +315,20 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
+  s17-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 450 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+      --ab "tails=1;tails=1,l2_prefetch=16;l2_prefetch=16;combine_split=4,combine_chunks=64;combine_split=2,combine_chunks=32" \
+      --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -30
+    python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s17-tests)
+    [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
+    grep -n "l2_prefetch: int\|tails: bool\|combine_split: int\|combine_chunks: int" mtp_turbo/models/fused.py | tr '\n' ' '; echo
+    join_model || exit 1
+    timeout 240 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 200 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8
+    tail -n 1 /tmp/logs/llama-build.log ;;
   s16-start)
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv

@@ -200,9 +200,27 @@ def main() -> int:
             alt = FusedDecoder(m, kv, FusedTiles(**kw))
             ms, lo = time_step(alt, 1, pos)
             _, ld = time_step(step, 1, pos, iters=30)
-            row[f"ab {v}"] = {"ms1": ms, "ms1_default": row["ms1"], "same_logits": bool(torch.equal(lo, ld))}
-            print(f"  variant {v}: 1-row step {ms * 1e3:.1f} us vs default {row['ms1'] * 1e3:.1f} us; "
-                  f"same logits as the default: {torch.equal(lo, ld)}", flush=True)
+            ab = {"ms1": ms, "ms1_default": row["ms1"], "same_logits": bool(torch.equal(lo, ld))}
+            # a variant that changes the arithmetic must stay batch-invariant: its 4 verify rows =
+            # its 1-row steps, and its prefill chunk's last row = its 1-row step's
+            ab["ms4"], out = time_step(alt, 4, pos)
+            with torch.inference_mode():
+                ab["bitwise_verify_rows"] = all(
+                    torch.equal(alt.forward(torch.tensor([100 + j], device="cuda"),
+                                            torch.tensor([pos + j], device="cuda"))[0][0], out[j]) for j in range(4))
+            P = max(chunks)
+            alt_chunk = FusedDecoder(m, kv, FusedTiles(**kw), prefill_rows=P)
+            ab["prefill_ms"], hid = time_step(alt_chunk, P, pos, iters=60, head=False, per_graph=2)
+            ab["prefill_ms_default"] = row[f"prefill{P}_ms"]
+            _, h1 = alt.forward(torch.tensor([100 + P - 1], device="cuda"), torch.tensor([pos + P - 1], device="cuda"))
+            ab["bitwise_prefill_last_row"] = bool(torch.equal(h1[0], hid[P - 1]))
+            del alt, alt_chunk
+            row[f"ab {v}"] = ab
+            print(f"  variant {v}: 1-row step {ms * 1e3:.1f} us vs default {row['ms1'] * 1e3:.1f} us "
+                  f"(same logits: {ab['same_logits']}); 4 rows {ab['ms4'] * 1e3:.1f} vs {row['ms4'] * 1e3:.1f} us; "
+                  f"prefill {P} rows {ab['prefill_ms'] * 1e3:.1f} vs {ab['prefill_ms_default'] * 1e3:.1f} us; "
+                  f"bitwise verify rows {ab['bitwise_verify_rows']}, prefill last row "
+                  f"{ab['bitwise_prefill_last_row']}", flush=True)
         res["rows"].append(row)
     try:
         res["gaps_pos256"] = gp = gaps(step, 256)

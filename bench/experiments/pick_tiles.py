@@ -34,10 +34,12 @@ def pick(results: dict) -> dict[str, dict]:
 
 
 def write_sed(fields: dict[str, int], path: str) -> None:
-    """A sed script that sets these int FusedTiles fields' defaults in mtp_turbo/models/fused.py."""
+    """A sed script that sets these int (or bool: 0 / 1) FusedTiles fields' defaults in
+    mtp_turbo/models/fused.py."""
     with open(path, "w") as f:
         for k, v in fields.items():
             f.write(f"s/^    {k}: int = [0-9]*/    {k}: int = {v}/\n")
+            f.write(f"s/^    {k}: bool = [TF][a-z]*/    {k}: bool = {bool(v)}/\n")
 
 
 def main() -> int:

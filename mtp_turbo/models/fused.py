@@ -31,6 +31,7 @@ from .gemma3 import Gemma3
 MAX_ROWS = 8  # verify rows (k+1); query rows per KV group (MAX_ROWS * heads/kv_heads) <= QR
 MP = 16  # GEMV rows a program computes (>= MAX_ROWS; 16 is the smallest tl.dot tile)
 QR = 32  # attention query rows per KV group a program computes (>= MAX_ROWS * 4 for Gemma-3-270M)
+NORM_ROWS = 4  # rows a norm / RoPE pass takes at once (a tile of [4, 1024] fp32 stays in registers)
 # prefill chunks: the same kernels over row blocks (a grid dimension), no LM head. 128 rows: 117k
 # tok/s a chunk against 76k for 64 on an H200 (bench/RESULTS.md); the attention scratch is 16
 # blocks of chunk partials (67 MB at 4096 cells of context, 0.5 GB at 32768)
@@ -76,6 +77,10 @@ class FusedTiles:
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
+    # the norms and the q/k RoPE + K/V write done by the last program of the GEMV before them
+    # (linear_norm, linear_rope): 6 launches a layer instead of 9 (needs split_norm; not yet
+    # measured against the default: bench/step_bench.py --ab tails=1)
+    tails: bool = False
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -123,6 +128,7 @@ class FusedDecoder:
         if prefill_rows is None:
             prefill_rows = PREFILL_ROWS if tiles.split_norm else MAX_ROWS
         assert prefill_rows >= MAX_ROWS and (prefill_rows == MAX_ROWS or tiles.split_norm), prefill_rows
+        assert not tiles.tails or tiles.split_norm, "tails compute the split norms: they need split_norm"
         self.rows = prefill_rows  # rows a forward takes at most
         self.block = QR // rep  # attention rows a program takes (MAX_ROWS or more)
         assert c.head_dim & (c.head_dim - 1) == 0 and c.head_dim >= 32, "head_dim must be a power of two"
@@ -154,6 +160,13 @@ class FusedDecoder:
         self.op = buf(ns, QR, DH, dtype=torch.float32)
         self.mx = buf(ns, QR, dtype=torch.float32)
         self.ls = buf(ns, QR, dtype=torch.float32)
+        # the tails' arrival counters, per layer: [row blocks] for each of the two norms, [row
+        # blocks x heads] for the RoPE (distinct per launch; each tail's last program zeroes its own)
+        nb = -(-R // MP)
+        self.count = buf(c.n_layers, 3, nb * (c.n_heads + 2 * c.n_kv_heads), dtype=torch.int32)
+        if tiles.tails:
+            bn = tiles.gemv(D)[0]
+            assert DH % bn == 0, f"the qkv tile ({bn} columns) must divide head_dim {DH}"
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
         # the L2 prefetch: each layer's four matrices as int32 words, a second stream (CUDA; on
@@ -175,9 +188,10 @@ class FusedDecoder:
         assert M <= self.rows and w.shape[1] == K and y.shape[1] == N
         if pro != 0 and t.split_norm:  # prologue as its own kernel, then a plain GEMV
             xn = self.xn[:M]
-            fk.residual_norm[(M,)](x if pro == 1 else h, delta if delta is not None else x,
-                                   wpost if wpost is not None else wpre, wpre, hout if hout is not None else xn,
-                                   xn, K, self.model.cfg.eps, PRO=pro, KP=_pow2(K), num_warps=t.warps)
+            fk.residual_norm[(-(-M // NORM_ROWS),)](x if pro == 1 else h, delta if delta is not None else x,
+                                                    wpost if wpost is not None else wpre, wpre,
+                                                    hout if hout is not None else xn, xn, M, K, self.model.cfg.eps,
+                                                    PRO=pro, KP=_pow2(K), RT=NORM_ROWS, num_warps=t.warps)
             return self._linear(xn, w, y, gated=gated, head=head)
         bn, bk, launch = t.gemv(K, gated, head)
         dummy = x
@@ -186,6 +200,16 @@ class FusedDecoder:
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
             PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
+
+    def _linear_norm(self, x, w, y, cnt, res, wpost, wpre, hout):
+        """y = x @ w.T, then (last program of each row block) hout = res + norm(y) * wpost and
+        self.xn = norm(hout) * wpre: the next GEMV's input (fused_kernels.linear_norm)."""
+        M, K = x.shape
+        N = w.shape[0]
+        bn, bk, launch = self.tiles.gemv(K)
+        fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
+                                                  self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
+                                                  BN=bn, BK=bk, PREC=self.prec, **launch)
 
     def _prefetch(self, i: int, main) -> None:
         """Read layer i's weights into L2: on the side stream after what main has queued so far
@@ -218,22 +242,33 @@ class FusedDecoder:
         main = torch.cuda.current_stream() if pf is not None and pf.side is not None else None
         if main is not None:
             pf.side.wait_stream(main)  # fork: the side stream's reads follow this forward's start
+        if t.tails:  # layer 0's norm alone; every later one is the tail of the GEMV before it
+            fk.residual_norm[(-(-T // NORM_ROWS),)](res[0], res[0], m.layers[0]["attn_norm"], m.layers[0]["attn_norm"],
+                                                    self.xn, self.xn, T, c.hidden, eps, PRO=1, KP=_pow2(c.hidden),
+                                                    RT=NORM_ROWS, num_warps=t.warps)
         for i in range(c.n_layers):
             L = m.layers[i]
             if pf is not None and i + 1 < c.n_layers:
                 self._prefetch(i + 1, main)
             qkv = self.qkv[:T]
-            if delta is None:
-                self._linear(res[cur], L["qkv"], qkv, pro=1, wpre=L["attn_norm"])
-            else:
-                self._linear(res[cur], L["qkv"], qkv, pro=2, h=res[cur], delta=delta,
-                             wpost=m.layers[i - 1]["post_ffn_norm"], wpre=L["attn_norm"], hout=res[1 - cur])
-                cur = 1 - cur
             glob = c.is_global(i)
             cos, sin = m.rope[glob]
             kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
-            fk.qk_rope_write[(T, H + HKV)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
-                                   H=H, HKV=HKV, DH=DH, num_warps=t.warps)
+            if t.tails:
+                bn, bk, launch = t.gemv(c.hidden)
+                fk.linear_rope[(-(-qkv.shape[1] // bn), -(-T // MP))](
+                    self.xn[:T], L["qkv"], qkv, T, qkv.shape[1], c.hidden, eps, self.count[i, 2], pos,
+                    L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, H=H, HKV=HKV, DH=DH, MP=MP,
+                    KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
+            else:
+                if delta is None:
+                    self._linear(res[cur], L["qkv"], qkv, pro=1, wpre=L["attn_norm"])
+                else:
+                    self._linear(res[cur], L["qkv"], qkv, pro=2, h=res[cur], delta=delta,
+                                 wpost=m.layers[i - 1]["post_ffn_norm"], wpre=L["attn_norm"], hout=res[1 - cur])
+                    cur = 1 - cur
+                fk.qk_rope_write[(T, H + 2 * HKV)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
+                                                   H=H, HKV=HKV, DH=DH, num_warps=t.warps)
             window = 0 if glob else c.sliding_window
             n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
@@ -243,19 +278,39 @@ class FusedDecoder:
                 self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV, DH=DH, QR=QR,
                 BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps)
             o = self.o[:T]
-            self._linear(self.att[:T].view(T, H * DH), L["o"], o)
             gu = self.gu[:T]
-            self._linear(res[cur], L["gate_up"], gu, pro=2, h=res[cur], delta=o, wpost=L["post_attn_norm"],
-                         wpre=L["ffn_norm"], hout=res[1 - cur], gated=True)
+            if t.tails:
+                self._linear_norm(self.att[:T].view(T, H * DH), L["o"], o, self.count[i, 0], res[cur],
+                                  L["post_attn_norm"], L["ffn_norm"], res[1 - cur])
+                self._linear(self.xn[:T], L["gate_up"], gu, gated=True)
+            else:
+                self._linear(self.att[:T].view(T, H * DH), L["o"], o)
+                self._linear(res[cur], L["gate_up"], gu, pro=2, h=res[cur], delta=o, wpost=L["post_attn_norm"],
+                             wpre=L["ffn_norm"], hout=res[1 - cur], gated=True)
             cur = 1 - cur
             delta = self.down[:T]
-            self._linear(gu, L["down"], delta)
+            if t.tails:  # the next layer's input norm (the last layer's: the final norm, into hidden)
+                last = i + 1 == c.n_layers
+                self._linear_norm(gu, L["down"], delta, self.count[i, 1], res[cur], L["post_ffn_norm"],
+                                  m.out_norm if last else m.layers[i + 1]["attn_norm"],
+                                  self.hidden[:T] if last else res[1 - cur])
+                if not last:
+                    cur = 1 - cur
+            else:
+                self._linear(gu, L["down"], delta)
         if main is not None:
             main.wait_stream(pf.side)  # join (a captured graph must end on its origin stream)
         hidden = self.hidden[:T]
+        if t.tails:  # the last down GEMV's tail wrote hidden and its final norm (xn)
+            if not head:
+                return None, hidden
+            logits = self.logits[:T]
+            self._linear(self.xn[:T], m.embed, logits, head=True)
+            return logits, hidden
         if not head:  # the residual's last add alone (split_norm: the kernel the head's prologue is)
-            fk.residual_norm[(T,)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden, self.xn[:T],
-                                   c.hidden, eps, PRO=2, KP=_pow2(c.hidden), num_warps=t.warps)
+            fk.residual_norm[(-(-T // NORM_ROWS),)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden,
+                                                    self.xn[:T], T, c.hidden, eps, PRO=2, KP=_pow2(c.hidden),
+                                                    RT=NORM_ROWS, num_warps=t.warps)
             return None, hidden
         logits = self.logits[:T]
         self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,

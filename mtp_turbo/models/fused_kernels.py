@@ -57,39 +57,50 @@ if triton is not None:
             x = (hf * rstd[:, None] * wpre[None, :]).to(ACT)
         return x
 
-    @triton.jit(do_not_specialize=["M"])
-    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
-               PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
-        x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
-        W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
-        Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
-        stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
-        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
+    @triton.jit
+    def _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, h_mask, K, eps,
+                   PRO: tl.constexpr, KP: tl.constexpr, ACT: tl.constexpr, STORE_X: tl.constexpr):
+        # Rows rm ([R], m_mask) of the sandwich norm over K columns: PRO 1: x = rmsnorm(H) * WPRE;
+        # PRO 2: h = H + rmsnorm(DELTA) * WPOST (stored into HOUT where h_mask), x = rmsnorm(h) *
+        # WPRE; STORE_X: x stored into XOUT. -> (rd, rstd) [R] fp32: the inverse RMS of DELTA and
+        # of the norm input. Loads bypass L1 (.cg): a tail reads what other programs just stored.
+        rka = tl.arange(0, KP)
+        ka_mask = rka < K
+        msk = m_mask[:, None] & ka_mask[None, :]
+        off = rm[:, None] * K + rka[None, :]
+        rd = tl.zeros(rm.shape, dtype=tl.float32)
+        if PRO == 1:
+            hf = tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
+        else:
+            d = tl.load(DELTA + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
+            rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
+            wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
+            dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
+            h = (tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32) + dn).to(ACT)
+            tl.store(HOUT + off, h, mask=msk & h_mask[:, None])
+            hf = h.to(tl.float32)
+        rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=1) / K + eps)
+        if STORE_X:
+            wpre = tl.load(WPRE + rka, mask=ka_mask, other=0.0).to(tl.float32)
+            tl.store(XOUT + off, (hf * rstd[:, None] * wpre[None, :]).to(ACT), mask=msk)
+        return rd, rstd
+
+    @triton.jit
+    def _gemv(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
+              PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+              BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        # linear's body (its docstring): the tile of output columns pid(0) of row block pid(1)
         ACT: tl.constexpr = X.dtype.element_ty
         pid = tl.program_id(0)
         rm = tl.program_id(1) * MP + tl.arange(0, MP)
         m_mask = rm < M
         rd = tl.zeros([MP], dtype=tl.float32)
         rstd = tl.zeros([MP], dtype=tl.float32)
-        if PRO != 0:  # per-row inverse RMS of the norm inputs, over the whole row
-            rka = tl.arange(0, KP)
-            ka_mask = rka < K
-            msk = m_mask[:, None] & ka_mask[None, :]
-            off = rm[:, None] * K + rka[None, :]
-            if PRO == 1:
-                hf = tl.load(X + off, mask=msk, other=0.0).to(tl.float32)
-            else:
-                d = tl.load(DELTA + off, mask=msk, other=0.0).to(tl.float32)
-                rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
-                wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
-                dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
-                h = (tl.load(H + off, mask=msk, other=0.0).to(tl.float32) + dn).to(ACT)
-                if pid == 0:
-                    tl.store(HOUT + off, h, mask=msk)
-                hf = h.to(tl.float32)
-            rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=1) / K + eps)
+        if PRO == 1:  # per-row inverse RMS of the norm inputs, over the whole row
+            rd, rstd = _norm_rows(X, X, X, X, X, X, rm, m_mask, m_mask, K, eps, 1, KP, ACT, False)
+        elif PRO == 2:  # program 0 also stores the new residual
+            rd, rstd = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
+                                  2, KP, ACT, False)
         rn = pid * BN + tl.arange(0, BN)
         n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
@@ -112,70 +123,129 @@ if triton is not None:
         y_msk = m_mask[:, None] & n_mask[None, :]
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
 
-    @triton.jit
-    def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, K, eps, PRO: tl.constexpr, KP: tl.constexpr):
-        """One program per row m, the GEMV prologue as its own kernel (FusedTiles.split_norm):
-        PRO 1: XOUT = rmsnorm(H) * WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) * WPOST, then
-        XOUT = rmsnorm(HOUT) * WPRE. Same rounding points as linear's prologue."""
-        ACT: tl.constexpr = XOUT.dtype.element_ty
-        m = tl.program_id(0)
-        rk = tl.arange(0, KP)
-        k_mask = rk < K
-        off = m * K + rk
-        if PRO == 1:
-            hf = tl.load(H + off, mask=k_mask, other=0.0).to(tl.float32)
-        else:
-            d = tl.load(DELTA + off, mask=k_mask, other=0.0).to(tl.float32)
-            rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / K + eps)
-            wpost = tl.load(WPOST + rk, mask=k_mask, other=0.0).to(tl.float32)
-            dn = (d * rd * wpost).to(ACT).to(tl.float32)
-            h = (tl.load(H + off, mask=k_mask, other=0.0).to(tl.float32) + dn).to(ACT)
-            tl.store(HOUT + off, h, mask=k_mask)
-            hf = h.to(tl.float32)
-        rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=0) / K + eps)
-        wpre = tl.load(WPRE + rk, mask=k_mask, other=0.0).to(tl.float32)
-        tl.store(XOUT + off, (hf * rstd * wpre).to(ACT), mask=k_mask)
+    @triton.jit(do_not_specialize=["M"])
+    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
+               PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
+        x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
+        W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
+        Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
+        stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
+        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
+        _gemv(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, PRO, GATED, MP, KP, BN, BK, PREC)
 
     @triton.jit
-    def _norm_rope(base, wn, cos, sin, rh, eps, DH: tl.constexpr, ACT: tl.constexpr):
-        # RMSNorm over one head of DH values at `base`, rounded to ACT, then rotate-half RoPE.
-        lo = tl.load(base + rh).to(tl.float32)
-        hi = tl.load(base + DH // 2 + rh).to(tl.float32)
-        rstd = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / DH + eps)
-        nlo = (lo * rstd * tl.load(wn + rh).to(tl.float32)).to(ACT).to(tl.float32)
-        nhi = (hi * rstd * tl.load(wn + DH // 2 + rh).to(tl.float32)).to(ACT).to(tl.float32)
+    def _last(CNT, n):
+        # True in the last of the n programs that share the int32 counter CNT to get here (it resets
+        # it for the next launch). The barrier puts every thread's stores before the release; the
+        # acq_rel atomic makes the others' stores visible to the last one (as a grid sync does).
+        tl.debug_barrier()
+        last = tl.atomic_add(CNT, 1, sem="acq_rel", scope="gpu") == n - 1
+        if last:
+            tl.store(CNT, 0)
+        return last
+
+    @triton.jit(do_not_specialize=["M"])
+    def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
+                    MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
+                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """Y = X @ W.T (linear, PRO 0), then the sandwich norm after it in the program of each row
+        block that finishes last (FusedTiles.tails): HOUT = RES + rmsnorm(Y) * WPOST, XOUT =
+        rmsnorm(HOUT) * WPRE over the block's rows, RT rows a pass (residual_norm's arithmetic on
+        the same [RT, NP] tiles, so a row's bits do not depend on which kernel or block ran it).
+        CNT: int32 [row blocks], zero before the launch and after it. Y/RES/HOUT/XOUT [M, N]."""
+        ACT: tl.constexpr = X.dtype.element_ty
+        _gemv(X, X, X, X, X, X, W, Y, M, N, K, eps, 0, False, MP, KP, BN, BK, PREC)
+        b = tl.program_id(1)
+        if _last(CNT + b, tl.num_programs(0)):
+            for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
+                rm = r0 + tl.arange(0, RT)
+                m_mask = rm < M
+                _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
+
+    @triton.jit(do_not_specialize=["M"])
+    def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+                    H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+                    RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """The qkv GEMV (linear, PRO 0; Y [M, (H + 2 HKV) DH]), then qk_rope_write's work for each
+        head in the program that finishes that head's DH / BN column tiles of a row block last
+        (FusedTiles.tails): query heads normed + roped into QOUT, K heads normed + roped and V
+        heads copied into the cache cells at POS, RT rows a pass (_rope_rows: the same arithmetic
+        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after."""
+        ACT: tl.constexpr = KC.dtype.element_ty
+        _gemv(X, X, X, X, X, X, W, Y, M, N, K, eps, 0, False, MP, KP, BN, BK, PREC)
+        b = tl.program_id(1)
+        j = tl.program_id(0) * BN // DH
+        if _last(CNT + b * (H + 2 * HKV) + j, DH // BN):
+            for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
+                _rope_rows(Y, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
+                           H, HKV, DH, ACT)
+
+    @triton.jit(do_not_specialize=["M"])
+    def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, M, K, eps, PRO: tl.constexpr, KP: tl.constexpr,
+                      RT: tl.constexpr):
+        """Program b: rows b * RT.. (< M) of the GEMV prologue as its own kernel
+        (FusedTiles.split_norm): PRO 1: XOUT = rmsnorm(H) * WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) *
+        WPOST, then XOUT = rmsnorm(HOUT) * WPRE. Same rounding points as linear's prologue; the
+        same [RT, KP] tiles as linear_norm's tail."""
+        ACT: tl.constexpr = XOUT.dtype.element_ty
+        rm = tl.program_id(0) * RT + tl.arange(0, RT)
+        m_mask = rm < M
+        _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, K, eps, PRO, KP, ACT, True)
+
+    @triton.jit
+    def _norm_rope(lo, hi, wlo, whi, cos, sin, eps, DH: tl.constexpr, ACT: tl.constexpr):
+        # RMSNorm over heads of DH values (halves lo, hi [..., DH/2] fp32; the last axis), rounded
+        # to ACT, then rotate-half RoPE (cos, sin broadcast to lo's shape).
+        ss = tl.sum(lo * lo, axis=-1, keep_dims=True) + tl.sum(hi * hi, axis=-1, keep_dims=True)
+        rstd = 1.0 / tl.sqrt(ss / DH + eps)
+        nlo = (lo * rstd * wlo).to(ACT).to(tl.float32)
+        nhi = (hi * rstd * whi).to(ACT).to(tl.float32)
         return (nlo * cos - nhi * sin).to(ACT), (nhi * cos + nlo * sin).to(ACT)
+
+    @triton.jit
+    def _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, j, eps,
+                   H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, ACT: tl.constexpr):
+        # Head j of rows rm [R] (< M) of QKV [M, (H + 2 HKV) DH]: j < H a query head into QOUT
+        # [M, H, DH] (normed, roped); j < H + HKV a K head (normed, roped) into KC's cells at POS;
+        # else a V head copied into VC's. Loads bypass L1 (.cg): linear_rope's tail reads what
+        # other programs just stored.
+        ok = rm < M
+        rh = tl.arange(0, DH // 2)
+        p = tl.load(POS + rm, mask=ok, other=0)
+        src = QKV + (rm * (H + 2 * HKV) + j)[:, None] * DH + rh[None, :]
+        lo = tl.load(src, mask=ok[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
+        hi = tl.load(src + DH // 2, mask=ok[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
+        if j < H + HKV:
+            cos = tl.load(COS + p[:, None] * DH + rh[None, :], mask=ok[:, None], other=0.0)
+            sin = tl.load(SIN + p[:, None] * DH + rh[None, :], mask=ok[:, None], other=0.0)
+            if j < H:
+                wn = QN
+                out = QOUT + (rm * H + j)[:, None] * DH + rh[None, :]
+            else:
+                wn = KN
+                out = KC + (p * HKV + j - H)[:, None] * DH + rh[None, :]
+            olo, ohi = _norm_rope(lo, hi, tl.load(wn + rh)[None, :].to(tl.float32),
+                                  tl.load(wn + DH // 2 + rh)[None, :].to(tl.float32), cos, sin, eps, DH, ACT)
+            tl.store(out, olo, mask=ok[:, None])
+            tl.store(out + DH // 2, ohi, mask=ok[:, None])
+        else:
+            out = VC + (p * HKV + j - H - HKV)[:, None] * DH + rh[None, :]
+            tl.store(out, lo.to(ACT), mask=ok[:, None])
+            tl.store(out + DH // 2, hi.to(ACT), mask=ok[:, None])
 
     @triton.jit
     def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, eps,
                       H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr):
-        """Program (m, j) of a (rows, H + HKV) grid: QKV [M, (H + 2 HKV) DH] -> for j < H query head j
-        of row m into QOUT [M, H, DH] (normed, roped); else KV head j - H: K (normed, roped) and V
-        into cache cells KC/VC [capacity, HKV, DH] at POS[m]. One head a program, so the heads' loads
-        go out together, not one head after another (4 us a launch that way: bench/RESULTS.md).
-        COS/SIN [n_pos, DH] fp32 tables (both halves equal: rotate-half RoPE)."""
-        ACT: tl.constexpr = KC.dtype.element_ty
+        """Program (m, j) of a (rows, H + 2 HKV) grid: QKV [M, (H + 2 HKV) DH] -> for j < H query head
+        j of row m into QOUT [M, H, DH] (normed, roped); else K head j - H (normed, roped) or V head
+        j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at POS[m]. One head a program, so the
+        heads' loads go out together, not one head after another (4 us a launch that way:
+        bench/RESULTS.md). COS/SIN [n_pos, DH] fp32 tables (both halves equal: rotate-half RoPE)."""
         m = tl.program_id(0)
-        j = tl.program_id(1)
-        p = tl.load(POS + m)
-        rh = tl.arange(0, DH // 2)
-        cos = tl.load(COS + p * DH + rh)
-        sin = tl.load(SIN + p * DH + rh)
-        row = QKV + m * (H + 2 * HKV) * DH
-        if j < H:
-            olo, ohi = _norm_rope(row + j * DH, QN, cos, sin, rh, eps, DH, ACT)
-            out = QOUT + (m * H + j) * DH
-            tl.store(out + rh, olo)
-            tl.store(out + DH // 2 + rh, ohi)
-        else:
-            g = j - H
-            olo, ohi = _norm_rope(row + (H + g) * DH, KN, cos, sin, rh, eps, DH, ACT)
-            cell = (p * HKV + g) * DH
-            tl.store(KC + cell + rh, olo)
-            tl.store(KC + cell + DH // 2 + rh, ohi)
-            vrow = row + (H + HKV + g) * DH
-            tl.store(VC + cell + rh, tl.load(vrow + rh).to(ACT))
-            tl.store(VC + cell + DH // 2 + rh, tl.load(vrow + DH // 2 + rh).to(ACT))
+        _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, m + tl.arange(0, 1), m + 1, tl.program_id(1), eps,
+                   H, HKV, DH, KC.dtype.element_ty)
 
     @triton.jit
     def _chunk0(POS, M, window, BS: tl.constexpr):

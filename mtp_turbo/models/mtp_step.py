@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from . import fused_kernels as fk
-from .fused import MP, FusedTiles, _pow2
+from .fused import MP, NORM_ROWS, FusedTiles, _pow2
 from .mtp_head import MTPHead
 
 MAX_ROWS = MP  # catch-up rows one fused launch takes (the GEMV's row tile)
@@ -125,9 +125,9 @@ class FusedMTPStep:
         norm(hout) * wpre."""
         M, K = h.shape
         pro = 1 if delta is None else 2
-        fk.residual_norm[(M,)](h, delta if delta is not None else h, wpost if wpost is not None else wpre, wpre,
-                               hout if hout is not None else xout, xout, K, self.head.cfg.eps, PRO=pro,
-                               KP=_pow2(K), num_warps=self.tiles.warps)
+        fk.residual_norm[(-(-M // NORM_ROWS),)](h, delta if delta is not None else h, wpost if wpost is not None else wpre,
+                                                wpre, hout if hout is not None else xout, xout, M, K, self.head.cfg.eps,
+                                                PRO=pro, KP=_pow2(K), RT=NORM_ROWS, num_warps=self.tiles.warps)
 
     # ---- the four operations -------------------------------------------------------------------
     def inputs(self, toks, hsrc, hidx):
@@ -146,7 +146,7 @@ class FusedMTPStep:
         else:
             qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
         nm = self.norms
-        fk.qk_rope_write[(n, c.n_heads + c.n_kv_heads)](qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q,
+        fk.qk_rope_write[(n, c.n_heads + 2 * c.n_kv_heads)](qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q,
                                                         self.k_cache, self.v_cache, c.eps, H=c.n_heads,
                                                         HKV=c.n_kv_heads, DH=c.head_dim, num_warps=self.tiles.warps)
         return self.q[:n]

@@ -60,10 +60,14 @@ def rel(a, b):
 # 4-cell key chunks merged 4 a load: the merge's tiles, aligned to chunk 0, start before a sliding
 # window's first chunk and cross tile boundaries (the default tiles take these contexts in one load)
 SMALL_CHUNKS = fused.FusedTiles(block_keys=4, combine_chunks=4)
+# the norms and the RoPE in the tails of the GEMVs before them: with these shapes the o / down
+# tails wait for 2 programs a row block, each RoPE tail for 2 of the qkv GEMV's 12
+TAILS = fused.FusedTiles(tails=True)
 
 
 @pytest.mark.parametrize("n_prefill,T,tiles", [(5, 1, None), (40, 4, None), (63, 8, None),
-                                               (40, 4, SMALL_CHUNKS), (63, 1, SMALL_CHUNKS)])
+                                               (40, 4, SMALL_CHUNKS), (63, 1, SMALL_CHUNKS),
+                                               (5, 1, TAILS), (40, 8, TAILS)])
 def test_fused_matches_torch_forward(n_prefill, T, tiles):
     # 40 and 63 rows of prefill: past the 16-cell sliding window and across key chunks
     model = tiny_model()
@@ -107,6 +111,23 @@ def test_fused_rows_are_batch_invariant():
         assert rel(one[0], four[j]) < 1e-6, (j, rel(one[0], four[j]))
 
 
+def test_tails_leave_their_counters_zero_and_repeat_exactly():
+    # each tail's last program zeroes its counter, so a repeated forward (a graph replay) finds
+    # the tails where the first one did: the same bits, every counter back at zero
+    model = tiny_model(seed=11, layers=3)
+    c = model.cfg
+    kv = KVCache(c.n_layers, 64, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    toks = torch.randint(0, c.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
+    dec = fused.FusedDecoder(model, kv, TAILS, prefill_rows=20)
+    dec.forward(toks[:17], torch.arange(17), head=False)
+    first = dec.forward(toks[17:20], torch.arange(17, 20))[0].clone()
+    assert not dec.count.any()
+    again = dec.forward(toks[17:20], torch.arange(17, 20))[0]
+    assert torch.equal(first, again) and not dec.count.any()
+    with pytest.raises(AssertionError, match="split_norm"):
+        fused.FusedDecoder(model, kv, fused.FusedTiles(tails=True, split_norm=False))
+
+
 def test_fused_rejects_too_many_rows():
     model = tiny_model(layers=3)
     c = model.cfg
@@ -116,7 +137,7 @@ def test_fused_rejects_too_many_rows():
         dec.forward(torch.zeros(fused.MAX_ROWS + 1, dtype=torch.int64), torch.arange(fused.MAX_ROWS + 1))
 
 
-@pytest.mark.parametrize("tiles", [fused.FusedTiles(), SMALL_CHUNKS])
+@pytest.mark.parametrize("tiles", [fused.FusedTiles(), SMALL_CHUNKS, TAILS])
 def test_fused_prefill_chunk_matches_torch_and_one_row_steps(tiles):
     # one prefill chunk of 37 rows (5 attention row blocks, 3 GEMV row blocks; past the 16-cell
     # window and across key chunks) against the torch forward, and each row against a one-row

@@ -126,9 +126,11 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
 
 
 
-@pytest.mark.parametrize("tiles", [{"l2_prefetch": 16}, {"combine_split": 4, "combine_chunks": 64}])
+@pytest.mark.parametrize("tiles", [{"l2_prefetch": 16}, {"combine_split": 4, "combine_chunks": 64},
+                                   {"tails": True}])
 def test_tile_options_keep_rows_batch_invariant_in_graphs(cuda_engine, tiles):
-    # the L2 prefetch (a second stream forked and joined inside the forward) and the split merge,
+    # the L2 prefetch (a second stream forked and joined inside the forward), the split merge and
+    # the GEMV tails (the last program of a row block runs the norm: cross-program ordering),
     # replayed from CUDA graphs: 4 verify rows = 4 one-row steps bit for bit, past the 512-cell
     # window; the prefetch, which only reads, gives the default tiles' logits exactly
     from mtp_turbo.cache.kv import KVCache
