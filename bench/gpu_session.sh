@@ -85,23 +85,16 @@
 #   bench/gpu_session.sh s15-tests | s15-bench | s15-more    the model's GPU tests; the table of record; HumanEval + 12k
 #   bench/gpu_session.sh s15-profile       (pieces joined) bench/round_profile.py: device time per kernel per round
 #
-# Session 16 (written in session 15, not yet run): the L2 prefetch (FusedTiles.l2_prefetch, off by default)
-# and where a 12k-context round's time goes:
-#   bench/gpu_session.sh s16-start         piece p0, llama.cpp's build; linear_sweep --l2 (GEMV with weights in
-#                                          DRAM vs L2: the prefetch's ceiling); step_bench A/B of l2_prefetch = 8 / 16 /
-#                                          32 and of the merge split over head_dim (combine_split, combine_chunks) at 256
-#                                          and 7000: per family the best, if >= 2% faster at both, kept in /tmp/tiles.sed
-#   bench/gpu_session.sh s14-recv N        pieces 1..5
-#   bench/gpu_session.sh s16-tests         (the picks applied) the model's GPU tests; step_bench of the picks together
+# Session 16 (written in session 15; its start and tests steps, the L2 prefetch's A/B, were folded into s17's):
 #   bench/gpu_session.sh s16-profile       round_profile (decode only) on MT-Bench and 12k; bench --split at 12k
-#   bench/gpu_session.sh s15-bench | s15-more    the table of record; HumanEval + 12k (with the pick)
 #
-# Session 17 (the GEMV tails, FusedTiles.tails, off by default: the norms and the RoPE done by the last
-# program of the GEMV before them, 6 kernels a layer instead of 9; not yet run on a GPU):
-#   bench/gpu_session.sh s17-start         piece p0, llama.cpp's build; step_bench A/B at 256 and 7000 of tails,
-#                                          tails + l2_prefetch, l2_prefetch, the split merge (1-row and 4-row steps,
-#                                          a 128-row prefill chunk, each variant's bitwise checks); pick_ab keeps per
-#                                          family what wins (>= 2%, bitwise, prefill <= 10% slower) in /tmp/tiles.sed
+# Session 17 (the GEMV tails, FusedTiles.tails: the norms and the RoPE done by the last program of the GEMV before
+# them in decode / verify forwards, 6 kernels a layer instead of 9):
+#   bench/gpu_session.sh s17-start         piece p0, llama.cpp's build; step_bench A/B at 256 and 7000 of tails, the
+#                                          split merge and both (1-row and 4-row steps, a 128-row prefill chunk, each
+#                                          variant's bitwise checks); pick_ab keeps per family what wins (>= 2%,
+#                                          bitwise, prefill <= 10% slower) in /tmp/tiles.sed (its first run, lease 1
+#                                          of session 16, A/B'd the L2 prefetch too)
 #   bench/gpu_session.sh s14-recv N        pieces 1..5
 #   bench/gpu_session.sh s17-tests         (the picks applied) join + check; the model's GPU tests (models, spec)
 #   bench/gpu_session.sh s15-bench | s16-profile | s15-more    the table of record; the round profile and the
@@ -319,7 +312,7 @@ case $step in
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     timeout 450 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-      --ab "tails=1;tails=1,l2_prefetch=16;l2_prefetch=16;combine_split=4,combine_chunks=64;combine_split=2,combine_chunks=32" \
+      --ab "tails=1;combine_split=2,combine_chunks=32;tails=1,combine_split=2,combine_chunks=32" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -30
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
   s17-tests)
@@ -329,20 +322,6 @@ case $step in
     timeout 240 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
       -p no:cacheprovider --timeout 200 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8
     tail -n 1 /tmp/logs/llama-build.log ;;
-  s16-start)
-    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-    timeout 120 python3 bench/experiments/linear_sweep.py --l2 --out "$OUT/linear_l2.json" 2>&1 | grep -v Warn | tee "$OUT/linear_l2.txt"
-    timeout 360 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-      --ab "l2_prefetch=8;l2_prefetch=16;l2_prefetch=32;combine_split=4;combine_split=4,combine_chunks=64;combine_split=2,combine_chunks=32" \
-      --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -24
-    python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed ;;
-  s16-tests)
-    [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py; grep -n "l2_prefetch: int" mtp_turbo/models/fused.py
-    join_model || exit 1
-    timeout 200 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
-      -p no:cacheprovider --timeout 180 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -6
-    timeout 150 python3 bench/step_bench.py --ab "" --out "$OUT/step_after.json" 2>&1 | grep -v Warn | tee "$OUT/step_after.txt" | head -9 ;;
   s16-profile)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     M=/tmp/gguf/model.gguf

@@ -361,8 +361,8 @@ def wl_main(dry_all: bool):
     for dt in ("bfloat16", "float32"):
         with workload(f"main Gemma-3-270M shapes {dt} rows 1,4,8", dry=True):
             run(_real_cfg(), getattr(torch, dt), False, (1, 4, 8), 600, 2048)
-    with workload("main Gemma-3-270M bfloat16, the L2 prefetch, the split merge, the tails (tile options)", dry=True):
-        for v in ({"l2_prefetch": 16}, {"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
+    with workload("main Gemma-3-270M bfloat16, the split merge, the tails (tile options)", dry=True):
+        for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
                   {"combine_split": 2, "combine_chunks": 32}, {"tails": True}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
     variants = _decode_bench_tiles()

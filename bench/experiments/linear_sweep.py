@@ -8,7 +8,7 @@ each (BN, BK, warps, stages), the best ones first.
 
 --l2 times each shape's default tile twice: weights rotated (DRAM, as above) and one weight copy
 launched again and again (it stays in L2): what a launch would cost if its weights were already in
-L2 (the ceiling of FusedTiles.l2_prefetch).
+L2 (the ceiling of an L2 prefetch; FusedTiles.l2_prefetch, measured slower in session 16, is gone).
 
 Each shape runs in its own process (compiles in parallel); the sweep's result is what FusedTiles'
 defaults are chosen from, the step bench (bench/step_bench.py --ab) is what confirms them.

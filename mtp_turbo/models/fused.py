@@ -4,9 +4,7 @@ Owns: the launch sequence of one forward of 1..MAX_ROWS rows (9 kernels per laye
 qkv GEMV, q/k norm+RoPE+KV write, attention over key chunks, chunk merge, o GEMV, norm+residual,
 gate/up GEMV+GELU gating, down GEMV; then norm+residual, LM head), its scratch buffers and tiles.
 Also prefill chunks of up to prefill_rows rows: the same kernels over row blocks (a grid
-dimension), no LM head; and, as a tile option (FusedTiles.l2_prefetch), a second stream that reads
-the next layer's weights into L2 while a layer runs (forked and joined inside the forward, so a
-captured graph holds it). Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
+dimension), no LM head. Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
 forward (gemma3.py: the CPU path and the reference).
 
 Why: the compiled torch step runs ~14 kernels per layer (cuBLAS GEMVs, separate norms, a masked
@@ -21,7 +19,6 @@ Runs wherever Triton runs: CUDA, or the CPU under TRITON_INTERPRET=1 (how CI che
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import torch
 
@@ -71,15 +68,12 @@ class FusedTiles:
     combine_split: int = 1  # slices of head_dim the merge splits a row over (a power of two)
     warps_attn: int = 4
     warps: int = 4  # q/k norm + RoPE and the merge
-    # programs of a second stream that read layer i+1's weights into L2 while layer i runs (0 =
-    # off: not yet measured against the default, bench/step_bench.py --ab l2_prefetch=16)
-    l2_prefetch: int = 0
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
     # best (0.81 ms vs 1.05 ms per 1-row step on an H200, with warps_small 4)
     split_norm: bool = True
     # the norms and the q/k RoPE + K/V write done by the last program of the GEMV before them
-    # (linear_norm, linear_rope): 6 launches a layer instead of 9 (needs split_norm; not yet
-    # measured against the default: bench/step_bench.py --ab tails=1)
+    # (linear_norm, linear_rope) in forwards of <= MAX_ROWS rows: 6 launches a layer instead of 9
+    # (needs split_norm)
     tails: bool = False
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
@@ -94,19 +88,6 @@ class FusedTiles:
         stages = getattr(self, f"stages_{kind}")
         return getattr(self, f"bn_{kind}"), getattr(self, f"bk_{kind}"), {
             "num_warps": getattr(self, f"warps_{kind}"), **({"num_stages": stages} if stages else {})}
-
-
-class _Prefetch(NamedTuple):
-    words: list  # per layer: its four matrices as int32 words
-    side: torch.cuda.Stream | None  # the stream that reads them (None on the CPU: in line)
-    events: list | None  # per layer: recorded on the main stream where that layer's read may start
-    sink: torch.Tensor  # int32 [programs]: the kernel's never-taken store
-
-
-def _words(w: torch.Tensor) -> torch.Tensor:
-    """A weight's storage as flat int32 words (what the prefetch reads)."""
-    flat = w.reshape(-1).view(torch.uint8)
-    return flat[: flat.numel() // 4 * 4].view(torch.int32)
 
 
 def _pow2(n: int) -> int:
@@ -169,15 +150,6 @@ class FusedDecoder:
             assert DH % bn == 0, f"the qkv tile ({bn} columns) must divide head_dim {DH}"
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
-        # the L2 prefetch: each layer's four matrices as int32 words, a second stream (CUDA; on
-        # the CPU the kernel runs in line) and an event per layer that starts the next one's read
-        self._pf = None
-        if tiles.l2_prefetch:
-            words = [[_words(L[k]) for k in ("qkv", "o", "gate_up", "down")] for L in model.layers]
-            cuda = dev.type == "cuda"
-            side = torch.cuda.Stream(dev) if cuda else None
-            events = [torch.cuda.Event() for _ in words] if cuda else None
-            self._pf = _Prefetch(words, side, events, buf(tiles.l2_prefetch, dtype=torch.int32))
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -211,20 +183,6 @@ class FusedDecoder:
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
                                                   BN=bn, BK=bk, PREC=self.prec, **launch)
 
-    def _prefetch(self, i: int, main) -> None:
-        """Read layer i's weights into L2: on the side stream after what main has queued so far
-        (the previous layer's start), or in line without one (CPU)."""
-        words, side, events, sink = self._pf
-        a, b, c, d = words[i]
-        args = (a, a.numel(), b, b.numel(), c, c.numel(), d, d.numel(), sink, 0)
-        if side is None:
-            fk.l2_prefetch[(sink.numel(),)](*args, BLOCK=1024, num_warps=4)
-            return
-        events[i].record(main)
-        with torch.cuda.stream(side):
-            side.wait_event(events[i])
-            fk.l2_prefetch[(sink.numel(),)](*args, BLOCK=1024, num_warps=4)
-
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
         MAX_ROWS (head) or prefill_rows (no head). Writes the rows' K/V at cells pos. Returns views
@@ -238,23 +196,21 @@ class FusedDecoder:
         torch.mul(m.embed[tokens], m.embed_scale, out=res[0])  # [T, D]
         cur = 0  # res[cur] holds the residual stream
         delta = None  # the previous sub-block's output, added (normed) in the next prologue
-        pf = self._pf
-        main = torch.cuda.current_stream() if pf is not None and pf.side is not None else None
-        if main is not None:
-            pf.side.wait_stream(main)  # fork: the side stream's reads follow this forward's start
-        if t.tails:  # layer 0's norm alone; every later one is the tail of the GEMV before it
+        # tails for decode / verify rows; a prefill chunk's rows run the same arithmetic (the same
+        # [NORM_ROWS]-row tiles) as separate kernels: a tail's passes over 16 rows are serial (a
+        # 128-row chunk took 1147 us with tails against 963 without: bench/RESULTS.md session 16)
+        tails = t.tails and T <= MAX_ROWS
+        if tails:  # layer 0's norm alone; every later one is the tail of the GEMV before it
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[0], res[0], m.layers[0]["attn_norm"], m.layers[0]["attn_norm"],
                                                     self.xn, self.xn, T, c.hidden, eps, PRO=1, KP=_pow2(c.hidden),
                                                     RT=NORM_ROWS, num_warps=t.warps)
         for i in range(c.n_layers):
             L = m.layers[i]
-            if pf is not None and i + 1 < c.n_layers:
-                self._prefetch(i + 1, main)
             qkv = self.qkv[:T]
             glob = c.is_global(i)
             cos, sin = m.rope[glob]
             kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
-            if t.tails:
+            if tails:
                 bn, bk, launch = t.gemv(c.hidden)
                 fk.linear_rope[(-(-qkv.shape[1] // bn), -(-T // MP))](
                     self.xn[:T], L["qkv"], qkv, T, qkv.shape[1], c.hidden, eps, self.count[i, 2], pos,
@@ -267,8 +223,9 @@ class FusedDecoder:
                     self._linear(res[cur], L["qkv"], qkv, pro=2, h=res[cur], delta=delta,
                                  wpost=m.layers[i - 1]["post_ffn_norm"], wpre=L["attn_norm"], hout=res[1 - cur])
                     cur = 1 - cur
-                fk.qk_rope_write[(T, H + 2 * HKV)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, eps,
-                                                   H=H, HKV=HKV, DH=DH, num_warps=t.warps)
+                fk.qk_rope_write[(-(-T // NORM_ROWS), H + 2 * HKV)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q,
+                                                                    kc, vc, T, eps, H=H, HKV=HKV, DH=DH, RT=NORM_ROWS,
+                                                                    num_warps=t.warps)
             window = 0 if glob else c.sliding_window
             n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
@@ -279,7 +236,7 @@ class FusedDecoder:
                 BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps)
             o = self.o[:T]
             gu = self.gu[:T]
-            if t.tails:
+            if tails:
                 self._linear_norm(self.att[:T].view(T, H * DH), L["o"], o, self.count[i, 0], res[cur],
                                   L["post_attn_norm"], L["ffn_norm"], res[1 - cur])
                 self._linear(self.xn[:T], L["gate_up"], gu, gated=True)
@@ -289,7 +246,7 @@ class FusedDecoder:
                              wpre=L["ffn_norm"], hout=res[1 - cur], gated=True)
             cur = 1 - cur
             delta = self.down[:T]
-            if t.tails:  # the next layer's input norm (the last layer's: the final norm, into hidden)
+            if tails:  # the next layer's input norm (the last layer's: the final norm, into hidden)
                 last = i + 1 == c.n_layers
                 self._linear_norm(gu, L["down"], delta, self.count[i, 1], res[cur], L["post_ffn_norm"],
                                   m.out_norm if last else m.layers[i + 1]["attn_norm"],
@@ -298,10 +255,8 @@ class FusedDecoder:
                     cur = 1 - cur
             else:
                 self._linear(gu, L["down"], delta)
-        if main is not None:
-            main.wait_stream(pf.side)  # join (a captured graph must end on its origin stream)
         hidden = self.hidden[:T]
-        if t.tails:  # the last down GEMV's tail wrote hidden and its final norm (xn)
+        if tails:  # the last down GEMV's tail wrote hidden and its final norm (xn)
             if not head:
                 return None, hidden
             logits = self.logits[:T]

@@ -7,8 +7,7 @@ K/V written into the cache), `attn_partial` (one chunk of keys per program, flas
 and `attn_combine` for the main model; for the MTP head's block (mtp_fused.py) `mtp_inputs` (the
 embedding row gather and both input norms, side by side for the one fc GEMV), `attn_cells` (one
 query row over an explicit list of cells: the drafter's sink + window + chain) and `gelu_gate`
-(the gating of a packed gate|up GEMV's output); `l2_prefetch` (reads weights into L2 ahead of
-their GEMVs, from a second stream: FusedTiles.l2_prefetch). Ignores: buffers, shapes and launch order
+(the gating of a packed gate|up GEMV's output). Ignores: buffers, shapes and launch order
 (fused.py, mtp_fused.py).
 
 Batch invariance: every kernel computes each row from that row's inputs alone, in an order that
@@ -235,17 +234,18 @@ if triton is not None:
             tl.store(out, lo.to(ACT), mask=ok[:, None])
             tl.store(out + DH // 2, hi.to(ACT), mask=ok[:, None])
 
-    @triton.jit
-    def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, eps,
-                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr):
-        """Program (m, j) of a (rows, H + 2 HKV) grid: QKV [M, (H + 2 HKV) DH] -> for j < H query head
-        j of row m into QOUT [M, H, DH] (normed, roped); else K head j - H (normed, roped) or V head
-        j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at POS[m]. One head a program, so the
-        heads' loads go out together, not one head after another (4 us a launch that way:
-        bench/RESULTS.md). COS/SIN [n_pos, DH] fp32 tables (both halves equal: rotate-half RoPE)."""
-        m = tl.program_id(0)
-        _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, m + tl.arange(0, 1), m + 1, tl.program_id(1), eps,
-                   H, HKV, DH, KC.dtype.element_ty)
+    @triton.jit(do_not_specialize=["M"])
+    def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, M, eps,
+                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, RT: tl.constexpr):
+        """Program (b, j) of a (row tiles, H + 2 HKV) grid: rows b * RT.. (< M) of QKV [M, (H + 2 HKV)
+        DH] -> for j < H query head j into QOUT [M, H, DH] (normed, roped); else K head j - H
+        (normed, roped) or V head j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at POS.
+        One head a program, so the heads' loads go out together (4 us a launch one head after
+        another: bench/RESULTS.md); the same [RT]-row tiles as linear_rope's tail. COS/SIN [n_pos,
+        DH] fp32 tables (both halves equal: rotate-half RoPE)."""
+        rm = tl.program_id(0) * RT + tl.arange(0, RT)
+        _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, tl.program_id(1), eps, H, HKV, DH,
+                   KC.dtype.element_ty)
 
     @triton.jit
     def _chunk0(POS, M, window, BS: tl.constexpr):
@@ -407,28 +407,6 @@ if triton is not None:
             m_i = m_new
         out = acc / l_i[:, None]
         tl.store(OUT + qh[:, None] * DH + rd[None, :], out.to(OUT.dtype.element_ty), mask=q_ok[:, None])
-
-    @triton.jit
-    def _touch(P, N, pid, P_PROGS, BLOCK: tl.constexpr):
-        # this program's blocks of P[:N] loaded (default cache policy: the layer's GEMVs read them
-        # ~one layer later, with little traffic between); their sum, kept so the loads stay
-        acc = tl.zeros([BLOCK], dtype=tl.int32)
-        for b in range(pid, tl.cdiv(N, BLOCK), P_PROGS):
-            off = b * BLOCK + tl.arange(0, BLOCK)
-            acc += tl.load(P + off, mask=off < N, other=0)
-        return tl.sum(acc, axis=0)
-
-    @triton.jit
-    def l2_prefetch(A, NA, B, NB, C, NC, D, ND, SINK, FLAG, BLOCK: tl.constexpr):
-        """Programs p of P: read their share of the int32 words A[:NA] .. D[:ND] (a layer's
-        weights) so that they sit in L2 when the layer's GEMVs run. Nothing is written unless
-        FLAG != 0 (it is 0: the store only keeps the loads from being removed)."""
-        pid = tl.program_id(0)
-        n = tl.num_programs(0)
-        s = _touch(A, NA, pid, n, BLOCK) + _touch(B, NB, pid, n, BLOCK)
-        s += _touch(C, NC, pid, n, BLOCK) + _touch(D, ND, pid, n, BLOCK)
-        if FLAG != 0:
-            tl.store(SINK + pid, s)
 
     @triton.jit
     def gelu_gate(GU, Y, F, BLOCK: tl.constexpr):

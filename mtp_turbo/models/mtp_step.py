@@ -146,9 +146,9 @@ class FusedMTPStep:
         else:
             qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
         nm = self.norms
-        fk.qk_rope_write[(n, c.n_heads + 2 * c.n_kv_heads)](qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q,
-                                                        self.k_cache, self.v_cache, c.eps, H=c.n_heads,
-                                                        HKV=c.n_kv_heads, DH=c.head_dim, num_warps=self.tiles.warps)
+        fk.qk_rope_write[(-(-n // NORM_ROWS), c.n_heads + 2 * c.n_kv_heads)](
+            qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache, self.v_cache, n, c.eps,
+            H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, RT=NORM_ROWS, num_warps=self.tiles.warps)
         return self.q[:n]
 
     def attend(self, x, q, cells):

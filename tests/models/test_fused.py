@@ -201,46 +201,6 @@ def test_step_runner_prefill_chunk_sizes_and_rows():
     assert rel(h[31], ref[0]) < 1e-6
 
 
-def test_l2_prefetch_reads_every_word_and_changes_nothing(monkeypatch):
-    # the prefetch kernel (run in line on the CPU) covers each layer's four matrices word for word,
-    # split over its programs, and the forward's outputs are the same bits with it as without
-    model = tiny_model(seed=13, layers=3)
-    (_, _, _), (lo, hi, kv), _ = run_both(model, 20, 3)
-    seen = []
-    real = fused.fk.l2_prefetch
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kw):
-                seen.append((grid, [(t.data_ptr(), n) for t, n in zip(args[0:8:2], args[1:8:2])]))
-                return real[grid](*args, **kw)
-            return launch
-
-    monkeypatch.setattr(fused.fk, "l2_prefetch", Spy())
-    (_, _, _), (lp, hp, kvp), _ = run_both(model, 20, 3, tiles=fused.FusedTiles(l2_prefetch=3))
-    assert torch.equal(lp, lo) and torch.equal(hp, hi) and torch.equal(kvp.k, kv.k)
-    # one launch per layer after the first, of 3 programs, over that layer's qkv / o / gate_up / down
-    assert [g for g, _ in seen] == [(3,)] * (model.cfg.n_layers - 1)
-    for i, (_, spans) in enumerate(seen, start=1):
-        L = model.layers[i]
-        want = [(L[k].data_ptr(), L[k].numel() * L[k].element_size() // 4) for k in ("qkv", "o", "gate_up", "down")]
-        assert spans == want
-
-
-def test_l2_prefetch_kernel_touches_each_word_once():
-    # with FLAG set, each program stores the sum of the words it read: over the programs that is
-    # the sum of all four tensors' words (int32, wrapping), so no block is skipped or read twice
-    g = torch.Generator().manual_seed(3)
-    ts = [torch.randint(-2**31, 2**31 - 1, (n,), generator=g, dtype=torch.int64).to(torch.int32)
-          for n in (5000, 1, 3333, 2049)]
-    sink = torch.zeros(3, dtype=torch.int32)
-    args = [x for t in ts for x in (t, t.numel())]
-    fused.fk.l2_prefetch[(3,)](*args, sink, 1, BLOCK=1024)
-    total = sum(int(t.to(torch.int64).sum()) for t in ts)
-    got = int(sink.to(torch.int64).sum())
-    assert (got - total) % 2**32 == 0
-
-
 @pytest.mark.parametrize("n_prefill,T", [(40, 4), (63, 1)])
 def test_merge_split_over_head_dim_gives_the_same_bits(n_prefill, T):
     # the merge split into 2 or 4 slices of head_dim (more programs at depth) weighs every slice
