@@ -355,15 +355,15 @@ def wl_main(dry_all: bool):
         with workload(f"main tiny {dt} rows 1,4", dry=dry_all):
             run(_tiny_cfg(), getattr(torch, dt), True, (1, 4), 40, 96)
     with workload("main tiny float32 split_norm=False (tile option)", dry=dry_all):
-        run(_tiny_cfg(), torch.float32, True, (1, 4), 40, 96, fused.FusedTiles(split_norm=False, block_keys=16))
-    with workload("main tiny bfloat16 tails (tile option)", dry=dry_all):
-        run(_tiny_cfg(), torch.bfloat16, True, (1, 4), 40, 96, fused.FusedTiles(tails=True))
+        run(_tiny_cfg(), torch.float32, True, (1, 4), 40, 96, fused.FusedTiles(split_norm=False, tails=False, block_keys=16))
+    with workload("main tiny bfloat16 without tails (tile option)", dry=dry_all):
+        run(_tiny_cfg(), torch.bfloat16, True, (1, 4), 40, 96, fused.FusedTiles(tails=False))
     for dt in ("bfloat16", "float32"):
         with workload(f"main Gemma-3-270M shapes {dt} rows 1,4,8", dry=True):
             run(_real_cfg(), getattr(torch, dt), False, (1, 4, 8), 600, 2048)
     with workload("main Gemma-3-270M bfloat16, the split merge, the tails (tile options)", dry=True):
         for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
-                  {"combine_split": 2, "combine_chunks": 32}, {"tails": True}):
+                  {"combine_split": 1, "combine_chunks": 16}, {"tails": False}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
     variants = _decode_bench_tiles()
     with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True):

@@ -1,8 +1,10 @@
 """The fused few-row forward: Gemma-3 decode/verify steps as a fixed sequence of Triton kernels.
 
-Owns: the launch sequence of one forward of 1..MAX_ROWS rows (9 kernels per layer: norm+residual,
-qkv GEMV, q/k norm+RoPE+KV write, attention over key chunks, chunk merge, o GEMV, norm+residual,
-gate/up GEMV+GELU gating, down GEMV; then norm+residual, LM head), its scratch buffers and tiles.
+Owns: the launch sequence of one forward of 1..MAX_ROWS rows (6 kernels per layer: qkv GEMV with
+q/k norm+RoPE+KV write in its tail, attention over key chunks, chunk merge, o GEMV with
+norm+residual in its tail, gate/up GEMV+GELU gating, down GEMV with the next norm+residual in its
+tail; then the LM head; without FusedTiles.tails, as prefill chunks run, 9: the norms and the RoPE
+as kernels of their own), its scratch buffers and tiles.
 Also prefill chunks of up to prefill_rows rows: the same kernels over row blocks (a grid
 dimension), no LM head. Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
 forward (gemma3.py: the CPU path and the reference).
@@ -64,8 +66,11 @@ class FusedTiles:
     warps_head: int = 4
     stages_head: int = 3
     block_keys: int = 32  # key cells per attention program
-    combine_chunks: int = 16  # key chunks the merge takes a load (a power of two)
-    combine_split: int = 1  # slices of head_dim the merge splits a row over (a power of two)
+    # key chunks the merge takes a load (a power of two) and slices of head_dim it splits a row
+    # over (a power of two): 32 and 2 took a 1-row step at 7000 cells from 783 to 743 us (at 256:
+    # 693 vs 692; bench/RESULTS.md session 16)
+    combine_chunks: int = 32
+    combine_split: int = 2
     warps_attn: int = 4
     warps: int = 4  # q/k norm + RoPE and the merge
     # norms + residual in their own kernel instead of in every GEMV program's prologue: the sweep's
@@ -73,8 +78,8 @@ class FusedTiles:
     split_norm: bool = True
     # the norms and the q/k RoPE + K/V write done by the last program of the GEMV before them
     # (linear_norm, linear_rope) in forwards of <= MAX_ROWS rows: 6 launches a layer instead of 9
-    # (needs split_norm)
-    tails: bool = False
+    # (needs split_norm); a 1-row step 693 -> 661 us at 256 cells, 783 -> 755 at 7000 (session 16)
+    tails: bool = True
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall

@@ -60,14 +60,15 @@ def rel(a, b):
 # 4-cell key chunks merged 4 a load: the merge's tiles, aligned to chunk 0, start before a sliding
 # window's first chunk and cross tile boundaries (the default tiles take these contexts in one load)
 SMALL_CHUNKS = fused.FusedTiles(block_keys=4, combine_chunks=4)
-# the norms and the RoPE in the tails of the GEMVs before them: with these shapes the o / down
-# tails wait for 2 programs a row block, each RoPE tail for 2 of the qkv GEMV's 12
-TAILS = fused.FusedTiles(tails=True)
+# the default runs the norms and the RoPE in the tails of the GEMVs before them (with these shapes
+# the o / down tails wait for 2 programs a row block, each RoPE tail for 2 of the qkv GEMV's 12);
+# without tails they are kernels of their own, as in prefill chunks
+NO_TAILS = fused.FusedTiles(tails=False)
 
 
 @pytest.mark.parametrize("n_prefill,T,tiles", [(5, 1, None), (40, 4, None), (63, 8, None),
                                                (40, 4, SMALL_CHUNKS), (63, 1, SMALL_CHUNKS),
-                                               (5, 1, TAILS), (40, 8, TAILS)])
+                                               (5, 1, NO_TAILS), (40, 8, NO_TAILS)])
 def test_fused_matches_torch_forward(n_prefill, T, tiles):
     # 40 and 63 rows of prefill: past the 16-cell sliding window and across key chunks
     model = tiny_model()
@@ -82,7 +83,7 @@ def test_fused_prologue_variant_matches():
     # norms + residual folded into each GEMV's prologue (split_norm off, a tile option the GPU
     # sweep compares against the default separate kernel) computes the same
     model = tiny_model(seed=7)
-    (rl, rh, _), (fl, fh, _), _ = run_both(model, 40, 3, tiles=fused.FusedTiles(split_norm=False, block_keys=16))
+    (rl, rh, _), (fl, fh, _), _ = run_both(model, 40, 3, tiles=fused.FusedTiles(split_norm=False, tails=False, block_keys=16))
     assert rel(fl, rl) < 1e-4 and rel(fh, rh) < 1e-4
 
 
@@ -118,7 +119,7 @@ def test_tails_leave_their_counters_zero_and_repeat_exactly():
     c = model.cfg
     kv = KVCache(c.n_layers, 64, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
     toks = torch.randint(0, c.vocab_size, (20,), generator=torch.Generator().manual_seed(3))
-    dec = fused.FusedDecoder(model, kv, TAILS, prefill_rows=20)
+    dec = fused.FusedDecoder(model, kv, fused.FusedTiles(), prefill_rows=20)
     dec.forward(toks[:17], torch.arange(17), head=False)
     first = dec.forward(toks[17:20], torch.arange(17, 20))[0].clone()
     assert not dec.count.any()
@@ -137,7 +138,7 @@ def test_fused_rejects_too_many_rows():
         dec.forward(torch.zeros(fused.MAX_ROWS + 1, dtype=torch.int64), torch.arange(fused.MAX_ROWS + 1))
 
 
-@pytest.mark.parametrize("tiles", [fused.FusedTiles(), SMALL_CHUNKS, TAILS])
+@pytest.mark.parametrize("tiles", [fused.FusedTiles(), SMALL_CHUNKS, NO_TAILS])
 def test_fused_prefill_chunk_matches_torch_and_one_row_steps(tiles):
     # one prefill chunk of 37 rows (5 attention row blocks, 3 GEMV row blocks; past the 16-cell
     # window and across key chunks) against the torch forward, and each row against a one-row
@@ -207,7 +208,7 @@ def test_merge_split_over_head_dim_gives_the_same_bits(n_prefill, T):
     # with the same chunk weights: the same outputs as one program a row, here bit for bit (the
     # interpreter sums each column in the same order whatever the slice's width)
     model = tiny_model(seed=17)
-    base = fused.FusedTiles(block_keys=4, combine_chunks=4)
+    base = fused.FusedTiles(block_keys=4, combine_chunks=4, combine_split=1)
     (rl, _, _), (fl, fh, kf), _ = run_both(model, n_prefill, T, tiles=base)
     for ds in (2, 4):
         (_, _, _), (sl, sh, ks), _ = run_both(model, n_prefill, T, tiles=fused.FusedTiles(
