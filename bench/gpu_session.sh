@@ -99,6 +99,10 @@
 #   bench/gpu_session.sh s17-tests         (the picks applied) join + check; the model's GPU tests (models, spec)
 #   bench/gpu_session.sh s15-bench | s16-profile | s15-more    the table of record; the round profile and the
 #                                          12k split; HumanEval + 12k (all with the picks)
+#   bench/gpu_session.sh s17-more          (after the build, the picks applied) pp7000 beside llama-bench; adaptive k on
+#                                          MT-Bench; time to first token (plain, plain, MTP)
+#   bench/gpu_session.sh s17-probe         no model: the tall / small GEMV tiles A/B'd under the tails; what a norm tail
+#                                          costs (bench/experiments/tail_cost.py)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -322,6 +326,21 @@ case $step in
     timeout 240 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
       -p no:cacheprovider --timeout 200 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8
     tail -n 1 /tmp/logs/llama-build.log ;;
+  s17-more)
+    [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain --temps 0 --max-tokens 64 --n-prompts 2 --pp 7000 \
+      --ctx-size 8192 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pp7000.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -6
+    timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 3 --adaptive \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 --json "$OUT/bench_mtbench_adaptive.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -9
+    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done ;;
+  s17-probe)
+    timeout 400 python3 bench/step_bench.py --positions 256 --prefill-rows 128 \
+      --ab "bn_tall=16;bn_tall=16,bk_tall=256;bn_tall=64,bk_tall=256;warps_tall=8;bn_tall=16,warps_tall=2;bn_small=32;bn_small=32,bk_small=256" \
+      --out "$OUT/step_tiles.json" 2>&1 | grep -v Warn | grep "position\|variant\|replayed"
+    timeout 200 python3 bench/experiments/tail_cost.py 2>&1 | grep -v Warn | tail -4 ;;
   s16-profile)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     M=/tmp/gguf/model.gguf
