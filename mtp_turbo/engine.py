@@ -299,7 +299,8 @@ class Engine:
 
             stats.spec = RoundStats(self.drafter.name, spec.draft_tokens)
             program = self._program(sampler, spec.spec_sample, self.drafter, spec.round_split)
-            token_iter = speculative_tokens(self, sampler, spec, budget, self.drafter, stats.spec, program)
+            token_iter = speculative_tokens(self, sampler, spec, budget, self.drafter, stats.spec, program,
+                                            plain_steps=self.decode_steps)
         else:
             program = self._program(sampler, "exact", None)
             token_iter = self._plain_tokens(program, budget)

@@ -132,17 +132,22 @@ class RoundProgram:
         step j forwards tok_buf[n-1+j] at position n-1+j and writes the token it draws at n+j, where
         the next step reads it (its penalty window too). Each step is the 1-row step's kernels and
         the sampler a 1-row round uses, so the tokens are the 1-step rounds' bit for bit; out =
-        [steps - 1, t_0, .., t_{steps-1}] (the rows past the pending one whose K/V were written)."""
+        [steps - 1, t_0, .., t_{steps-1}] (the rows past the pending one whose K/V were written).
+        With a drafter that reads the main model's states, each step stores its row's (as a k = 0
+        round does), so rounds that draft again find every row they catch up on."""
         tg, tb, s = self.target, self.target.tok_buf, self.sampler
+        keep = self.drafter is not None and self.drafter.reads_hidden
 
         def run(*_):
             for j in range(steps):
                 pos = self.n_dev + j  # [1]: the token drawn; its input row is pos - 1
-                logits, _ = tg.forward_body(tb[pos - 1], pos - 1)
+                logits, hidden = tg.forward_body(tb[pos - 1], pos - 1)
                 t = logits.argmax(-1) if s.greedy and not s.uses_penalties else \
                     sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
                 tb.index_copy_(0, pos, t)
                 self.out_dev[1 + j: 2 + j].copy_(t)
+                if keep:
+                    self.drafter.store_hidden_rows(pos - 1, hidden)
             self.out_dev[:1].fill_(steps - 1)
 
         return (lambda: None), (lambda: ()), run

@@ -96,10 +96,14 @@ def drafter_sampler(sampler: SamplerConfig, spec: SpecConfig) -> SamplerConfig |
 
 
 def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig, budget: int,
-                       drafter: Drafter, stats: RoundStats, program: RoundProgram | None = None) -> Iterator[list[int]]:
+                       drafter: Drafter, stats: RoundStats, program: RoundProgram | None = None,
+                       plain_steps: int = 1) -> Iterator[list[int]]:
     """Yield the tokens each round emits (accepted drafts + one recovered or bonus token).
     program: the RoundProgram to run rounds with (the engine keeps one per sampler and drafter, so
-    its CUDA graphs outlive a call); default a new one."""
+    its CUDA graphs outlive a call); default a new one. plain_steps: where the chooser picks k = 0,
+    that many plain steps run as one device program (as plain decoding runs them: one host sync
+    for all), each counted as a round of k = 0 and timed as 1/plain_steps of the program."""
+    assert plain_steps >= 1
     drafter.set_sampler(drafter_sampler(sampler, spec), coupling=spec.draft_coupling)
     drafter.begin(target.tokens)
     if program is None:
@@ -121,6 +125,8 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         if want and not drafter.on_device:
             host = drafter.propose(target.tokens, want) or None
         t1 = time.perf_counter()
+        if want == 0 and plain_steps > 1 and budget - produced >= plain_steps and n + plain_steps <= target.ctx_size:
+            return program.launch(0, steps=plain_steps), 0, t0, t1 - t0
         return program.launch(want if drafter.on_device else 0, host), want, t0, t1 - t0
 
     def settle(pending) -> list[int]:
@@ -130,17 +136,19 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         a, emitted, k = program.finish(ticket)
         t3 = time.perf_counter()
         target.commit(emitted, a, on_device=True)
-        drafter.observe(target.tokens, a, None, stored=True)
+        drafter.observe(target.tokens, a, None, stored=True)  # plain steps: a = steps - 1 rows "accepted"
         t4 = time.perf_counter()
-        chooser.update(want, k, a, t4 - t0, fresh=program.last_fresh)
-        stats.add(k, a, len(emitted))
+        steps = len(emitted) if ticket[0] == "steps" else 1
+        for _ in range(steps):  # a program of plain steps: that many rounds of k = 0
+            chooser.update(want, k, 0 if steps > 1 else a, (t4 - t0) / steps, fresh=program.last_fresh)
+            stats.add(k, 0 if steps > 1 else a, len(emitted) // steps)
         stats.host_s += host_s + (t4 - t3)
         stats.round_s += t4 - t0  # launch to commit: the consumer's time since the launch overlaps it
         if program.last_split is not None:
             d, v, acc = program.last_split
             stats.draft_s, stats.verify_s, stats.accept_s = stats.draft_s + d / 1e3, stats.verify_s + v / 1e3, \
                 stats.accept_s + acc / 1e3
-        stats.k_counts[k] = stats.k_counts.get(k, 0) + 1
+        stats.k_counts[k] = stats.k_counts.get(k, 0) + steps
         produced += len(emitted)
         return emitted
 

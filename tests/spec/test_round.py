@@ -99,3 +99,40 @@ def test_max_tokens_inside_a_round(engine, plain):
     for n in (1, 5, 13):
         got = engine.generate_ids(PROMPTS[2], sampler=SamplerConfig(temperature=0.0), max_tokens=n, spec=spec)
         assert got == plain[("greedy", 2)][:n]
+
+
+@pytest.mark.parametrize("draft", ["ngram", "mtp"])
+def test_plain_step_programs_inside_speculation_keep_text_and_drafts(model_path, plain, draft, monkeypatch):
+    """Where the chooser picks k = 0, programs of 4 plain steps run (as plain decoding runs them):
+    the text stays plain sampling's, and the rounds that draft afterwards accept what they do after
+    1-step k = 0 rounds (the MTP head reads the main model's state of every row the steps ran)."""
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.spec import round as round_mod
+
+    class Script:  # per update (a k = 0 step is one): 8 of k = 0, then 8 rounds of k = 3, ...
+        def __init__(self, k_max, adaptive=True):
+            self.i = 0
+
+        def choose(self):
+            return 3 if (self.i // 8) % 2 else 0
+
+        def update(self, *args, **kw):
+            self.i += 1
+
+    monkeypatch.setattr(round_mod, "KChooser", Script)
+    spec = SpecConfig(draft=draft, draft_tokens=3, adaptive=True)
+    # greedy: drafts made from stale states change what is accepted (29 rounds against 31 when
+    # the steps did not store their rows)
+    got = {}
+    for steps in (1, 4):
+        e = Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False,
+                                decode_steps=steps))
+        ids = e.generate_ids(PROMPTS[2], sampler=SamplerConfig(temperature=0.0), max_tokens=N, spec=spec)
+        st = e.last_stats.spec
+        got[steps] = ids, st.rounds, st.k_counts, st.drafted_per_position, st.accepted_per_position
+    assert got[1][0] == got[4][0] == plain[("greedy", 2)]
+    assert got[1][1:] == got[4][1:]
+    counts = got[4][2]
+    assert counts[0] >= 16  # plain-step programs ran
+    if draft == "mtp":  # and rounds that draft after them (the n-gram drafter may find no match)
+        assert sum(v for k, v in counts.items() if k) >= 4 and sum(got[4][4]) > 0, got[4]
