@@ -264,6 +264,7 @@ class RoundProgram:
         """Wait for the launched program (the round's one host sync) and read what it emitted:
         (accepted, emitted tokens, k), as run()."""
         kind, k = ticket
+        self.last_split = None  # set below for a round replayed with its part events, else none
         if kind == "steps":
             out = self._read(k + 1)
             return out[0], out[1:], 0
