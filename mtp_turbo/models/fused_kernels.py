@@ -3,8 +3,9 @@
 Owns: the kernels of the fused few-row steps and nothing else: `linear` (GEMV for up to 16 rows
 with the sandwich norms and the residual add folded into its prologue and GELU-gating into its
 epilogue), `residual_norm` (that prologue as its own kernel), `qk_rope_write` (q/k RMSNorm + RoPE,
-K/V written into the cache), `attn_partial` (one chunk of keys per program, flash-decoding style)
-and `attn_combine` for the main model; for the MTP head's block (mtp_fused.py) `mtp_inputs` (the
+K/V written into the cache), `linear_norm` / `linear_rope` (a GEMV whose last program per row block
+then runs residual_norm's / qk_rope_write's work on its output: FusedTiles.tails), `attn_partial`
+(one chunk of keys per program, flash-decoding style) and `attn_combine` for the main model; for the MTP head's block (mtp_fused.py) `mtp_inputs` (the
 embedding row gather and both input norms, side by side for the one fc GEMV), `attn_cells` (one
 query row over an explicit list of cells: the drafter's sink + window + chain) and `gelu_gate`
 (the gating of a packed gate|up GEMV's output). Ignores: buffers, shapes and launch order
