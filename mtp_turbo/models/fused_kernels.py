@@ -37,14 +37,23 @@ if triton is not None:
         return 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
 
     @triton.jit
+    def ld(P, mask, other, CG: tl.constexpr):
+        """tl.load; CG: bypassing L1 (.cg), for what other programs of the same launch stored (a
+        persistent kernel's earlier stages: L1 is not coherent between SMs)."""
+        if CG:
+            return tl.load(P, mask=mask, other=other, cache_modifier=".cg")
+        else:
+            return tl.load(P, mask=mask, other=other)
+
+    @triton.jit
     def _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd,
-                 PRO: tl.constexpr, ACT: tl.constexpr):
-        # The GEMV input for columns rk of rows rm, [MP, BK] in ACT: PRO 0 = X as is;
+                 PRO: tl.constexpr, ACT: tl.constexpr, CG: tl.constexpr):
+        # The GEMV input for columns rk of rows rm, [MP, BK] in ACT: PRO 0 = X as is (CG: see ld);
         # 1 = rmsnorm(X) * WPRE; 2 = rmsnorm(H + rmsnorm(DELTA) * WPOST) * WPRE.
         msk = m_mask[:, None] & k_mask[None, :]
         off = rm[:, None] * K + rk[None, :]
         if PRO == 0:
-            x = tl.load(X + off, mask=msk, other=0.0).to(ACT)
+            x = ld(X + off, msk, 0.0, CG).to(ACT)
         else:
             wpre = tl.load(WPRE + rk, mask=k_mask, other=0.0).to(tl.float32)
             if PRO == 1:
@@ -86,13 +95,13 @@ if triton is not None:
         return rd, rstd
 
     @triton.jit
-    def _gemv(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
-              PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-              BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        # linear's body (its docstring): the tile of output columns pid(0) of row block pid(1)
+    def gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, pid, b,
+                  PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
+        """linear's body (its docstring): the tile of output columns pid of row block b. CG: X read
+        past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages)."""
         ACT: tl.constexpr = X.dtype.element_ty
-        pid = tl.program_id(0)
-        rm = tl.program_id(1) * MP + tl.arange(0, MP)
+        rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
         rd = tl.zeros([MP], dtype=tl.float32)
         rstd = tl.zeros([MP], dtype=tl.float32)
@@ -105,10 +114,10 @@ if triton is not None:
         n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
         acc_u = tl.zeros([MP, BN], dtype=tl.float32)
-        for k0 in range(0, K, BK):
+        for k0 in tl.range(0, K, BK, num_stages=ST):
             rk = k0 + tl.arange(0, BK)
             k_mask = rk < K
-            x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT)
+            x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT, CG)
             w_msk = n_mask[:, None] & k_mask[None, :]
             w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
@@ -133,10 +142,11 @@ if triton is not None:
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
-        _gemv(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, PRO, GATED, MP, KP, BN, BK, PREC)
+        gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, tl.program_id(0), tl.program_id(1),
+                  PRO, GATED, MP, KP, BN, BK, PREC, False, None)
 
     @triton.jit
-    def _last(CNT, n):
+    def last_arrival(CNT, n):
         # True in the last of the n programs that share the int32 counter CNT to get here (it resets
         # it for the next launch). The barrier puts every thread's stores before the release; the
         # acq_rel atomic makes the others' stores visible to the last one (as a grid sync does).
@@ -155,10 +165,18 @@ if triton is not None:
         rmsnorm(HOUT) * WPRE over the block's rows, RT rows a pass (residual_norm's arithmetic on
         the same [RT, NP] tiles, so a row's bits do not depend on which kernel or block ran it).
         CNT: int32 [row blocks], zero before the launch and after it. Y/RES/HOUT/XOUT [M, N]."""
+        linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
+                         tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None)
+
+    @triton.jit
+    def linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, pid, b, n_tiles,
+                         MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
+                         BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
+                         ST: tl.constexpr):
+        """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail."""
         ACT: tl.constexpr = X.dtype.element_ty
-        _gemv(X, X, X, X, X, X, W, Y, M, N, K, eps, 0, False, MP, KP, BN, BK, PREC)
-        b = tl.program_id(1)
-        if _last(CNT + b, tl.num_programs(0)):
+        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
+        if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
                 m_mask = rm < M
@@ -173,11 +191,19 @@ if triton is not None:
         (FusedTiles.tails): query heads normed + roped into QOUT, K heads normed + roped and V
         heads copied into the cache cells at POS, RT rows a pass (_rope_rows: the same arithmetic
         as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after."""
+        linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
+                         tl.program_id(1), H, HKV, DH, MP, KP, RT, BN, BK, PREC, False, None)
+
+    @triton.jit
+    def linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
+                         H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
+                         KP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                         PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
+        """linear_rope's body: column tile pid of row block b, then the tail of its head."""
         ACT: tl.constexpr = KC.dtype.element_ty
-        _gemv(X, X, X, X, X, X, W, Y, M, N, K, eps, 0, False, MP, KP, BN, BK, PREC)
-        b = tl.program_id(1)
-        j = tl.program_id(0) * BN // DH
-        if _last(CNT + b * (H + 2 * HKV) + j, DH // BN):
+        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
+        j = pid * BN // DH
+        if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 _rope_rows(Y, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
                            H, HKV, DH, ACT)
@@ -249,7 +275,7 @@ if triton is not None:
                    KC.dtype.element_ty)
 
     @triton.jit
-    def _chunk0(POS, M, window, BS: tl.constexpr):
+    def first_chunk(POS, M, window, BS: tl.constexpr):
         # First key chunk any row reads, and the last position: the chunks [c0, p_last // BS].
         p_first = tl.load(POS)
         p_last = tl.load(POS + M - 1)
@@ -266,15 +292,20 @@ if triton is not None:
         O [QR, DH], row max and row sum into OP/MX/LS slot ((b * S + s) * G + g).
         P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
         the row sum is taken over the rounded P, so the weights stay normalised."""
-        s = tl.program_id(0)
-        g = tl.program_id(1)
-        b = tl.program_id(2)
+        attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, tl.program_id(0), tl.program_id(1),
+                          tl.program_id(2), tl.num_programs(0), tl.num_programs(1), H, HKV, DH, QR, BS, PREC, False)
+
+    @triton.jit
+    def attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, s, g, b, S, G,
+                          H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
+                          QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr):
+        """attn_partial's body: chunk s of S, KV group g of G, row block b (CG: see ld)."""
         REP: tl.constexpr = H // HKV
         RB: tl.constexpr = QR // REP  # rows a block
         POS += b * RB
         Q += b * RB * H * DH
         M = tl.minimum(M - b * RB, RB)
-        c0, p_last = _chunk0(POS, M, window, BS)
+        c0, p_last = first_chunk(POS, M, window, BS)
         start = (c0 + s) * BS
         if start <= p_last:
             rq = tl.arange(0, QR)  # query row r = m * REP + i: row m of the block, head g * REP + i
@@ -283,11 +314,11 @@ if triton is not None:
             qh = g * REP + rq % REP
             qpos = tl.load(POS + qm, mask=q_ok, other=0)
             rd = tl.arange(0, DH)
-            q = tl.load(Q + (qm * H + qh)[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
+            q = ld(Q + (qm * H + qh)[:, None] * DH + rd[None, :], q_ok[:, None], 0.0, CG)
             rs = start + tl.arange(0, BS)
             k_ok = rs <= p_last
             kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
-            k = tl.load(KC + kv_off, mask=k_ok[:, None], other=0.0)
+            k = ld(KC + kv_off, k_ok[:, None], 0.0, CG)
             sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
             ok = q_ok[:, None] & k_ok[None, :] & (rs[None, :] <= qpos[:, None])
             ok = ok & ((window == 0) | (qpos[:, None] - rs[None, :] < window))
@@ -295,9 +326,9 @@ if triton is not None:
             mx = tl.max(sc, axis=1)
             mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
             p = tl.where(ok, tl.exp(sc - mx_safe[:, None]), 0.0).to(KC.dtype.element_ty)
-            v = tl.load(VC + kv_off, mask=k_ok[:, None], other=0.0)
+            v = ld(VC + kv_off, k_ok[:, None], 0.0, CG)
             o = tl.dot(p, v, input_precision=PREC)  # [QR, DH] fp32
-            slot = (b * tl.num_programs(0) + s) * tl.num_programs(1) + g
+            slot = (b * S + s) * G + g
             # only the block's rows: the padding rows would write 8x the bytes of a 1-row decode
             tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o, mask=q_ok[:, None])
             tl.store(MX + slot * QR + rq, mx, mask=q_ok)
@@ -316,18 +347,23 @@ if triton is not None:
         the block's range, adds exact zeros, so a row's sum has the same terms in the same tree
         whatever its block. CT chunks a load: at 7000 cells a global layer's 219 chunks are 14
         loads instead of 219 dependent ones (bench/RESULTS.md)."""
-        r = tl.program_id(0) // DS
-        d0 = (tl.program_id(0) % DS) * (DH // DS)
-        g = tl.program_id(1)
-        b = tl.program_id(2)
-        G = tl.num_programs(1)
+        attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, tl.program_id(0), tl.program_id(1), tl.program_id(2),
+                          tl.num_programs(1), H, HKV, DH, QR, BS, CT, DS, False)
+
+    @triton.jit
+    def attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, rd_id, g, b, G,
+                          H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, QR: tl.constexpr,
+                          BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr, CG: tl.constexpr):
+        """attn_combine's body: (row, slice) rd_id = r * DS + d of group g (of G), row block b."""
+        r = rd_id // DS
+        d0 = (rd_id % DS) * (DH // DS)
         REP: tl.constexpr = H // HKV
         RB: tl.constexpr = QR // REP
         if b * RB + r // REP < M:  # a row of the block (the grid covers whole blocks)
             POS += b * RB
             OUT += b * RB * H * DH
             M = tl.minimum(M - b * RB, RB)
-            c0, p_last = _chunk0(POS, M, window, BS)
+            c0, p_last = first_chunk(POS, M, window, BS)
             c1 = p_last // BS
             base = b * S * G
             t0 = (c0 // CT) * CT
@@ -337,7 +373,7 @@ if triton is not None:
                 j = t + rt
                 ok = (j >= c0) & (j <= c1)
                 slot = base + (j - c0) * G + g
-                m_all = tl.maximum(m_all, tl.max(tl.load(MX + slot * QR + r, mask=ok, other=float("-inf")), axis=0))
+                m_all = tl.maximum(m_all, tl.max(ld(MX + slot * QR + r, ok, float("-inf"), CG), axis=0))
             rd = d0 + tl.arange(0, DH // DS)
             acc = tl.zeros([DH // DS], dtype=tl.float32)
             l_all = 0.0
@@ -346,10 +382,10 @@ if triton is not None:
                 ok = (j >= c0) & (j <= c1)
                 slot = base + (j - c0) * G + g
                 # a chunk with no key for r (or none of the block's): exp(-inf) = 0
-                w = tl.exp(tl.load(MX + slot * QR + r, mask=ok, other=float("-inf")) - m_all)
-                op = tl.load(OP + (slot * QR + r)[:, None] * DH + rd[None, :], mask=ok[:, None], other=0.0)
+                w = tl.exp(ld(MX + slot * QR + r, ok, float("-inf"), CG) - m_all)
+                op = ld(OP + (slot * QR + r)[:, None] * DH + rd[None, :], ok[:, None], 0.0, CG)
                 acc += tl.sum(w[:, None] * op, axis=0)
-                l_all += tl.sum(w * tl.load(LS + slot * QR + r, mask=ok, other=0.0), axis=0)
+                l_all += tl.sum(w * ld(LS + slot * QR + r, ok, 0.0, CG), axis=0)
             m = r // REP
             h = g * REP + r % REP
             tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))

@@ -133,11 +133,21 @@ class Gemma3:
         self.out_norm = weights["output_norm"]
         self.layers = []
         nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
+        # every layer's matrices of a kind live in one [n_layers, out, in] tensor (the layers hold
+        # views): a persistent kernel over all layers (models/persistent_kernels.py) finds layer i's
+        # at a fixed stride from layer 0's
+        self.stacked = {}
+        for kind, parts in (("qkv", ("q", "k", "v")), ("o", ("o",)), ("gate_up", ("gate", "up")), ("down", ("down",))):
+            mats = [[weights[f"blk.{i}.{LAYER_TENSORS[p]}"] for p in parts] for i in range(cfg.n_layers)]
+            rows = sum(m.shape[0] for m in mats[0])
+            out = torch.empty((cfg.n_layers, rows, mats[0][0].shape[1]), dtype=mats[0][0].dtype, device=mats[0][0].device)
+            for i, ms in enumerate(mats):
+                torch.cat(ms, out=out[i])
+            self.stacked[kind] = out
         for i in range(cfg.n_layers):
             L = {k: weights[f"blk.{i}.{name}"] for k, name in LAYER_TENSORS.items()}
-            L["qkv"] = torch.cat([L["q"], L["k"], L["v"]])  # [nq + 2 nkv, D]
-            L["q"], L["k"], L["v"] = L["qkv"].split([nq, nkv, nkv])
-            L["gate_up"] = torch.cat([L["gate"], L["up"]])  # [2 F, D]
+            L["qkv"], L["o"], L["gate_up"], L["down"] = (self.stacked[k][i] for k in ("qkv", "o", "gate_up", "down"))
+            L["q"], L["k"], L["v"] = L["qkv"].split([nq, nkv, nkv])  # [nq + 2 nkv, D] as views
             L["gate"], L["up"] = L["gate_up"].split([cfg.ffn, cfg.ffn])
             self.layers.append(L)
         n_pos = cfg.context_length if max_positions is None else min(max_positions, cfg.context_length)
