@@ -103,6 +103,13 @@
 #                                          MT-Bench; time to first token (plain, plain, MTP)
 #   bench/gpu_session.sh s17-probe         no model: the tall / small GEMV tiles A/B'd under the tails; what a norm tail
 #                                          costs (bench/experiments/tail_cost.py)
+#
+# Session 18 (the persistent kernel: every layer of a few-row forward in one launch):
+#   bench/gpu_session.sh s18-start         piece p0, llama.cpp's build; step_bench A/B at 256 and 7000 of
+#                                          persistent=1 with and without its L2 prefetches (bitwise against the
+#                                          default and its own 1-row steps); pick_ab -> /tmp/tiles.sed
+#   then s14-recv 1..5, s17-tests, s15-bench, s16-profile, s17-more as in session 17
+#   AB="..." bench/gpu_session.sh s18-probe   no model: step_bench A/B of the variants in $AB at $POSITIONS (256)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -319,6 +326,17 @@ case $step in
       --ab "tails=1;combine_split=2,combine_chunks=32;tails=1,combine_split=2,combine_chunks=32" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -30
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s18-start)
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+      --ab "${AB:-persistent=1;persistent=1,prefetch=0}" \
+      --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
+    python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s18-probe)  # no model: the persistent kernel's contention variants (1-row / 4-row steps at 256 cells)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 400 python3 bench/step_bench.py --positions ${POSITIONS:-256} --prefill-rows 128 --ab "$AB" \
+      --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | grep -v "^  [a-z_]\+ \+[0-9]" | head -40 ;;
   s17-tests)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     grep -n "l2_prefetch: int\|tails: bool\|combine_split: int\|combine_chunks: int" mtp_turbo/models/fused.py | tr '\n' ' '; echo

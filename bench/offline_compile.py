@@ -342,10 +342,12 @@ def wl_main(dry_all: bool):
     from mtp_turbo.cache.kv import KVCache
     from mtp_turbo.models import fused
 
-    def run(cfg, dtype, random, rows, n_prefill, capacity, tiles=None):
+    def run(cfg, dtype, random, rows, n_prefill, capacity, tiles=None, prefetch=False):
         m = _gemma(cfg, dtype, random)
         kv = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, "cpu", dtype)
         dec = fused.FusedDecoder(m, kv, **({"tiles": tiles} if tiles else {}))
+        if prefetch:  # what a CUDA device would launch (dry: recorded, not run)
+            dec.ptx = True
         g = torch.Generator().manual_seed(1)
         for T in rows:
             toks = torch.randint(0, cfg.vocab_size, (T,), generator=g)
@@ -365,6 +367,12 @@ def wl_main(dry_all: bool):
         for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
                   {"combine_split": 1, "combine_chunks": 16}, {"tails": False}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
+    with workload("main tiny float32 / Gemma-3-270M bfloat16, the persistent kernel (tile option)", dry=dry_all):
+        run(_tiny_cfg(), torch.float32, True, (1, 4), 40, 96, fused.FusedTiles(persistent=True))
+    with workload("main Gemma-3-270M bfloat16, the persistent kernel with its L2 prefetches", dry=True):
+        for v in ({}, {"prefetch": False}, {"persistent_backoff": 64}):
+            run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(persistent=True, **v),
+                prefetch=True)
     variants = _decode_bench_tiles()
     with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True):
         for v in variants:

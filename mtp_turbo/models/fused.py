@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from . import fused_kernels as fk
+from . import persistent_kernels as pk
 from .gemma3 import Gemma3
 
 MAX_ROWS = 8  # verify rows (k+1); query rows per KV group (MAX_ROWS * heads/kv_heads) <= QR
@@ -35,6 +36,7 @@ NORM_ROWS = 4  # rows a norm / RoPE pass takes at once (a tile of [4, 1024] fp32
 # tok/s a chunk against 76k for 64 on an H200 (bench/RESULTS.md); the attention scratch is 16
 # blocks of chunk partials (67 MB at 4096 cells of context, 0.5 GB at 32768)
 PREFILL_ROWS = 128
+COUNTER_STRIDE = 32  # int32s between the persistent kernel's stage counters: one 128-byte line each
 
 
 def available() -> bool:
@@ -80,6 +82,12 @@ class FusedTiles:
     # (linear_norm, linear_rope) in forwards of <= MAX_ROWS rows: 6 launches a layer instead of 9
     # (needs split_norm); a 1-row step 693 -> 661 us at 256 cells, 783 -> 755 at 7000 (session 16)
     tails: bool = True
+    # every layer of a forward of <= MAX_ROWS rows in one persistent kernel (persistent_kernels.py;
+    # needs tails and one warp count): stages hand on through arrival counters, not launches
+    persistent: bool = False
+    persistent_programs: int = 0  # programs of that kernel on CUDA (0: one an SM; at most that)
+    prefetch: bool = True  # in it, each program's next weight tile into L2 before it waits
+    persistent_backoff: int = 0  # ns of nanosleep between a waiting program's polls (0: none)
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -155,6 +163,30 @@ class FusedDecoder:
             assert DH % bn == 0, f"the qkv tile ({bn} columns) must divide head_dim {DH}"
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
+        if tiles.persistent:
+            self._init_persistent()
+
+    def _init_persistent(self):
+        # the per-layer vectors stacked as the kernel reads them, its counters and its grid
+        m, t = self.model, self.tiles
+        assert t.tails, "the persistent kernel runs the tails' path: it needs tails"
+        warps = {t.warps_small, t.warps_gated, t.warps_tall, t.warps_attn, t.warps}
+        assert len(warps) == 1, f"the persistent kernel has one warp count, not {sorted(warps)}"
+        self.norms = {k: torch.stack([L[k] for L in m.layers]) for k in
+                      ("q_norm", "k_norm", "post_attn_norm", "ffn_norm", "post_ffn_norm")}
+        self.norms["next"] = torch.stack([L["attn_norm"] for L in m.layers[1:]] + [m.out_norm])
+        n = m.cfg.n_layers
+        self.stage_count = torch.zeros(n * 6 * COUNTER_STRIDE, dtype=torch.int32, device=m.device)
+        self.exit_count = torch.zeros(1, dtype=torch.int32, device=m.device)
+        if m.device.type == "cuda":
+            sms = torch.cuda.get_device_properties(m.device).multi_processor_count
+            p = t.persistent_programs or sms
+            assert 1 <= p <= sms, f"persistent_programs {p}: between 1 and the {sms} SMs (all must be resident)"
+        else:  # Triton's interpreter runs programs one after another: one program does every item
+            p = 1
+        self.programs = p
+        # the L2 prefetches and the backoff are PTX: not in the CPU interpreter
+        self.ptx = m.device.type == "cuda"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -188,6 +220,32 @@ class FusedDecoder:
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
                                                   BN=bn, BK=bk, PREC=self.prec, **launch)
 
+    def _layers_persistent(self, T: int, pos: torch.Tensor):
+        """Every layer of T <= MAX_ROWS rows as the loop below runs them with tails, in one launch
+        (persistent_kernels.decode_layers): from self.xn (layer 0's normed input) to self.hidden and
+        its final norm in self.xn."""
+        m, c, kv, t = self.model, self.model.cfg, self.kv, self.tiles
+        st, nm = m.stacked, self.norms
+        H, HKV, DH, D = c.n_heads, c.n_kv_heads, c.head_dim, c.hidden
+        tile = {}
+        for name, K, gated in (("q", D, False), ("o", H * DH, False), ("g", D, True), ("d", c.ffn, False)):
+            bn, bk, launch = t.gemv(K, gated)
+            tile.update({f"BN_{name.upper()}": bn, f"BK_{name.upper()}": bk,
+                         f"ST_{name.upper()}": launch.get("num_stages")})
+        cos_g, sin_g = m.rope[True]
+        cos_l, sin_l = m.rope[False]
+        pk.decode_layers[(self.programs,)](
+            self.xn, self.qkv, self.q, self.att, self.o, self.gu, self.down, self.res[0], self.res[1], self.hidden,
+            st["qkv"], st["o"], st["gate_up"], st["down"], nm["q_norm"], nm["k_norm"], nm["post_attn_norm"],
+            nm["ffn_norm"], nm["post_ffn_norm"], nm["next"], kv.k, kv.v, pos, cos_g, sin_g, cos_l, sin_l,
+            self.op, self.mx, self.ls, self.count, self.count.stride(0), self.count.stride(1), self.stage_count,
+            self.exit_count, T, c.eps, c.query_scale, c.sliding_window, self.n_chunks[True], self.n_chunks[False],
+            kv.capacity, NL=c.n_layers, D=D, F=c.ffn, H=H, HKV=HKV, DH=DH, PATTERN=c.sliding_pattern, MP=MP,
+            RT=NORM_ROWS, QR=QR, BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, KPD=_pow2(D),
+            KPH=_pow2(H * DH), KPF=_pow2(c.ffn), PREC=self.prec, PF=t.prefetch and self.ptx,
+            WL=128 // m.dtype.itemsize, SCP=_pow2(c.n_layers * 6), CS=COUNTER_STRIDE,
+            BACKOFF=t.persistent_backoff if self.ptx else 0, num_warps=t.warps, num_stages=1, **tile)
+
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
         MAX_ROWS (head) or prefill_rows (no head). Writes the rows' K/V at cells pos. Returns views
@@ -209,7 +267,9 @@ class FusedDecoder:
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[0], res[0], m.layers[0]["attn_norm"], m.layers[0]["attn_norm"],
                                                     self.xn, self.xn, T, c.hidden, eps, PRO=1, KP=_pow2(c.hidden),
                                                     RT=NORM_ROWS, num_warps=t.warps)
-        for i in range(c.n_layers):
+        if tails and t.persistent:
+            self._layers_persistent(T, pos)
+        for i in range(0 if tails and t.persistent else c.n_layers):
             L = m.layers[i]
             qkv = self.qkv[:T]
             glob = c.is_global(i)
