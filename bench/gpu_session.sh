@@ -110,6 +110,7 @@
 #                                          default and its own 1-row steps); pick_ab -> /tmp/tiles.sed
 #   then s14-recv 1..5, s17-tests, s15-bench, s16-profile, s17-more as in session 17
 #   AB="..." bench/gpu_session.sh s18-probe   no model: step_bench A/B of the variants in $AB at $POSITIONS (256)
+#   bench/gpu_session.sh s18-bench         (after s17-tests) the table of record, then MT-Bench with --adaptive (k_counts)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -337,6 +338,12 @@ case $step in
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     timeout 400 python3 bench/step_bench.py --positions ${POSITIONS:-256} --prefill-rows 128 --ab "$AB" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | grep -v "^  [a-z_]\+ \+[0-9]" | head -40 ;;
+  s18-bench)  # the table of record (fixed k = 3, llama.cpp beside it), then adaptive k right after it
+    record_table
+    timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf --modes plain,mtp --temps 0,0.6 \
+      --draft-tokens 3 --adaptive --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
+      --json "$OUT/bench_mtbench_adaptive.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -8
+    python3 -c "import json; [print(r['mode'], r['temp'], r.get('k_counts')) for r in json.load(open('$OUT/bench_mtbench_adaptive.json'))['rows']]" ;;
   s17-tests)
     [ -f /tmp/tiles.sed ] && sed -i -f /tmp/tiles.sed mtp_turbo/models/fused.py
     grep -n "l2_prefetch: int\|tails: bool\|combine_split: int\|combine_chunks: int" mtp_turbo/models/fused.py | tr '\n' ' '; echo

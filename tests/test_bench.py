@@ -118,7 +118,8 @@ class ScriptedEngine:
             ids[2] += 1
         rounds = 0 if spec is None else max_tokens // 2
         sp = None if spec is None else SimpleNamespace(rounds=rounds, drafted=rounds * 2, accepted=rounds, emitted=max_tokens,
-                                                       round_s=0.8, host_s=0.05, draft_s=0.1, verify_s=0.5, accept_s=0.1)
+                                                       round_s=0.8, host_s=0.05, draft_s=0.1, verify_s=0.5, accept_s=0.1,
+                                                       k_counts={spec.draft_tokens: rounds - 1, 0: 1})
         self.last_stats = SimpleNamespace(prompt_tokens=10, prompt_cached=0, prompt_s=0.5, gen_tokens=max_tokens,
                                           decode_s=1.0 if spec is None or spec.draft_tokens != 2
                                           else 0.5 if len(prompt) < 3 else 1.5, spec=sp, captures=captures)
@@ -139,6 +140,7 @@ def test_rows_and_their_text_checks():
     assert r["acceptance"] == 0.5 and r["split"] == pytest.approx({"draft": 0.1, "verify": 0.5, "accept": 0.1,
                                                                    "device": 0.75, "host": 0.05, "other": 0.2})
     assert "split" not in rows[0] and rows[0]["tokens_per_round"] == 1.0
+    assert r["k_counts"] == {0: 4, 2: 12} and "k_counts" not in rows[0]  # rounds per k, summed over the runs
     # the slowest prompt against plain's same prompt: the long one, 2 s of plain over 3 s
     assert r["worst_prompt"] == {"prompt": 1, "ratio": pytest.approx(2 / 3)}
     assert rows[2]["worst_prompt"] == {"prompt": 0, "ratio": 1.0} and "worst_prompt" not in rows[0]

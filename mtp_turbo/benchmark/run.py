@@ -34,7 +34,7 @@ def _spec_figures(sp) -> dict:
         return {}
     return {"rounds": sp.rounds, "drafted": sp.drafted, "accepted": sp.accepted, "emitted": sp.emitted,
             "round_s": sp.round_s, "host_s": sp.host_s, "draft_s": sp.draft_s, "verify_s": sp.verify_s,
-            "accept_s": sp.accept_s}
+            "accept_s": sp.accept_s, "k_counts": dict(sp.k_counts)}
 
 
 def generate(eng, prompt, sampler, spec, max_tokens: int, stop_ids) -> tuple[list[int], dict]:
@@ -61,6 +61,12 @@ def aggregate(mode: str, k: int | None, temp: float, runs: list[dict], same: boo
            "tokens_per_round": tot["emitted"] / tot["rounds"] if tot["rounds"] else 1.0,
            "acceptance": tot["accepted"] / tot["drafted"] if tot["drafted"] else None,
            "same_text": same, "captures": tot["captures"]}
+    ks: dict[int, int] = {}  # rounds per number of drafts (an adaptive chooser's picks)
+    for r in runs:
+        for kk, n in r.get("k_counts", {}).items():
+            ks[kk] = ks.get(kk, 0) + n
+    if ks:
+        row["k_counts"] = dict(sorted(ks.items()))
     if tot["rounds"] and dec > 0:
         # shares of decode time: the rounds' device program (its parts when timed apart), their host
         # work, and the rest (streaming, detokenizing, stop checks)

@@ -45,6 +45,18 @@ def test_low_acceptance_decodes_plainly():
     assert counts.get(0, 0) > 0.8 * 600, counts
 
 
+def test_a_run_of_bad_luck_does_not_park_the_chooser_at_plain():
+    # 49% acceptance a position (the temp-0.6 figure), a draft round 1.3x a plain step: k = 1 pays
+    # 15% (E/T 1.49 / 1.3 against 1 / 1). With a window of ~10 rounds, streaks of rejections sent
+    # the chooser to k = 0, where nothing updates the estimate (it drafted in 4-23% of the rounds);
+    # with ~33 rounds and tries that judge on their own rounds it drafts but for the k = 0 tries
+    # that time plain steps (4 rounds in 32)
+    ms = {0: 1.0, 1: 1.3}
+    for seed in range(4):
+        counts = simulate(KChooser(1), 0.49, ms, 2000, seed=seed)
+        assert counts.get(1, 0) > 0.8 * 2000, (seed, counts)
+
+
 def test_a_fresh_round_is_not_a_timing_and_a_slow_one_is_clipped():
     c = KChooser(2, clip=2.0)
     c.update(2, 2, 1, 5.0, fresh=True)
@@ -64,6 +76,9 @@ def test_tries_from_plain_back_off_and_a_new_kind_of_text_still_moves_k():
     c = KChooser(4, probe=32, probe_max=1024)
     counts = simulate(c, 0.05, ms, 3000, fresh_ms=300.0)
     # timing each k (twice: the first is fresh), then tries of 4 rounds at gaps 32, 64, ... 1024
-    assert sum(n for k, n in counts.items() if k) <= 2 * 4 + 4 * 8, counts
+    # (6 in 3000 rounds); a try judges on its own rounds, so one with a lucky acceptance drafts a
+    # few rounds more before the estimate sinks again: 2% of the rounds at most, not a round in 32
+    assert sum(n for k, n in counts.items() if k) <= 0.02 * 3000, counts
+    assert counts.get(4, 0) + counts.get(3, 0) <= 2 * 2 + 2 * 6, counts
     later = simulate(c, 0.9, ms, 4000, seed=1)
     assert later.get(3, 0) + later.get(4, 0) > 0.5 * 4000, later
