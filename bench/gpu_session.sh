@@ -110,6 +110,7 @@
 #                                          default and its own 1-row steps); pick_ab -> /tmp/tiles.sed
 #   then s14-recv 1..5, s17-tests, s15-bench, s16-profile, s17-more as in session 17
 #   AB="..." bench/gpu_session.sh s18-probe   no model: step_bench A/B of the variants in $AB at $POSITIONS (256)
+#   bench/gpu_session.sh s18-begin         piece p0, llama.cpp's build in the background
 #   bench/gpu_session.sh s18-bench         (after s17-tests) the table of record, then MT-Bench with --adaptive (k_counts)
 set -uo pipefail
 step=$1; shift || true
@@ -334,6 +335,9 @@ case $step in
       --ab "${AB:-persistent=1;persistent=1,prefetch=0}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s18-begin)  # piece p0 and llama.cpp's build (background), nothing else
+    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
   s18-probe)  # no model: the persistent kernel's contention variants (1-row / 4-row steps at 256 cells)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     timeout 400 python3 bench/step_bench.py --positions ${POSITIONS:-256} --prefill-rows 128 --ab "$AB" \

@@ -217,3 +217,19 @@ def test_merge_split_over_head_dim_gives_the_same_bits(n_prefill, T):
     assert rel(fl, rl) < 1e-4
     with pytest.raises(AssertionError, match="combine_split"):
         fused.FusedDecoder(model, kf, fused.FusedTiles(combine_split=3))
+
+
+def test_persistent_kernel_gives_the_kernel_per_stage_bits():
+    # every layer in one persistent kernel (one program here: the interpreter runs programs one by
+    # one) runs the same tile functions in the same order per row: the same logits, hidden rows and
+    # K/V bit for bit, past the window and across key chunks; its counters end at zero, so a repeat
+    # (a graph replay) finds them as the first forward did
+    model = tiny_model(seed=13)
+    (_, _, _), (fl, fh, kf), _ = run_both(model, 63, 4)
+    (rl, _, _), (pl, ph, kp), dec = run_both(model, 63, 4, tiles=fused.FusedTiles(persistent=True))
+    assert torch.equal(pl, fl) and torch.equal(ph, fh)
+    assert torch.equal(kp.k, kf.k) and torch.equal(kp.v, kf.v)
+    assert rel(pl, rl) < 1e-4
+    assert not dec.stage_count.any() and not dec.exit_count.any() and not dec.count.any()
+    with pytest.raises(AssertionError, match="needs tails"):
+        fused.FusedDecoder(model, kf, fused.FusedTiles(persistent=True, tails=False))
