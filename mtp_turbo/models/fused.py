@@ -4,7 +4,8 @@ Owns: the launch sequence of one forward of 1..MAX_ROWS rows (6 kernels per laye
 q/k norm+RoPE+KV write in its tail, attention over key chunks, chunk merge, o GEMV with
 norm+residual in its tail, gate/up GEMV+GELU gating, down GEMV with the next norm+residual in its
 tail; then the LM head; without FusedTiles.tails, as prefill chunks run, 9: the norms and the RoPE
-as kernels of their own), its scratch buffers and tiles.
+as kernels of their own; with FusedTiles.persistent all layers as one launch of persistent_kernels.py),
+its scratch buffers and tiles.
 Also prefill chunks of up to prefill_rows rows: the same kernels over row blocks (a grid
 dimension), no LM head. Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
 forward (gemma3.py: the CPU path and the reference).

@@ -5,11 +5,9 @@ with the sandwich norms and the residual add folded into its prologue and GELU-g
 epilogue), `residual_norm` (that prologue as its own kernel), `qk_rope_write` (q/k RMSNorm + RoPE,
 K/V written into the cache), `linear_norm` / `linear_rope` (a GEMV whose last program per row block
 then runs residual_norm's / qk_rope_write's work on its output: FusedTiles.tails), `attn_partial`
-(one chunk of keys per program, flash-decoding style) and `attn_combine` for the main model; for the MTP head's block (mtp_fused.py) `mtp_inputs` (the
-embedding row gather and both input norms, side by side for the one fc GEMV), `attn_cells` (one
-query row over an explicit list of cells: the drafter's sink + window + chain) and `gelu_gate`
-(the gating of a packed gate|up GEMV's output). Ignores: buffers, shapes and launch order
-(fused.py, mtp_fused.py).
+(one chunk of keys per program, flash-decoding style) and `attn_combine`; each kernel's body as a
+`*_tile` function with explicit program ids, which persistent_kernels.py runs too. Ignores: buffers,
+shapes and launch order (fused.py, mtp_step.py), the MTP head's own kernels (mtp_kernels.py).
 
 Batch invariance: every kernel computes each row from that row's inputs alone, in an order that
 does not depend on how many rows are present (rows are padded to a fixed 16 / 32 and the row
@@ -31,7 +29,7 @@ except ImportError:
 if triton is not None:
 
     @triton.jit
-    def _tanh(z):
+    def tanh(z):
         # tl has no tanh in every backend (the interpreter included): 1 - 2 / (e^{2z} + 1) saturates
         # correctly at both ends in fp32
         return 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
@@ -127,7 +125,7 @@ if triton is not None:
         if GATED:
             g = acc.to(ACT).to(tl.float32)
             u = acc_u.to(ACT).to(tl.float32)
-            gl = 0.5 * g * (1.0 + _tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+            gl = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
             acc = gl.to(ACT).to(tl.float32) * u
         y_msk = m_mask[:, None] & n_mask[None, :]
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
@@ -389,72 +387,3 @@ if triton is not None:
             m = r // REP
             h = g * REP + r % REP
             tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
-
-    @triton.jit
-    def mtp_inputs(TOK, EMB, scale, H, HIDX, WE, WH, XOUT, D, eps, KP: tl.constexpr):
-        """One program per row m: e = EMB[TOK[m]] * scale (rounded to the activation dtype, as
-        torch's bf16 product), h = H[HIDX[m]]; XOUT[m] = [rmsnorm(e) * WE | rmsnorm(h) * WH]
-        ([M, 2D]: the input of the fused fc_embedding | fc_hidden GEMV)."""
-        ACT: tl.constexpr = XOUT.dtype.element_ty
-        m = tl.program_id(0)
-        rk = tl.arange(0, KP)
-        ok = rk < D
-        tok = tl.load(TOK + m)
-        e = (tl.load(EMB + tok * D + rk, mask=ok, other=0.0).to(tl.float32) * scale).to(ACT).to(tl.float32)
-        h = tl.load(H + tl.load(HIDX + m) * D + rk, mask=ok, other=0.0).to(tl.float32)
-        re = 1.0 / tl.sqrt(tl.sum(e * e, axis=0) / D + eps)
-        rh = 1.0 / tl.sqrt(tl.sum(h * h, axis=0) / D + eps)
-        we = tl.load(WE + rk, mask=ok, other=0.0).to(tl.float32)
-        wh = tl.load(WH + rk, mask=ok, other=0.0).to(tl.float32)
-        tl.store(XOUT + m * 2 * D + rk, (e * re * we).to(ACT), mask=ok)
-        tl.store(XOUT + m * 2 * D + D + rk, (h * rh * wh).to(ACT), mask=ok)
-
-    @triton.jit
-    def attn_cells(Q, KC, VC, CELLS, OUT, M, scale, H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                   QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
-        """Program g: the H/HKV query heads of KV group g of one row Q [H, DH] against the cells
-        CELLS[:M] (int64, -1 = padding) of KC/VC [capacity, HKV, DH]; softmax over the valid
-        cells, chunk by chunk (online), into OUT [H, DH]. P is rounded to the cache dtype for the
-        P.V dot and the row sum is taken over the rounded P, as attn_partial does."""
-        g = tl.program_id(0)
-        REP: tl.constexpr = H // HKV
-        rq = tl.arange(0, QR)
-        q_ok = rq < REP
-        qh = g * REP + rq
-        rd = tl.arange(0, DH)
-        q = tl.load(Q + qh[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
-        m_i = tl.full([QR], float("-inf"), tl.float32)
-        l_i = tl.zeros([QR], dtype=tl.float32)
-        acc = tl.zeros([QR, DH], dtype=tl.float32)
-        for s0 in range(0, M, BS):
-            rs = s0 + tl.arange(0, BS)
-            c = tl.load(CELLS + rs, mask=rs < M, other=-1)
-            ok = c >= 0
-            off = (tl.where(ok, c, 0) * HKV + g)[:, None] * DH + rd[None, :]
-            k = tl.load(KC + off, mask=ok[:, None], other=0.0)
-            sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
-            sc = tl.where(ok[None, :], sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.where(ok[None, :], tl.exp(sc - m_safe[:, None]), 0.0).to(KC.dtype.element_ty)
-            v = tl.load(VC + off, mask=ok[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
-            l_i = l_i * alpha + tl.sum(p.to(tl.float32), axis=1)
-            m_i = m_new
-        out = acc / l_i[:, None]
-        tl.store(OUT + qh[:, None] * DH + rd[None, :], out.to(OUT.dtype.element_ty), mask=q_ok[:, None])
-
-    @triton.jit
-    def gelu_gate(GU, Y, F, BLOCK: tl.constexpr):
-        """Program (m, b): Y[m, j] = gelu_tanh(g) * u for g = GU[m, j], u = GU[m, F + j] (a packed
-        gate|up GEMV's fp32 output), with linear's GATED rounding points (activation dtype = Y's)."""
-        ACT: tl.constexpr = Y.dtype.element_ty
-        m = tl.program_id(0)
-        rj = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        ok = rj < F
-        g = tl.load(GU + m * 2 * F + rj, mask=ok, other=0.0).to(ACT).to(tl.float32)
-        u = tl.load(GU + m * 2 * F + F + rj, mask=ok, other=0.0).to(ACT).to(tl.float32)
-        gl = 0.5 * g * (1.0 + _tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
-        tl.store(Y + m * F + rj, (gl.to(ACT).to(tl.float32) * u).to(ACT), mask=ok)
-

@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from . import fused_kernels as fk
+from . import mtp_kernels as mk
 from .fused import MP, NORM_ROWS, FusedTiles, _pow2
 from .mtp_head import MTPHead
 
@@ -112,7 +113,7 @@ class FusedMTPStep:
             if not gated:
                 return out
             F = out.shape[1] // 2
-            fk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
+            mk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
             return y
         N = w.shape[0] // 2 if gated else w.shape[0]
         bn, bk, launch = t.gemv(K, gated, head)
@@ -134,7 +135,7 @@ class FusedMTPStep:
         n, D = toks.shape[0], self.head.cfg.hidden
         assert n <= MAX_ROWS and hsrc.is_contiguous()
         nm = self.norms
-        fk.mtp_inputs[(n,)](toks, self.head.embed, self.scale, hsrc, hidx, nm["enorm"], nm["hnorm"], self.xcat,
+        mk.mtp_inputs[(n,)](toks, self.head.embed, self.scale, hsrc, hidx, nm["enorm"], nm["hnorm"], self.xcat,
                             D, self.head.cfg.eps, KP=_pow2(D), num_warps=self.tiles.warps)
         return self._linear(self.xcat[:n], self.fc, self.x)[:n]
 
@@ -153,7 +154,7 @@ class FusedMTPStep:
 
     def attend(self, x, q, cells):
         c, nm = self.head.cfg, self.norms
-        fk.attn_cells[(c.n_kv_heads,)](q, self.k_cache, self.v_cache, cells, self.att, cells.shape[0], c.query_scale,
+        mk.attn_cells[(c.n_kv_heads,)](q, self.k_cache, self.v_cache, cells, self.att, cells.shape[0], c.query_scale,
                                        H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16, BS=32,
                                        PREC=self.prec, num_warps=4)
         o = self._linear(self.att, self.o, self.o_out)
