@@ -321,18 +321,12 @@ case $step in
     for d in none none mtp; do python3 bench/ttft.py --model $M --draft $d 2>&1 | tail -1; done | tee "$OUT/ttft.txt"
     timeout 150 python3 bench/exact_vs_lossy.py --model $M --out "$OUT/exact_vs_lossy.json" 2>&1 | tail -5
     timeout 90 python3 bench/sample_bench.py 2>&1 | tee "$OUT/sample_bench.txt" | tail -12 ;;
-  s17-start)
+  s17-start|s18-start)  # the A/B of each session's variants ($AB overrides)
+    [ "$step" = s17-start ] && ab="tails=1;combine_split=2,combine_chunks=32;tails=1,combine_split=2,combine_chunks=32" \
+      || ab="persistent=1;persistent=1,prefetch=0"
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-    timeout 450 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-      --ab "tails=1;combine_split=2,combine_chunks=32;tails=1,combine_split=2,combine_chunks=32" \
-      --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -30
-    python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
-  s18-start)
-    mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
-    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-    timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-      --ab "${AB:-persistent=1;persistent=1,prefetch=0}" \
+    timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
   s18-begin)  # piece p0 and llama.cpp's build (background), nothing else

@@ -61,6 +61,22 @@ if triton is not None:
             tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [W + off],
                                       dtype=tl.int32, is_pure=False, pack=1)
 
+    @triton.jit
+    def _norm_stage(pid, it, P, X, W, Y, M, D, K, eps, TC, RES, WPOST, WPRE, HOUT, XN, WAIT, N_WAIT, ARR, NT,
+                    MP: tl.constexpr, KP: tl.constexpr, KPD: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr,
+                    BK: tl.constexpr, PREC: tl.constexpr, ST: tl.constexpr, KL: tl.constexpr, WL: tl.constexpr,
+                    PF: tl.constexpr, BACKOFF: tl.constexpr):
+        # an o / down stage: the NT column tiles of Y [M, D] = X [M, K] @ W.T from this program's
+        # first item `it`, after the N_WAIT arrivals at WAIT; the last tile's tail (linear_norm_tile)
+        # adds the normed Y to RES into HOUT and norms that into XN
+        if it < NT:
+            _prefetch(W, it * BN, D, K, BN, KL, WL, PF)
+            _wait(WAIT, N_WAIT, BACKOFF)
+            for j in range(it, NT, P):
+                fk.linear_norm_tile(X, W, Y, M, D, K, eps, TC, RES, WPOST, WPRE, HOUT, XN, j, 0, NT, MP, KP, KPD, RT,
+                                    BN, BK, PREC, True, ST)
+                _arrive(ARR)
+
     @triton.jit(do_not_specialize=["M", "window", "SG", "SL", "CAP"])
     def decode_layers(XN, QKV, Q, ATT, O, GU, DN, RA, RB, HID,
                       WQKV, WO, WGU, WDN, QN, KN, NPA, NFF, NPF, NNEXT,
@@ -156,14 +172,9 @@ if triton is not None:
                     _arrive(sc + 2 * CS)
             base += NC
             # o GEMV; the last tile adds the normed output to the residual (RA -> RB) and norms it
-            it = _first(pid, base, P)
-            if it < NO:
-                _prefetch(wo, it * BN_O, D, HD, BN_O, KL_O, WL, PF)
-                _wait(sc + 2 * CS, NC, BACKOFF)
-                for j in range(it, NO, P):
-                    fk.linear_norm_tile(ATT, wo, O, M, D, HD, eps, tc, RA, NPA + i * D, NFF + i * D, RB, XN, j, 0,
-                                        NO, MP, KPH, KPD, RT, BN_O, BK_O, PREC, True, ST_O)
-                    _arrive(sc + 3 * CS)
+            _norm_stage(pid, _first(pid, base, P), P, ATT, wo, O, M, D, HD, eps, tc, RA, NPA + i * D, NFF + i * D, RB,
+                        XN, sc + 2 * CS, NC, sc + 3 * CS, NO, MP, KPH, KPD, RT, BN_O, BK_O, PREC, ST_O, KL_O, WL, PF,
+                        BACKOFF)
             base += NO
             # gate|up GEMV with the GELU gating
             it = _first(pid, base, P)
@@ -178,14 +189,9 @@ if triton is not None:
             base += NG
             # down GEMV; the last tile adds it to the residual (RB -> RA, or HID after the last
             # layer) and norms that for the next layer (or the head)
-            it = _first(pid, base, P)
-            if it < ND:
-                _prefetch(wdn, it * BN_D, D, F, BN_D, KL_D, WL, PF)
-                _wait(sc + 4 * CS, NG, BACKOFF)
-                for j in range(it, ND, P):
-                    fk.linear_norm_tile(GU, wdn, DN, M, D, F, eps, tc + TKS, RB, NPF + i * D, NNEXT + i * D, hout,
-                                        XN, j, 0, ND, MP, KPF, KPD, RT, BN_D, BK_D, PREC, True, ST_D)
-                    _arrive(sc + 5 * CS)
+            _norm_stage(pid, _first(pid, base, P), P, GU, wdn, DN, M, D, F, eps, tc + TKS, RB, NPF + i * D,
+                        NNEXT + i * D, hout, XN, sc + 4 * CS, NG, sc + 5 * CS, ND, MP, KPF, KPD, RT, BN_D, BK_D, PREC,
+                        ST_D, KL_D, WL, PF, BACKOFF)
             base += ND
         # every program is past its last wait once the last one gets here: the counters go back to zero
         if fk.last_arrival(EXIT, P):
