@@ -268,9 +268,10 @@ class FusedDecoder:
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[0], res[0], m.layers[0]["attn_norm"], m.layers[0]["attn_norm"],
                                                     self.xn, self.xn, T, c.hidden, eps, PRO=1, KP=_pow2(c.hidden),
                                                     RT=NORM_ROWS, num_warps=t.warps)
-        if tails and t.persistent:
+        persistent = tails and t.persistent  # every layer in one launch; the loop below runs none
+        if persistent:
             self._layers_persistent(T, pos)
-        for i in range(0 if tails and t.persistent else c.n_layers):
+        for i in range(0 if persistent else c.n_layers):
             L = m.layers[i]
             qkv = self.qkv[:T]
             glob = c.is_global(i)

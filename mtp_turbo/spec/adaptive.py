@@ -9,8 +9,8 @@ captured or caught the drafter up on a long stretch is left out, and one slow ro
 hiccup, counts as at most `clip` times the running value: one outlier must not park the chooser at
 k = 0). P(accepted > i) is a decayed count of the rounds that drafted past i (`p_decay`, a window of
 ~1 / (1 - p_decay) of them) over a weak prior of 1/2: with a short window (0.9) a run of bad luck
-parked the chooser at k = 0 on estimates that k = 0 never updates (simulated at 27% acceptance a
-position: 0.84x the best fixed k; with 0.97, 0.99x). Until every k has been timed the chooser tries
+parked the chooser at k = 0 on estimates that k = 0 never updates (bench/experiments/chooser_sim.py;
+bench/RESULTS.md session 17). Until every k has been timed the chooser tries
 the untimed ones (K first); afterwards it tries a neighbour of the best every `probe` rounds, so a
 change in acceptance (a new kind of text) moves k. A try lasts `try_rounds` rounds: from k = 0 its
 first round catches the drafter up on every row since the last draft (no timing), the others
