@@ -62,7 +62,7 @@ def main() -> int:
 
         def lin():
             fk.linear[grid](x, x, x, x, x, x, w, y, M, N, K, eps, PRO=0, GATED=False, MP=MP, KP=kp, BN=bn, BK=bk,
-                            PREC="tf32", RT=1, **launch)
+                            PREC="tf32", **launch)
 
         def lin_norm():
             fk.linear_norm[grid](x, w, y, M, N, K, eps, cnt, res, wpost, wpre, hout, xout, MP=MP, KP=kp, NP=np_,

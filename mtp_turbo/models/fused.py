@@ -83,11 +83,6 @@ class FusedTiles:
     # (linear_norm, linear_rope) in forwards of <= MAX_ROWS rows: 6 launches a layer instead of 9
     # (needs split_norm); a 1-row step 693 -> 661 us at 256 cells, 783 -> 755 at 7000 (session 16)
     tails: bool = True
-    # with tails: the sandwich norms in the prologue of the GEMV after them (gate|up, the next
-    # layer's qkv), each program recomputing its rows' RMS on residual_norm's tiles, instead of
-    # the tail of the GEMV before (o, down): no arrival counter and no serial last program; the
-    # last layer's down keeps its tail (the head's input: one norm, not one a head program)
-    prologue: bool = False
     # every layer of a forward of <= MAX_ROWS rows in one persistent kernel (persistent_kernels.py;
     # needs tails and one warp count): stages hand on through arrival counters, not launches
     persistent: bool = False
@@ -129,8 +124,6 @@ class FusedDecoder:
             prefill_rows = PREFILL_ROWS if tiles.split_norm else MAX_ROWS
         assert prefill_rows >= MAX_ROWS and (prefill_rows == MAX_ROWS or tiles.split_norm), prefill_rows
         assert not tiles.tails or tiles.split_norm, "tails compute the split norms: they need split_norm"
-        assert not tiles.prologue or (tiles.tails and not tiles.persistent), \
-            "prologue norms are an option of the tails path (not of the persistent kernel)"
         self.rows = prefill_rows  # rows a forward takes at most
         self.block = QR // rep  # attention rows a program takes (MAX_ROWS or more)
         assert c.head_dim & (c.head_dim - 1) == 0 and c.head_dim >= 32, "head_dim must be a power of two"
@@ -197,14 +190,13 @@ class FusedDecoder:
         self.ptx = m.device.type == "cuda"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
-                gated=False, head=False, split=None):
-        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]. split: the
-        prologue as its own kernel (default FusedTiles.split_norm)."""
+                gated=False, head=False):
+        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]."""
         t = self.tiles
         M, K = x.shape
         N = w.shape[0] // 2 if gated else w.shape[0]
         assert M <= self.rows and w.shape[1] == K and y.shape[1] == N
-        if pro != 0 and (t.split_norm if split is None else split):  # prologue as its own kernel, then a plain GEMV
+        if pro != 0 and t.split_norm:  # prologue as its own kernel, then a plain GEMV
             xn = self.xn[:M]
             fk.residual_norm[(-(-M // NORM_ROWS),)](x if pro == 1 else h, delta if delta is not None else x,
                                                     wpost if wpost is not None else wpre, wpre,
@@ -217,7 +209,7 @@ class FusedDecoder:
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, RT=NORM_ROWS, **launch)
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
 
     def _linear_norm(self, x, w, y, cnt, res, wpost, wpre, hout):
         """y = x @ w.T, then (last program of each row block) hout = res + norm(y) * wpost and
@@ -272,8 +264,7 @@ class FusedDecoder:
         # [NORM_ROWS]-row tiles) as separate kernels: a tail's passes over 16 rows are serial (a
         # 128-row chunk took 1147 us with tails against 963 without: bench/RESULTS.md session 16)
         tails = t.tails and T <= MAX_ROWS
-        pro = tails and t.prologue  # the norms in the prologues of the GEMVs after them
-        if tails and not pro:  # layer 0's norm alone; every later one is the tail of the GEMV before it
+        if tails:  # layer 0's norm alone; every later one is the tail of the GEMV before it
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[0], res[0], m.layers[0]["attn_norm"], m.layers[0]["attn_norm"],
                                                     self.xn, self.xn, T, c.hidden, eps, PRO=1, KP=_pow2(c.hidden),
                                                     RT=NORM_ROWS, num_warps=t.warps)
@@ -288,16 +279,9 @@ class FusedDecoder:
             kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
             if tails:
                 bn, bk, launch = t.gemv(c.hidden)
-                x, r, d, wpost, wpre, hout, p = (self.xn[:T],) * 6 + (0,)  # the tail's normed input
-                if pro and i == 0:  # the embedding's norm
-                    x, wpre, p = res[0], L["attn_norm"], 1
-                elif pro:  # the residual after the last down GEMV (stored by program 0) and its norm
-                    x, r, d, wpost, wpre, hout, p = (res[cur], res[cur], delta, m.layers[i - 1]["post_ffn_norm"],
-                                                     L["attn_norm"], res[1 - cur], 2)
-                    cur = 1 - cur
                 fk.linear_rope[(-(-qkv.shape[1] // bn), -(-T // MP))](
-                    x, r, d, wpost, wpre, hout, L["qkv"], qkv, T, qkv.shape[1], c.hidden, eps, self.count[i, 2], pos,
-                    L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, PRO=p, H=H, HKV=HKV, DH=DH, MP=MP,
+                    self.xn[:T], L["qkv"], qkv, T, qkv.shape[1], c.hidden, eps, self.count[i, 2], pos,
+                    L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, H=H, HKV=HKV, DH=DH, MP=MP,
                     KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
             else:
                 if delta is None:
@@ -319,11 +303,7 @@ class FusedDecoder:
                 BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps)
             o = self.o[:T]
             gu = self.gu[:T]
-            if pro:
-                self._linear(self.att[:T].view(T, H * DH), L["o"], o)
-                self._linear(res[cur], L["gate_up"], gu, pro=2, h=res[cur], delta=o, wpost=L["post_attn_norm"],
-                             wpre=L["ffn_norm"], hout=res[1 - cur], gated=True, split=False)
-            elif tails:
+            if tails:
                 self._linear_norm(self.att[:T].view(T, H * DH), L["o"], o, self.count[i, 0], res[cur],
                                   L["post_attn_norm"], L["ffn_norm"], res[1 - cur])
                 self._linear(self.xn[:T], L["gate_up"], gu, gated=True)
@@ -333,10 +313,8 @@ class FusedDecoder:
                              wpre=L["ffn_norm"], hout=res[1 - cur], gated=True)
             cur = 1 - cur
             delta = self.down[:T]
-            last = i + 1 == c.n_layers
-            if pro and not last:  # the next qkv's prologue adds and norms it
-                self._linear(gu, L["down"], delta)
-            elif tails:  # the next layer's input norm (the last layer's: the final norm, into hidden)
+            if tails:  # the next layer's input norm (the last layer's: the final norm, into hidden)
+                last = i + 1 == c.n_layers
                 self._linear_norm(gu, L["down"], delta, self.count[i, 1], res[cur], L["post_ffn_norm"],
                                   m.out_norm if last else m.layers[i + 1]["attn_norm"],
                                   self.hidden[:T] if last else res[1 - cur])

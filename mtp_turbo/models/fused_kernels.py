@@ -95,31 +95,19 @@ if triton is not None:
     @triton.jit
     def gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, pid, b,
                   PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr,
-                  RT: tl.constexpr):
+                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
         """linear's body (its docstring): the tile of output columns pid of row block b. CG: X read
-        past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages); RT: rows
-        a prologue norm pass takes."""
+        past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages)."""
         ACT: tl.constexpr = X.dtype.element_ty
         rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
         rd = tl.zeros([MP], dtype=tl.float32)
         rstd = tl.zeros([MP], dtype=tl.float32)
-        if PRO != 0:
-            # per-row inverse RMS of the norm inputs over the whole row, RT real rows a pass on
-            # residual_norm's [RT, KP] tiles (the same bits; a [MP, KP] tile would spill), program 0
-            # also storing the new residual (PRO 2)
-            for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
-                rr = r0 + tl.arange(0, RT)
-                ok = rr < M
-                if PRO == 1:
-                    d_r, s_r = _norm_rows(X, X, X, X, X, X, rr, ok, ok, K, eps, 1, KP, ACT, False)
-                else:
-                    d_r, s_r = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rr, ok, ok & (rr * 0 + pid == 0), K,
-                                          eps, 2, KP, ACT, False)
-                sel = rm[:, None] == rr[None, :]  # [MP, RT]: one term of each row's sum is its own
-                rd += tl.sum(tl.where(sel, d_r[None, :], 0.0), axis=1)
-                rstd += tl.sum(tl.where(sel, s_r[None, :], 0.0), axis=1)
+        if PRO == 1:  # per-row inverse RMS of the norm inputs, over the whole row
+            rd, rstd = _norm_rows(X, X, X, X, X, X, rm, m_mask, m_mask, K, eps, 1, KP, ACT, False)
+        elif PRO == 2:  # program 0 also stores the new residual
+            rd, rstd = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
+                                  2, KP, ACT, False)
         rn = pid * BN + tl.arange(0, BN)
         n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
@@ -145,7 +133,7 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, RT: tl.constexpr):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
         W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
@@ -153,7 +141,7 @@ if triton is not None:
         stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
         gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, tl.program_id(0), tl.program_id(1),
-                  PRO, GATED, MP, KP, BN, BK, PREC, False, None, RT)
+                  PRO, GATED, MP, KP, BN, BK, PREC, False, None)
 
     @triton.jit
     def last_arrival(CNT, n):
@@ -185,7 +173,7 @@ if triton is not None:
                          ST: tl.constexpr):
         """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail."""
         ACT: tl.constexpr = X.dtype.element_ty
-        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST, RT)
+        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
@@ -193,28 +181,25 @@ if triton is not None:
                 _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear_rope(X, RES, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
-                    PRO: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
-                    KP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """The qkv GEMV (linear with prologue PRO over X / RES, DELTA, WPOST, WPRE, HOUT; Y [M,
-        (H + 2 HKV) DH]), then qk_rope_write's work for each head in the program that finishes
-        that head's DH / BN column tiles of a row block last (FusedTiles.tails): query heads
-        normed + roped into QOUT, K heads normed + roped and V heads copied into the cache cells
-        at POS, RT rows a pass (_rope_rows: the same arithmetic as qk_rope_write). CNT: int32 [row
-        blocks, H + 2 HKV], zero before and after."""
-        linear_rope_tile(X, RES, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT,
-                         KC, VC, tl.program_id(0), tl.program_id(1), PRO, H, HKV, DH, MP, KP, RT, BN, BK, PREC,
-                         False, None)
+    def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+                    H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+                    RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+        """The qkv GEMV (linear, PRO 0; Y [M, (H + 2 HKV) DH]), then qk_rope_write's work for each
+        head in the program that finishes that head's DH / BN column tiles of a row block last
+        (FusedTiles.tails): query heads normed + roped into QOUT, K heads normed + roped and V
+        heads copied into the cache cells at POS, RT rows a pass (_rope_rows: the same arithmetic
+        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after."""
+        linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
+                         tl.program_id(1), H, HKV, DH, MP, KP, RT, BN, BK, PREC, False, None)
 
     @triton.jit
-    def linear_rope_tile(X, RES, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT,
-                         KC, VC, pid, b, PRO: tl.constexpr, H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                         MP: tl.constexpr, KP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+    def linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
+                         H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
+                         KP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
         """linear_rope's body: column tile pid of row block b, then the tail of its head."""
         ACT: tl.constexpr = KC.dtype.element_ty
-        gemv_tile(X, RES, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, pid, b, PRO, False, MP, KP, BN, BK, PREC,
-                  CG, ST, RT)
+        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
         j = pid * BN // DH
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):

@@ -118,7 +118,7 @@ class FusedMTPStep:
         N = w.shape[0] // 2 if gated else w.shape[0]
         bn, bk, launch = t.gemv(K, gated, head)
         fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
-                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, RT=1, **launch)
+                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
         return y
 
     def _norm(self, h, delta, wpost, wpre, hout, xout):

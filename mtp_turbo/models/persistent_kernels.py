@@ -146,9 +146,9 @@ if triton is not None:
                 if i > 0:
                     _wait(sc - 6 * CS + 5 * CS, ND, BACKOFF)
                 for j in range(it, NA, P):
-                    fk.linear_rope_tile(XN, XN, XN, XN, XN, XN, wqkv, QKV, M, NQKV, D, eps, tc + 2 * TKS, POS,
-                                        QN + i * DH, KN + i * DH, cos, sin, Q, kc, vc, j, 0, 0, H, HKV, DH, MP, KPD,
-                                        RT, BN_Q, BK_Q, PREC, True, ST_Q)
+                    fk.linear_rope_tile(XN, wqkv, QKV, M, NQKV, D, eps, tc + 2 * TKS, POS, QN + i * DH,
+                                        KN + i * DH, cos, sin, Q, kc, vc, j, 0, H, HKV, DH, MP, KPD, RT,
+                                        BN_Q, BK_Q, PREC, True, ST_Q)
                     _arrive(sc)
             base += NA
             # attention partials over the key chunks any row reads
@@ -184,7 +184,7 @@ if triton is not None:
                 _wait(sc + 3 * CS, NO, BACKOFF)
                 for j in range(it, NG, P):
                     fk.gemv_tile(XN, XN, XN, XN, XN, XN, wgu, GU, M, F, D, eps, j, 0, 0, True, MP, KPD, BN_G, BK_G,
-                                 PREC, True, ST_G, RT)
+                                 PREC, True, ST_G)
                     _arrive(sc + 4 * CS)
             base += NG
             # down GEMV; the last tile adds it to the residual (RB -> RA, or HID after the last

@@ -233,19 +233,3 @@ def test_persistent_kernel_gives_the_kernel_per_stage_bits():
     assert not dec.stage_count.any() and not dec.exit_count.any() and not dec.count.any()
     with pytest.raises(AssertionError, match="needs tails"):
         fused.FusedDecoder(model, kf, fused.FusedTiles(persistent=True, tails=False))
-
-
-@pytest.mark.parametrize("n_prefill,T", [(40, 4), (5, 1)])
-def test_prologue_norms_give_the_tails_bits(n_prefill, T):
-    # the sandwich norms recomputed in every program of the GEMV after them (FusedTiles.prologue)
-    # on the tails' [NORM_ROWS, K] tiles: the same logits, hidden rows and K/V bit for bit as the
-    # tails of the GEMVs before them, and the RoPE tails' counters end at zero
-    model = tiny_model(seed=19)
-    (rl, rh, _), (fl, fh, kf), _ = run_both(model, n_prefill, T)
-    (_, _, _), (pl, ph, kp), dec = run_both(model, n_prefill, T, tiles=fused.FusedTiles(prologue=True))
-    assert torch.equal(pl, fl) and torch.equal(ph, fh)
-    assert torch.equal(kp.k, kf.k) and torch.equal(kp.v, kf.v)
-    assert rel(pl, rl) < 1e-4 and rel(ph, rh) < 1e-4
-    assert not dec.count.any()
-    with pytest.raises(AssertionError, match="prologue norms"):
-        fused.FusedDecoder(model, kf, fused.FusedTiles(prologue=True, tails=False))
