@@ -112,6 +112,13 @@
 #   AB="..." bench/gpu_session.sh s18-probe   no model: step_bench A/B of the variants in $AB at $POSITIONS (256)
 #   bench/gpu_session.sh s18-begin         piece p0, llama.cpp's build in the background
 #   bench/gpu_session.sh s18-bench         (after s17-tests) the table of record, then MT-Bench with --adaptive (k_counts)
+#
+# Session 19 (the drafter's attention a program a chunk of read cells; the greedy pick as one kernel):
+#   bench/gpu_session.sh s18-begin, s14-recv 1..5, s17-tests as before
+#   bench/gpu_session.sh s19-ab            MT-Bench plain / MTP k = 3, temp 0 and 0.6: the tree with .ab_before/'s files
+#                                          (the code before the change) and this tree, back to back
+#   bench/gpu_session.sh s19-profile       bench/round_profile.py on MT-Bench (device time per kernel per round)
+#   then s18-bench (the table of record beside llama.cpp, then --adaptive)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -329,6 +336,17 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s19-ab)  # before (.ab_before's files over a copy of this tree) and after, back to back
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r mtp_turbo /tmp/before/ && cp -r .ab_before/mtp_turbo /tmp/before/
+    for t in before after; do
+      dir=$PWD; [ $t = before ] && dir=/tmp/before
+      (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf \
+        --modes plain,mtp --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
+        --json "$OUT/ab_$t.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -6 | sed "s/^/$t: /")
+    done ;;
+  s19-profile)
+    timeout 240 python3 bench/round_profile.py --model /tmp/gguf/model.gguf --out "$OUT/round_profile.json" 2>&1 \
+      | grep -v "Warn\|USDT\|_warn_once" | tee "$OUT/round_profile.txt" | grep -v "^    " ;;
   s18-begin)  # piece p0 and llama.cpp's build (background), nothing else
     mkdir -p /tmp/logs; cp .pieces/p0/piece.0 /tmp/gguf/; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;

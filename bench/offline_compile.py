@@ -373,6 +373,10 @@ def wl_main(dry_all: bool):
         for v in ({}, {"prefetch": False}, {"persistent_backoff": 64}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(persistent=True, **v),
                 prefetch=True)
+    with workload("main the greedy pick on the head's logits (1, 4, 8 rows of 262144; 1 of 32768)", dry=True):
+        from mtp_turbo.models.greedy import GreedyPick
+        for T, V in ((1, 262144), (4, 262144), (8, 262144), (1, 32768)):
+            GreedyPick("triton")(torch.zeros(T, V))
     variants = _decode_bench_tiles()
     with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True):
         for v in variants:

@@ -2,7 +2,7 @@
 
 Owns: `mtp_inputs` (the embedding row gather and both input norms, side by side for the one fc
 GEMV), `attn_cells` (one query row over an explicit list of cells: the drafter's sink + window +
-chain) and `gelu_gate` (the gating of a packed gate|up GEMV's output). Ignores: the kernels the
+chain; a program a chunk of cells, merged by the last) and `gelu_gate` (the gating of a packed gate|up GEMV's output). Ignores: the kernels the
 head's block shares with the main model (fused_kernels.py), buffers and launch order.
 
 Rounding follows fused_kernels.py (norms in fp32 rounded to the activation dtype, matmuls
@@ -37,40 +37,52 @@ if triton is not None:
         tl.store(XOUT + m * 2 * D + D + rk, (h * rh * wh).to(ACT), mask=ok)
 
     @triton.jit
-    def attn_cells(Q, KC, VC, CELLS, OUT, M, scale, H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                   QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
-        """Program g: the H/HKV query heads of KV group g of one row Q [H, DH] against the cells
-        CELLS[:M] (int64, -1 = padding) of KC/VC [capacity, HKV, DH]; softmax over the valid
-        cells, chunk by chunk (online), into OUT [H, DH]. P is rounded to the cache dtype for the
-        P.V dot and the row sum is taken over the rounded P, as attn_partial does."""
-        g = tl.program_id(0)
+    def attn_cells(Q, KC, VC, CELLS, OUT, OP, MX, LS, CNT, M, scale, H: tl.constexpr, HKV: tl.constexpr,
+                   DH: tl.constexpr, QR: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr):
+        """Program (s, g) of a (cdiv(M, BS), HKV) grid: the H/HKV query heads of KV group g of one
+        row Q [H, DH] against cells CELLS[s BS : (s+1) BS] (int64, -1 = padding; of M) of KC/VC
+        [capacity, HKV, DH]: unnormalised output, row max and row sum into OP [HKV S, QR, DH] /
+        MX / LS [HKV S, QR] slot g S + s. The last of the group's S programs (arrival counter CNT
+        [HKV] int32, zero before and after) merges the S slots into OUT [H, DH]; SP = a power of
+        two >= S. One chunk a program: one program walking 321 cells took 19 us (bench/RESULTS.md).
+        P is rounded to the cache dtype for the P.V dot and the row sum is taken over the rounded
+        P, as attn_partial does."""
+        s = tl.program_id(0)
+        g = tl.program_id(1)
+        S = tl.num_programs(0)
         REP: tl.constexpr = H // HKV
         rq = tl.arange(0, QR)
         q_ok = rq < REP
         qh = g * REP + rq
         rd = tl.arange(0, DH)
         q = tl.load(Q + qh[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
-        m_i = tl.full([QR], float("-inf"), tl.float32)
-        l_i = tl.zeros([QR], dtype=tl.float32)
-        acc = tl.zeros([QR, DH], dtype=tl.float32)
-        for s0 in range(0, M, BS):
-            rs = s0 + tl.arange(0, BS)
-            c = tl.load(CELLS + rs, mask=rs < M, other=-1)
-            ok = c >= 0
-            off = (tl.where(ok, c, 0) * HKV + g)[:, None] * DH + rd[None, :]
-            k = tl.load(KC + off, mask=ok[:, None], other=0.0)
-            sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
-            sc = tl.where(ok[None, :], sc, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(sc, axis=1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            alpha = tl.exp(m_i - m_safe)
-            p = tl.where(ok[None, :], tl.exp(sc - m_safe[:, None]), 0.0).to(KC.dtype.element_ty)
-            v = tl.load(VC + off, mask=ok[:, None], other=0.0)
-            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PREC)
-            l_i = l_i * alpha + tl.sum(p.to(tl.float32), axis=1)
-            m_i = m_new
-        out = acc / l_i[:, None]
-        tl.store(OUT + qh[:, None] * DH + rd[None, :], out.to(OUT.dtype.element_ty), mask=q_ok[:, None])
+        rs = s * BS + tl.arange(0, BS)
+        c = tl.load(CELLS + rs, mask=rs < M, other=-1)
+        ok = c >= 0
+        off = (tl.where(ok, c, 0) * HKV + g)[:, None] * DH + rd[None, :]
+        k = tl.load(KC + off, mask=ok[:, None], other=0.0)
+        sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
+        sc = tl.where(ok[None, :], sc, float("-inf"))
+        mx = tl.max(sc, axis=1)
+        mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
+        p = tl.where(ok[None, :], tl.exp(sc - mx_safe[:, None]), 0.0).to(KC.dtype.element_ty)
+        v = tl.load(VC + off, mask=ok[:, None], other=0.0)
+        o = tl.dot(p, v, input_precision=PREC)  # [QR, DH] fp32
+        slot = g * S + s
+        tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o, mask=q_ok[:, None])
+        tl.store(MX + slot * QR + rq, mx, mask=q_ok)
+        tl.store(LS + slot * QR + rq, tl.sum(p.to(tl.float32), axis=1), mask=q_ok)
+        if fk.last_arrival(CNT + g, S):
+            rsl = tl.arange(0, SP)
+            s_ok = rsl < S
+            for r in tl.static_range(REP):
+                at = (g * S + rsl) * QR + r
+                mxs = fk.ld(MX + at, s_ok, float("-inf"), True)
+                w = tl.exp(mxs - tl.max(mxs, axis=0))  # a chunk without a valid cell (-inf): 0
+                ops = fk.ld(OP + at[:, None] * DH + rd[None, :], s_ok[:, None], 0.0, True)  # [SP, DH]
+                acc = tl.sum(w[:, None] * ops, axis=0)
+                l_all = tl.sum(w * fk.ld(LS + at, s_ok, 0.0, True), axis=0)
+                tl.store(OUT + (g * REP + r) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
 
     @triton.jit
     def gelu_gate(GU, Y, F, BLOCK: tl.constexpr):

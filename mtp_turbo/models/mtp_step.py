@@ -30,6 +30,7 @@ from .mtp_head import MTPHead
 
 MAX_ROWS = MP  # catch-up rows one fused launch takes (the GEMV's row tile)
 MAX_CHAIN = 8  # drafts a chain makes at most (SpecConfig: draft_tokens <= 7)
+CELL_CHUNK = 32  # read cells an attention program takes (the sink + window's 321: 11 programs)
 
 
 class TorchMTPStep:
@@ -101,6 +102,7 @@ class FusedMTPStep:
         self.gu, self.dn, self.state = buf(1, c.ffn), buf(1, D), buf(1, D)
         self.lg = buf(MAX_CHAIN, head.head_rows.shape[0], dtype=torch.float32)
         self.scale = float(head.embed_scale.float())
+        self.cell_scratch: dict[int, tuple] = {}  # attend's partials per chunk count (allocated before capture)
 
     # ---- pieces ----------------------------------------------------------------------------------
     def _linear(self, x, w, y, gated=False, head=False):
@@ -154,9 +156,18 @@ class FusedMTPStep:
 
     def attend(self, x, q, cells):
         c, nm = self.head.cfg, self.norms
-        mk.attn_cells[(c.n_kv_heads,)](q, self.k_cache, self.v_cache, cells, self.att, cells.shape[0], c.query_scale,
-                                       H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16, BS=32,
-                                       PREC=self.prec, num_warps=4)
+        M = cells.shape[0]
+        S = -(-M // CELL_CHUNK)
+        if S not in self.cell_scratch:  # per read-cell count (static in a graph): partials + counters
+            dev, qr = self.att.device, 16
+            self.cell_scratch[S] = (torch.zeros(c.n_kv_heads * S, qr, c.head_dim, dtype=torch.float32, device=dev),
+                                     torch.zeros(c.n_kv_heads * S, qr, dtype=torch.float32, device=dev),
+                                     torch.zeros(c.n_kv_heads * S, qr, dtype=torch.float32, device=dev),
+                                     torch.zeros(c.n_kv_heads, dtype=torch.int32, device=dev))
+        op, mx, ls, cnt = self.cell_scratch[S]
+        mk.attn_cells[(S, c.n_kv_heads)](q, self.k_cache, self.v_cache, cells, self.att, op, mx, ls, cnt, M,
+                                         c.query_scale, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16,
+                                         BS=CELL_CHUNK, SP=_pow2(S), PREC=self.prec, num_warps=4)
         o = self._linear(self.att, self.o, self.o_out)
         self._norm(x, o, nm["post_attn_norm"], nm["ffn_norm"], self.h1, self.xn[:1])
         gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..models.greedy import GreedyPick
 from ..sampling.config import SamplerConfig
 from ..sampling.fused import sample_tokens
 from .drafters.mtp import GRAPH_ROWS
@@ -88,6 +89,7 @@ class RoundProgram:
         self.chooser_key = None
         self.last_fresh = False  # the last round's time is no timing of its k (see run)
         self.captures = 0  # CUDA graphs captured so far: a first use of a program's shape pays one
+        self.pick = GreedyPick()  # the temp-0 token of each row without penalties (its scratch kept here)
         self._ran: set[tuple] = set()
 
     # ---- the device work -------------------------------------------------------------------------
@@ -110,7 +112,7 @@ class RoundProgram:
         def accept(logits, hidden):
             pos = n + ar[: k + 1]
             s = self.sampler
-            t = logits.argmax(-1) if s.greedy and not s.uses_penalties else \
+            t = self.pick(logits) if s.greedy and not s.uses_penalties else \
                 sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
             drafts = tb[n + ar[:k]]
             if self.mode == "exact":
@@ -142,7 +144,7 @@ class RoundProgram:
             for j in range(steps):
                 pos = self.n_dev + j  # [1]: the token drawn; its input row is pos - 1
                 logits, hidden = tg.forward_body(tb[pos - 1], pos - 1)
-                t = logits.argmax(-1) if s.greedy and not s.uses_penalties else \
+                t = self.pick(logits) if s.greedy and not s.uses_penalties else \
                     sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
                 tb.index_copy_(0, pos, t)
                 self.out_dev[1 + j: 2 + j].copy_(t)
@@ -195,9 +197,13 @@ class RoundProgram:
         return graphs
 
     def _degrade(self) -> str:
-        """One step down after a failure: the torch sampler chain, then the drafter's torch step,
-        then no graphs (eager rounds). Says what it did."""
-        if self.sample_backend != "torch" and not (self.sampler.greedy and not self.sampler.uses_penalties):
+        """One step down after a failure: the torch sampler chain (or argmax), then the drafter's
+        torch step, then no graphs (eager rounds). Says what it did."""
+        if self.sampler.greedy and not self.sampler.uses_penalties:
+            if self.pick.backend != "torch":
+                self.pick = GreedyPick("torch")
+                return "taking the argmax with torch instead of the fused kernel"
+        elif self.sample_backend != "torch":
             self.sample_backend = "torch"
             return "sampling with the torch chain instead of the fused kernels"
         if self.drafter is not None and self.drafter.on_device and self.drafter.fall_back_to_torch():

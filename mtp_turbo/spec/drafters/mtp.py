@@ -34,6 +34,7 @@ import torch
 from ...cache.cells import DraftCells, DraftCellsConfig
 from ...errors import ModelFileError
 from ...models.fused import available as fused_available
+from ...models.greedy import GreedyPick
 from ...models.mtp_head import DEFAULT_HEAD, MTPHead
 from ...models.mtp_step import MAX_ROWS as MAX_STEP_ROWS
 from ...models.mtp_step import FusedMTPStep, TorchMTPStep
@@ -104,6 +105,7 @@ class MTPDrafter(Drafter):
         self._seq: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
         self._seq_cfg = None  # the verifier's penalty stage at temperature 0: the drafts' pick
         self._seq_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
+        self.pick = GreedyPick()  # the raw-argmax drafts (its scratch kept here, for the graphs)
 
     # ---- engine hooks --------------------------------------------------------------------------
     def reset(self) -> None:
@@ -264,7 +266,7 @@ class MTPDrafter(Drafter):
             probs = probs_from_logits(lg.float(), None if c is None else c[None], self._draw)
             return draw(probs, uniforms(self._draw.seed, upos)), c
         if c is None:
-            return lg.argmax(-1), None
+            return self.pick(lg), None
         return apply_penalties(lg, c[None], self._pen).argmax(-1), c
 
     # ---- drafting ------------------------------------------------------------------------------
@@ -311,10 +313,11 @@ class MTPDrafter(Drafter):
 
     def fall_back_to_torch(self) -> bool:
         """Draft with torch ops from now on (the fused kernels failed); False if it already does."""
-        if self.step is self.torch_step and self._seq_backend == "torch":
+        if self.step is self.torch_step and self._seq_backend == "torch" and self.pick.backend == "torch":
             return False
         self.step = self.torch_step
         self._seq_backend = "torch"
+        self.pick = GreedyPick("torch")
         self._graphs.clear()
         return True
 

@@ -1,7 +1,7 @@
 """The drafter's round on the fused Triton kernels (models/mtp_step.FusedMTPStep, CUDA's default),
 run in Triton's CPU interpreter in fp32: the same drafts as the from-scratch reference and logits
 equal to fp32 rounding, over sessions with chunked prefill, catch-up batches, chains of k = 1..4,
-rollbacks, a reduced head, sampler penalties, and contexts past sink + window; the same K/V cells
+rollbacks, a reduced head, sampler penalties, and contexts past sink + window (attention over more than one chunk of read cells); the same K/V cells
 as the torch step; and no host sync in the captured work."""
 
 import random
@@ -59,6 +59,9 @@ def session(tiny, head, sink, window, seed, rounds, prompt=(20, 60), capacity=40
             tokens = tokens[:cut]
             for d in both:
                 d.truncate(cut)
+    # attention over the read cells runs a program a chunk of cells, merged by the last to arrive:
+    # its arrival counters end every launch at zero (a graph replay finds them as the first did)
+    assert fused.step.cell_scratch and not any(s[3].any() for s in fused.step.cell_scratch.values())
     return len(tokens)
 
 
