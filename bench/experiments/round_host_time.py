@@ -4,8 +4,9 @@ program's own time (CUDA events around its graph replay) against the host work b
 Each named host function is wrapped with a timer (this script only: the package is unchanged);
 per round it prints medians in us of: wall (one round's launch to the next round's launch), device
 (event to event around the replay), and the host parts (the drafter's prepare, the graph replay
-call, the wait for the round, commit + observe, the chooser). What the device waits for each round
-is wall - device.
+call, the wait for the round, commit + observe, the chooser, the drafter's staging) and the host's
+critical path: from one round's sync to the next round's replay. What the device waits for each
+round is wall - device.
 
     python bench/experiments/round_host_time.py --model M [--prompts 8] [--temps 0,0.6]
 """
@@ -57,22 +58,34 @@ def main():
     ap.add_argument("--device", default="cuda", help="cuda, or cpu (a check of this script: no device times)")
     args = ap.parse_args()
     for cls, name in ((mtp.MTPDrafter, "prepare"), (mtp.MTPDrafter, "observe"), (program.RoundProgram, "launch"),
-                      (program.RoundProgram, "finish"), (program.RoundProgram, "_read"), (Engine, "commit"),
-                      (adaptive.KChooser, "choose"), (adaptive.KChooser, "update")):
+                      (program.RoundProgram, "finish"), (Engine, "commit"), (adaptive.KChooser, "choose"),
+                      (adaptive.KChooser, "update"), (mtp.MTPDrafter, "_stage"), (mtp.MTPDrafter, "_seq_window"),
+                      (mtp.MTPDrafter, "_follow"), (mtp.MTPDrafter, "_repair"), (program.RoundProgram, "_go")):
         timed(cls, name)
     dev_ms = []
-    real_replay = program.RoundProgram._replay
+    real_replay, real_read = program.RoundProgram._replay, program.RoundProgram._read
+    last_read = [None]
 
     def replay(self, graphs):  # the device program between two events
+        t0 = time.perf_counter()
+        if last_read[0] is not None:  # the host's critical path: the last round's sync to this replay
+            T["sync -> next replay"].append(t0 - last_read[0])
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         a.record()
-        t0 = time.perf_counter()
+        t1 = time.perf_counter()
         real_replay(self, graphs)
-        T["replay call"].append(time.perf_counter() - t0)
+        T["replay call"].append(time.perf_counter() - t1)
         b.record()
         dev_ms.append((a, b))
 
-    program.RoundProgram._replay = replay
+    def read(self, n):
+        t0 = time.perf_counter()
+        out = real_read(self, n)
+        T["_read (sync)"].append(time.perf_counter() - t0)
+        last_read[0] = time.perf_counter()
+        return out
+
+    program.RoundProgram._replay, program.RoundProgram._read = replay, read
     eng = Engine(EngineConfig(model=args.model, device=args.device, progress=False))
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     prompts = load_prompts("mtbench", args.prompts)
@@ -84,11 +97,13 @@ def main():
         sync()
         T.clear()
         dev_ms.clear()
+        last_read[0] = None
         rounds, decode_s = 0, 0.0
         for p in prompts:
             eng.generate_text(p, sampler=sampler, max_tokens=args.max_tokens, spec=spec)
             rounds += eng.last_stats.spec.rounds
             decode_s += eng.last_stats.decode_s
+            last_read[0] = None  # a prompt's first round follows its prefill
         sync()
         dev = [a.elapsed_time(b) * 1e3 for a, b in dev_ms] or [0.0]
         print(f"temp {temp}: {rounds} rounds, wall {decode_s / rounds * 1e6:.0f} us a round (decode), device "

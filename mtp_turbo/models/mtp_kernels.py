@@ -37,11 +37,12 @@ if triton is not None:
         tl.store(XOUT + m * 2 * D + D + rk, (h * rh * wh).to(ACT), mask=ok)
 
     @triton.jit
-    def attn_cells(Q, KC, VC, CELLS, OUT, OP, MX, LS, CNT, M, scale, H: tl.constexpr, HKV: tl.constexpr,
+    def attn_cells(Q, KC, VC, RUNS, OUT, OP, MX, LS, CNT, M, scale, H: tl.constexpr, HKV: tl.constexpr,
                    DH: tl.constexpr, QR: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr, PREC: tl.constexpr):
         """Program (s, g) of a (cdiv(M, BS), HKV) grid: the H/HKV query heads of KV group g of one
-        row Q [H, DH] against cells CELLS[s BS : (s+1) BS] (int64, -1 = padding; of M) of KC/VC
-        [capacity, HKV, DH]: unnormalised output, row max and row sum into OP [HKV S, QR, DH] /
+        row Q [H, DH] against entries s BS .. (s+1) BS of the query's read-cell list (at most M
+        cells: the cell runs RUNS [6] int64 = [lo, hi) x 3, ascending, one after another; see
+        cells_from_runs) of KC/VC [capacity, HKV, DH]: unnormalised output, row max and row sum into OP [HKV S, QR, DH] /
         MX / LS [HKV S, QR] slot g S + s. The last of the group's S programs (arrival counter CNT
         [HKV] int32, zero before and after) merges the S slots into OUT [H, DH]; SP = a power of
         two >= S. One chunk a program: one program walking 321 cells took 19 us (bench/RESULTS.md).
@@ -56,9 +57,13 @@ if triton is not None:
         qh = g * REP + rq
         rd = tl.arange(0, DH)
         q = tl.load(Q + qh[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
-        rs = s * BS + tl.arange(0, BS)
-        c = tl.load(CELLS + rs, mask=rs < M, other=-1)
-        ok = c >= 0
+        rs = s * BS + tl.arange(0, BS)  # entries of the read-cell list -> cells, from the runs
+        lo0, n0 = tl.load(RUNS), tl.load(RUNS + 1) - tl.load(RUNS)
+        lo1, n1 = tl.load(RUNS + 2), tl.load(RUNS + 3) - tl.load(RUNS + 2)
+        lo2, n2 = tl.load(RUNS + 4), tl.load(RUNS + 5) - tl.load(RUNS + 4)
+        c = tl.where(rs < n0, lo0 + rs, tl.where(rs < n0 + n1, lo1 + rs - n0,
+                                                 tl.where(rs < n0 + n1 + n2, lo2 + rs - n0 - n1, -1)))
+        ok = (c >= 0) & (rs < M)
         off = (tl.where(ok, c, 0) * HKV + g)[:, None] * DH + rd[None, :]
         k = tl.load(KC + off, mask=ok[:, None], other=0.0)
         sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]

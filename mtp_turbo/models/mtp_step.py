@@ -7,8 +7,9 @@ Owns: `TorchMTPStep` and `FusedMTPStep`, which compute the same four things:
   model's state hsrc[hidx[m]] with the embedding of token toks[m];
 - write_qkv(x [n, D], pos [n]) -> q [n, H, Dh]: the rows' K/V written into the drafter's cache at
   cells pos (RoPE at those positions, from the tables given at construction), their queries;
-- attend(x [1, D], q [1, H, Dh], cells [M] int64 (-1 = padding)) -> h [1, D]: one query over the
-  given cells, then the rest of the block: the chained state;
+- attend(x [1, D], q [1, H, Dh], runs [6] int64, M) -> h [1, D]: one query over the cells of up
+  to three [lo, hi) runs (at most M cells; cells_from_runs), then the rest of the block: the
+  chained state;
 - logits(h [1, D], j) -> fp32 [1, N]: final norm and the head's rows, for chain step j (a fused
   step keeps each step's logits in its own buffer row).
 No host syncs and fixed launch shapes: both can be captured in a CUDA graph. The fused step
@@ -33,6 +34,17 @@ MAX_CHAIN = 8  # drafts a chain makes at most (SpecConfig: draft_tokens <= 7)
 CELL_CHUNK = 32  # read cells an attention program takes (the sink + window's 321: 11 programs)
 
 
+def cells_from_runs(runs: torch.Tensor, M: int) -> torch.Tensor:
+    """A query's read-cell list from its runs int64 [6] = [lo, hi) x 3 (ascending, each possibly
+    empty), padded with -1 to M entries -> int64 [M] on runs' device (no host sync): what
+    attn_cells computes per entry."""
+    m = torch.arange(M, device=runs.device)
+    n = runs[1::2] - runs[0::2]  # [3] run lengths
+    e0, e1 = n[0], n[0] + n[1]
+    return torch.where(m < e0, runs[0] + m, torch.where(m < e1, runs[2] + m - e0,
+                                                         torch.where(m < e1 + n[2], runs[4] + m - e1, -1)))
+
+
 class TorchMTPStep:
     """rope: the head's (cos, sin) tables [>= capacity, Dh]."""
 
@@ -49,7 +61,8 @@ class TorchMTPStep:
         self.v_cache.index_copy_(0, pos, v.to(self.v_cache.dtype))
         return q
 
-    def attend(self, x, q, cells):
+    def attend(self, x, q, runs, M):
+        cells = cells_from_runs(runs, M)
         valid, idx = cells >= 0, cells.clamp(min=0)
         return self.head.step(x, q, self.k_cache[idx], self.v_cache[idx], valid[None])
 
@@ -154,9 +167,8 @@ class FusedMTPStep:
             H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, RT=NORM_ROWS, num_warps=self.tiles.warps)
         return self.q[:n]
 
-    def attend(self, x, q, cells):
+    def attend(self, x, q, runs, M):
         c, nm = self.head.cfg, self.norms
-        M = cells.shape[0]
         S = -(-M // CELL_CHUNK)
         if S not in self.cell_scratch:  # per read-cell count (static in a graph): partials + counters
             dev, qr = self.att.device, 16
@@ -165,7 +177,7 @@ class FusedMTPStep:
                                      torch.zeros(c.n_kv_heads * S, qr, dtype=torch.float32, device=dev),
                                      torch.zeros(c.n_kv_heads, dtype=torch.int32, device=dev))
         op, mx, ls, cnt = self.cell_scratch[S]
-        mk.attn_cells[(S, c.n_kv_heads)](q, self.k_cache, self.v_cache, cells, self.att, op, mx, ls, cnt, M,
+        mk.attn_cells[(S, c.n_kv_heads)](q, self.k_cache, self.v_cache, runs, self.att, op, mx, ls, cnt, M,
                                          c.query_scale, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16,
                                          BS=CELL_CHUNK, SP=_pow2(S), PREC=self.prec, num_warps=4)
         o = self._linear(self.att, self.o, self.o_out)

@@ -12,8 +12,9 @@ Ignores: the head's math and file (models/mtp_head.py, models/mtp_load.py), the 
 (cache/cells.py), verification (spec/verify.py), training (train/).
 
 Static shapes: the round's inputs live in one int64 vector staged on the host and uploaded with
-one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft step j its read cells
-padded with -1 to M = sink + window + 1 [k, M] | with penalties over a whole-history window only:
+one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft step j its read cells as
+three [lo, hi) runs [k, 6] (sink, window, chain; at most M = sink + window + 1 cells; the
+attention expands them) | with penalties over a whole-history window only:
 for each step j the head index leaving the penalty window [k] (-1 none), next to draft 0's window
 counts [N] uploaded to _pen_dev. A bounded penalty window goes up apart, as its head indices [W],
 and each draft is picked by the fused sampler over that window ++ the chain's earlier drafts. The read cells follow from the cell bookkeeping alone (never from the drafts), so the
@@ -47,6 +48,7 @@ from .base import Drafter
 # captured CUDA graphs exist for catch-up batches of <= GRAPH_ROWS rows (a round catches up
 # accepted + 1 rows) and chains of <= GRAPH_K drafts; bigger work runs the same code eagerly
 GRAPH_ROWS, GRAPH_K = 8, 8
+RUN_WORDS = 6  # a query's read cells as staged: three [lo, hi) runs (sink, window, chain)
 # penalty windows of up to this many tokens are staged as the window's head indices and the drafts
 # picked by the fused sampler (one launch a draft); longer or whole-history windows (-1) as counts
 SEQ_WINDOW_MAX = 4096
@@ -82,10 +84,13 @@ class MTPDrafter(Drafter):
         self.use_graphs = bool(graphs) and dev.type == "cuda"
         self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
         self._cell_ids = np.arange(self.capacity, dtype=np.int64)  # staged cell runs are slices of it
-        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * self.max_reads + GRAPH_K
+        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * RUN_WORDS + GRAPH_K
         self._stage_dev = torch.zeros(self._stage_len, dtype=torch.int64, device=dev)  # graphs read these
         self._stage_host = torch.zeros(self._stage_len, dtype=torch.int64,
                                        pin_memory=dev.type == "cuda")  # one non_blocking upload a round
+        # kept views (a round's host work is GPU idle time: no tensor slicing in it)
+        self._stage_np = self._stage_host.numpy()
+        self._stage_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # length -> (host, device)
         self._graphs: dict[tuple, tuple] = {}  # (n, k, penalty key) -> (graph, drafts [k], logits [k, N])
         head.rope_at(torch.tensor([self.capacity - 1], device=dev))  # the head's tables, every position
         self.torch_step = TorchMTPStep(head, self.k_cache, self.v_cache, head.rope)
@@ -376,34 +381,38 @@ class MTPDrafter(Drafter):
 
     def _stage(self, tokens: list[int], c: int, p0: int, k: int) -> torch.Tensor:
         """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
-        n, M = p0 - c + 1, self.max_reads
+        n, M, R = p0 - c + 1, self.max_reads, RUN_WORDS
         self.cells.wrote(c, n)
         pen = self._pen is not None and self._seq is None  # penalties as staged counts
-        L = 2 * n + k * M + (k if pen else 0)
+        L = 2 * n + k * R + (k if pen else 0)
         fits = n <= GRAPH_ROWS and k <= GRAPH_K
-        host = self._stage_host[:L] if fits else torch.empty(L, dtype=torch.int64)
-        a = host.numpy()
-        a[:n] = np.arange(c, p0 + 1)
+        if fits:
+            if L not in self._stage_views:
+                self._stage_views[L] = (self._stage_host[:L], self._stage_dev[:L])
+            host, dev = self._stage_views[L]
+            a = self._stage_np[:L]
+        else:
+            host = torch.empty(L, dtype=torch.int64)
+            a = host.numpy()
+        a[:n] = self._cell_ids[c: p0 + 1]
         a[n: 2 * n] = tokens[c + 1: p0 + 2]
-        idx = a[2 * n: 2 * n + k * M].reshape(k, M)
-        idx.fill(-1)
+        runs = a[2 * n: 2 * n + k * R].reshape(k, R)
+        runs.fill(0)
         if pen:  # window counts of draft 0 -> _pen_dev (pinned, reused after the round's sync)
-            a[2 * n + k * M:] = self._pen_window(tokens, k, self._pen_host.numpy())
+            a[2 * n + k * R:] = self._pen_window(tokens, k, self._pen_host.numpy())
             self._pen_dev.copy_(self._pen_host, non_blocking=True)
         elif self._seq is not None:  # the window's head indices (pinned, reused after the sync)
             seq_host, seq_dev, _ = self._seq
             self._seq_window(tokens, seq_host.numpy())
             seq_dev[: seq_host.shape[0]].copy_(seq_host, non_blocking=True)
-        ar = self._cell_ids
         for j in range(k):  # draft j's query at p0 + j: committed cells and the chain p0+1 .. p0+j
             o = 0
-            for lo, hi in self.cells.read_runs(p0 + j, p0 + 1):
-                idx[j, o: o + hi - lo] = ar[lo:hi]
+            for i, (lo, hi) in enumerate(self.cells.read_runs(p0 + j, p0 + 1)):
+                runs[j, 2 * i], runs[j, 2 * i + 1] = lo, hi
                 o += hi - lo
             assert o <= M, (o, M)
         if not fits:
             return host.to(self.head.device)
-        dev = self._stage_dev[:L]
         dev.copy_(host, non_blocking=True)  # pinned: the host buffer is reused only after the round's sync
         return dev
 
@@ -413,8 +422,8 @@ class MTPDrafter(Drafter):
         head = self.head
         st = self.step if n <= MAX_STEP_ROWS else self.torch_step
         pos, toks = staged[:n], staged[n: 2 * n]
-        km = k * self.max_reads
-        cells = staged[2 * n: 2 * n + km].view(k, self.max_reads)
+        km = k * RUN_WORDS
+        runs = staged[2 * n: 2 * n + km].view(k, RUN_WORDS)
         # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
         # and the head index leaving the window at each chain step [k]
         seq = self._seq
@@ -430,7 +439,7 @@ class MTPDrafter(Drafter):
         for j in range(k):
             if j > 0:  # chain cell p0 + j: a draft's K/V, not committed
                 q = st.write_qkv(x, pos[-1:] + j)
-            h = st.attend(x, q, cells[j])
+            h = st.attend(x, q, runs[j], self.max_reads)
             lg = st.logits(h, j)
             logits.append(lg[0])
             if seq is not None:  # the penalised argmax; the draft then enters the next one's window

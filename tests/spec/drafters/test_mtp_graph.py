@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from mtp_turbo.models.mtp_head import reference_drafts
-from mtp_turbo.spec.drafters.mtp import GRAPH_K, GRAPH_ROWS, MTPDrafter, load_mtp_drafter
+from mtp_turbo.models.mtp_step import cells_from_runs
+from mtp_turbo.spec.drafters.mtp import GRAPH_K, GRAPH_ROWS, RUN_WORDS, MTPDrafter, load_mtp_drafter
 
 # tiny, one_thread, watch_chain, no_sync: tests/spec/drafters/conftest.py
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -90,7 +91,8 @@ def test_reduced_vocab_and_big_batches(tiny):
 
 
 def test_staged_layout(tiny):
-    """positions | tokens | read cells per chain step padded with -1, as the cell rules say."""
+    """positions | tokens | read cells per chain step as three [lo, hi) runs, which expand to the
+    cells the cell rules say, padded with -1."""
     head = tiny.head()
     main = tiny.main(0, n=1200)
     dr = MTPDrafter(head, capacity=200, sink=2, window=5)
@@ -102,9 +104,9 @@ def test_staged_layout(tiny):
     M = dr.max_reads
     st = dr._stage(toks, c, p0, k)
     n = p0 - c + 1
-    assert st.shape == (2 * n + k * M,) and n <= GRAPH_ROWS
+    assert st.shape == (2 * n + k * RUN_WORDS,) and n <= GRAPH_ROWS
     assert st[:n].tolist() == [26, 27, 28] and st[n: 2 * n].tolist() == toks[27:30]
-    rows = st[2 * n:].view(k, M).tolist()
+    rows = [cells_from_runs(r, M).tolist() for r in st[2 * n:].view(k, RUN_WORDS)]
     for j, row in enumerate(rows):
         p = p0 + j
         want = [0, 1] + [x for x in range(p - 5, p + 1)]  # sink + window, chain cells p0+1..p included
@@ -219,3 +221,11 @@ def test_cuda_capture_failure_falls_back_with_same_text(model_path, monkeypatch,
     monkeypatch.setattr(torch.cuda, "CUDAGraph", boom)
     assert fresh.generate_ids(prompt, sampler=g, max_tokens=32, spec=SpecConfig(draft="mtp")) == want
     assert "capture failed" in capsys.readouterr().err
+
+
+def test_cells_from_runs_expands_runs_in_order():
+    # up to three [lo, hi) runs, any of them empty, -> their cells one run after another, -1 after
+    r = torch.tensor([0, 3, 10, 12, 20, 21])
+    assert cells_from_runs(r, 8).tolist() == [0, 1, 2, 10, 11, 20, -1, -1]
+    assert cells_from_runs(torch.tensor([5, 7, 0, 0, 0, 0]), 4).tolist() == [5, 6, -1, -1]
+    assert cells_from_runs(torch.tensor([0, 0, 4, 6, 9, 10]), 3).tolist() == [4, 5, 9]
