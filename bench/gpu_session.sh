@@ -119,6 +119,8 @@
 #                                          (the code before the change) and this tree, back to back
 #   bench/gpu_session.sh s19-profile       bench/round_profile.py on MT-Bench (device time per kernel per round)
 #   then s18-bench (the table of record beside llama.cpp, then --adaptive)
+#   bench/gpu_session.sh s19-check         (pieces copied) join; the drafter's and speculative-text GPU tests; the round's
+#                                          host parts at temp 0 (bench/experiments/round_host_time.py, 3 prompts)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -344,6 +346,13 @@ case $step in
         --modes plain,mtp --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
         --json "$OUT/ab_$t.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -6 | sed "s/^/$t: /")
     done ;;
+  s19-check)  # (pieces copied) join; the drafter's and the speculative-text GPU tests; the round's host parts at temp 0
+    join_model || exit 1
+    timeout 100 python3 -m pytest -q -m gpu tests/spec/drafters tests/models/test_fused_gpu.py -k "mtp or speculative" \
+      -n 4 --model-path /tmp/gguf/model.gguf -p no:cacheprovider --timeout 90 -rf 2>&1 | grep -v Warning \
+      | tee "$OUT/pytest_gpu.txt" | tail -4
+    timeout 60 python3 bench/experiments/round_host_time.py --model /tmp/gguf/model.gguf --prompts 3 --temps 0 2>&1 \
+      | grep -v Warn | tee "$OUT/round_host_time.txt" | tail -16 ;;
   s19-profile)
     timeout 240 python3 bench/round_profile.py --model /tmp/gguf/model.gguf --out "$OUT/round_profile.json" 2>&1 \
       | grep -v "Warn\|USDT\|_warn_once" | tee "$OUT/round_profile.txt" | grep -v "^    " ;;
