@@ -24,6 +24,7 @@ class Drafter:
     # drafts on the device inside the round's program (prepare / device_drafts / store_hidden_rows,
     # see mtp.py) instead of returning them from propose
     on_device = False
+    caught_up = 0  # rows a device drafter's last prepare encoded ahead of its round (a switching cost)
 
     def begin(self, tokens: list[int]) -> None:
         pass

@@ -79,6 +79,7 @@ class MTPDrafter(Drafter):
         self.h_lo = self.h_hi = 0  # positions [h_lo, h_hi) of hbuf hold current hidden rows
         self.tokens: list[int] = []
         self._prefill_next: int | None = None
+        self.caught_up = 0  # rows the last prepare encoded ahead of its round (see prepare)
         self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tests)
         self.last_drafts: torch.Tensor | None = None  # int64 [k] on the device
         self.use_graphs = bool(graphs) and dev.type == "cuda"
@@ -349,8 +350,10 @@ class MTPDrafter(Drafter):
     def prepare(self, tokens: list[int], k: int) -> tuple[int, torch.Tensor] | None:
         """Host half of a round of k drafts after `tokens`: repair and mark the cells, stage the
         inputs on the device. -> (catch-up rows n, staged vector), or None when nothing can be
-        drafted yet (no hidden state for the query)."""
+        drafted yet (no hidden state for the query). caught_up: the rows it encoded itself, ahead
+        of the round (a catch-up longer than the round's graphs take)."""
         self._prefill_next = None
+        self.caught_up = 0
         self._follow(tokens)
         p0 = len(tokens) - 2
         if k <= 0 or p0 < 0 or self.h_hi <= p0:
@@ -358,6 +361,12 @@ class MTPDrafter(Drafter):
         self._repair(p0)
         c = max(min(self.cells.cell1, p0), self.h_lo)
         self.cells.truncate(c)
+        if p0 - c + 1 > GRAPH_ROWS:
+            # after a stretch of plain steps (the adaptive chooser at k = 0) or a rollback: the
+            # rows before p0 in one batch now, so the round itself replays its graph (a round
+            # with a long catch-up ran eagerly: milliseconds of host launches)
+            self._encode(c, p0 - c, self.tokens)
+            self.caught_up, c = p0 - c, p0
         # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
         # one batch: each matrix is read once for all of them
         return p0 - c + 1, self._stage(tokens, c, p0, k)

@@ -246,3 +246,33 @@ def test_a_stop_or_a_closed_stream_leaves_the_mtp_session_as_plain_leaves_it(eng
     assert got == plain[: len(got)] and engine.last_stats.finish_reason == "cancelled"
     assert len(engine.tokens) == engine.last_stats.prompt_tokens + len(got)
     assert engine.generate_ids(prompt, sampler=g, max_tokens=20, spec=spec) == plain
+
+
+def test_a_long_catch_up_is_encoded_ahead_of_the_round(tiny):
+    # after a stretch of plain steps (the adaptive chooser at k = 0: each step stores its row's
+    # state, nothing drafts) the catch-up is longer than the round's graphs take: prepare encodes
+    # those rows itself, leaves the round one row (draft 0's), and the drafts are the reference's
+    from mtp_turbo.spec.drafters.mtp import GRAPH_ROWS
+
+    head, main = make_head(), tiny.main(3)
+    sink, window = 4, 32
+    dr = MTPDrafter(head, capacity=512, sink=sink, window=window)
+    rng = random.Random(3)
+    tokens = [rng.randrange(V) for _ in range(30)]
+    dr.on_prefill(0, 29, main.hidden(tokens)[:29].clone(), tokens)
+    dr.begin(tokens)
+    assert len(dr.propose(tokens, 3)) == 3 and dr.caught_up == 0
+    for _ in range(GRAPH_ROWS + 12):  # plain steps: one token each, its row's state observed
+        n = len(tokens)
+        tokens = tokens + [rng.randrange(V)]
+        dr.observe(tokens, 0, main.hidden(tokens)[n - 1: n].clone())
+    p0 = len(tokens) - 2
+    c = dr.cells.cell1
+    staged = []
+    prepare = dr.prepare
+    dr.prepare = lambda *a: staged.append(prepare(*a)) or staged[-1]  # what propose stages
+    drafts = dr.propose(tokens, 3)
+    assert staged[0][0] == 1 and dr.caught_up == p0 - c > GRAPH_ROWS and dr.cells.cell1 == p0 + 1
+    ref, ref_logits = reference_drafts(head, tokens, main.hidden(tokens)[: len(tokens) - 1], 3, sink, window)
+    assert drafts == ref
+    torch.testing.assert_close(dr.last_logits, ref_logits, rtol=1e-4, atol=1e-4)
