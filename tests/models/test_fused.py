@@ -145,7 +145,7 @@ def test_fused_prefill_chunk_matches_torch_and_one_row_steps(tiles):
     # decode step on a cache that held the same rows before it (to fp32 rounding here; bit for bit
     # on CUDA: tests/models/test_fused_gpu.py). Small chunks: the row blocks' first chunks differ
     # and fall in different merge tiles
-    model = tiny_model(seed=9)
+    model = tiny_model(seed=9, layers=3)  # a global layer and two sliding ones: the interpreter's time
     c = model.cfg
     toks = torch.randint(0, c.vocab_size, (50,), generator=torch.Generator().manual_seed(4))
     kv_ref = KVCache(c.n_layers, 96, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
