@@ -30,13 +30,13 @@ if triton is not None:
         (V logits a row) -> its maximum and the first index holding it into PV / PI [rows, NB];
         the row's last program (arrival counter CNT [rows] int32, zero before and after) takes the
         largest maximum at the smallest index into OUT [rows] int64. NaN counts as the largest
-        value (torch.argmax's rule)."""
+        value (torch.argmax's rule; here it ties with an inf, the first of the two winning)."""
         r = tl.program_id(0)
         c = tl.program_id(1)
         nb = tl.num_programs(1)
         offs = c * B + tl.arange(0, B)
         x = tl.load(L + r * stride + offs, mask=offs < V, other=float("-inf"))
-        x = tl.where(x != x, float("inf"), x)  # NaN: the maximum (its first index wins a tie with inf)
+        x = tl.where(x != x, float("inf"), x)  # NaN: the maximum
         m = tl.max(x, axis=0)
         i = tl.min(tl.where(x == m, offs, NO_INDEX), axis=0)
         tl.store(PV + r * nb + c, m)

@@ -2,8 +2,9 @@
 
 Owns: `mtp_inputs` (the embedding row gather and both input norms, side by side for the one fc
 GEMV), `attn_cells` (one query row over an explicit list of cells: the drafter's sink + window +
-chain; a program a chunk of cells, merged by the last) and `gelu_gate` (the gating of a packed gate|up GEMV's output). Ignores: the kernels the
-head's block shares with the main model (fused_kernels.py), buffers and launch order.
+chain; a program a chunk of cells, merged by the last) and `gelu_gate` (the gating of a packed
+gate|up GEMV's output). Ignores: the kernels the head's block shares with the main model
+(fused_kernels.py), buffers and launch order.
 
 Rounding follows fused_kernels.py (norms in fp32 rounded to the activation dtype, matmuls
 accumulated in fp32); each row is computed from its own inputs alone.
@@ -42,8 +43,8 @@ if triton is not None:
         """Program (s, g) of a (cdiv(M, BS), HKV) grid: the H/HKV query heads of KV group g of one
         row Q [H, DH] against entries s BS .. (s+1) BS of the query's read-cell list (at most M
         cells: the cell runs RUNS [6] int64 = [lo, hi) x 3, ascending, one after another; see
-        cells_from_runs) of KC/VC [capacity, HKV, DH]: unnormalised output, row max and row sum into OP [HKV S, QR, DH] /
-        MX / LS [HKV S, QR] slot g S + s. The last of the group's S programs (arrival counter CNT
+        mtp_step.cells_from_runs) of KC/VC [capacity, HKV, DH]: unnormalised output, row max and
+        row sum into OP [HKV S, QR, DH] / MX / LS [HKV S, QR] slot g S + s. The last of the group's S programs (arrival counter CNT
         [HKV] int32, zero before and after) merges the S slots into OUT [H, DH]; SP = a power of
         two >= S. One chunk a program: one program walking 321 cells took 19 us (bench/RESULTS.md).
         P is rounded to the cache dtype for the P.V dot and the row sum is taken over the rounded
@@ -58,11 +59,11 @@ if triton is not None:
         rd = tl.arange(0, DH)
         q = tl.load(Q + qh[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
         rs = s * BS + tl.arange(0, BS)  # entries of the read-cell list -> cells, from the runs
-        lo0, n0 = tl.load(RUNS), tl.load(RUNS + 1) - tl.load(RUNS)
-        lo1, n1 = tl.load(RUNS + 2), tl.load(RUNS + 3) - tl.load(RUNS + 2)
-        lo2, n2 = tl.load(RUNS + 4), tl.load(RUNS + 5) - tl.load(RUNS + 4)
-        c = tl.where(rs < n0, lo0 + rs, tl.where(rs < n0 + n1, lo1 + rs - n0,
-                                                 tl.where(rs < n0 + n1 + n2, lo2 + rs - n0 - n1, -1)))
+        lo0, lo1, lo2 = tl.load(RUNS), tl.load(RUNS + 2), tl.load(RUNS + 4)
+        e0 = tl.load(RUNS + 1) - lo0  # the entries each run ends at
+        e1 = e0 + tl.load(RUNS + 3) - lo1
+        e2 = e1 + tl.load(RUNS + 5) - lo2
+        c = tl.where(rs < e0, lo0 + rs, tl.where(rs < e1, lo1 + rs - e0, tl.where(rs < e2, lo2 + rs - e1, -1)))
         ok = (c >= 0) & (rs < M)
         off = (tl.where(ok, c, 0) * HKV + g)[:, None] * DH + rd[None, :]
         k = tl.load(KC + off, mask=ok[:, None], other=0.0)

@@ -96,6 +96,15 @@ class RoundProgram:
         self._ran: set[tuple] = set()
 
     # ---- the device work -------------------------------------------------------------------------
+    def _draw(self, logits: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """The token at each position pos [T] from its row of logits [T, V] (history tok_buf):
+        the argmax at temp 0 without penalties, else the sampler chain; plain steps and
+        verification alike."""
+        s = self.sampler
+        if s.greedy and not s.uses_penalties:
+            return self.pick(logits)
+        return sample_tokens(logits, self.target.tok_buf, pos, s, backend=self.sample_backend)
+
     def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None):
         """The three parts as closures over device state. n_int: the host's n for the eager
         forward (None when captured: everything then derives from n_dev)."""
@@ -114,9 +123,7 @@ class RoundProgram:
 
         def accept(logits, hidden):
             pos = n + ar[: k + 1]
-            s = self.sampler
-            t = self.pick(logits) if s.greedy and not s.uses_penalties else \
-                sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
+            t = self._draw(logits, pos)
             drafts = tb[n + ar[:k]]
             if self.mode == "exact":
                 a, e = accept_exact(t, drafts)
@@ -140,15 +147,14 @@ class RoundProgram:
         [steps - 1, t_0, .., t_{steps-1}] (the rows past the pending one whose K/V were written).
         With a drafter that reads the main model's states, each step stores its row's (as a k = 0
         round does), so rounds that draft again find every row they catch up on."""
-        tg, tb, s = self.target, self.target.tok_buf, self.sampler
+        tg, tb = self.target, self.target.tok_buf
         keep = self.drafter is not None and self.drafter.reads_hidden
 
         def run(*_):
             for j in range(steps):
                 pos = self.n_dev + j  # [1]: the token drawn; its input row is pos - 1
                 logits, hidden = tg.forward_body(tb[pos - 1], pos - 1)
-                t = self.pick(logits) if s.greedy and not s.uses_penalties else \
-                    sample_tokens(logits, tb, pos, s, backend=self.sample_backend)
+                t = self._draw(logits, pos)
                 tb.index_copy_(0, pos, t)
                 self.out_dev[1 + j: 2 + j].copy_(t)
                 if keep:
