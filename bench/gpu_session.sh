@@ -115,6 +115,10 @@
 #
 # Session 19 (the drafter's attention a program a chunk of read cells; the greedy pick as one kernel):
 #   bench/gpu_session.sh s18-begin, s14-recv 1..5, s17-tests as before
+#   bench/gpu_session.sh s20-begin         (carry .carry .whl) llama.cpp's build in the background; then `recv .pieces/pN`
+#                                          one call a piece (carry .pieces/pN), back to back
+#   bench/gpu_session.sh s20-check         join the pieces; the GPU tests of tests/spec and tests/models
+#   bench/gpu_session.sh s20-ab            MT-Bench plain / MTP k = 3, temp 0 and 0.6, --pipeline off then on
 #   bench/gpu_session.sh s19-ab            MT-Bench plain / MTP k = 3, temp 0 and 0.6: the tree with .ab_before/'s files
 #                                          (the code before the change) and this tree, back to back
 #   bench/gpu_session.sh s19-profile       bench/round_profile.py on MT-Bench (device time per kernel per round)
@@ -338,6 +342,19 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s20-begin)  # llama.cpp's build (background) and nothing else (a piece would put the call over 64 MiB)
+    mkdir -p /tmp/logs; llama_build 16 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
+  s20-check)  # (pieces copied) join; the GPU tests of the round, the drafter and the fused step
+    join_model || exit 1
+    timeout 200 python3 -m pytest -q -m gpu tests/spec tests/models -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 150 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8 ;;
+  s20-ab)  # rounds and plain programs read before the next launch (pipeline off) against launched ahead (on)
+    for t in off on; do
+      timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf --pipeline $t \
+        --modes plain,mtp --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
+        --json "$OUT/ab_$t.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -6 | sed "s/^/$t: /"
+    done ;;
   s19-ab)  # before (.ab_before's files over a copy of this tree) and after, back to back
     rm -rf /tmp/before && mkdir -p /tmp/before && cp -r mtp_turbo /tmp/before/ && cp -r .ab_before/mtp_turbo /tmp/before/
     for t in before after; do

@@ -34,6 +34,9 @@ HELP = {
     "decode_steps": "plain decoding: steps per device program, one host round trip for all of them (tokens "
     "then arrive in bursts of this many; the text is the same for any value). 0 = auto: 4 with CUDA graphs, "
     "else 1",
+    "pipeline": "launch each device program (a speculative round, a program of plain steps) before the "
+    "previous one's tokens are read, so the GPU never waits for the host between them (the text is the same "
+    "either way): auto = on CUDA with graphs, on, off",
     "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "
     "same logits as one-row steps), torch (compiled torch ops), auto (triton on CUDA)",
     # SamplerConfig

@@ -347,7 +347,8 @@ class Engine:
 
         key = (sampler, mode, split, drafter is not None)
         if key not in self._programs:
-            self._programs[key] = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split)
+            self._programs[key] = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split,
+                                               pipeline=self.pipelined)
         return self._programs[key]
 
     @property
@@ -358,6 +359,14 @@ class Engine:
         # a program of steps saves a host round trip a token where the steps replay from graphs;
         # eager steps (the CPU) gain nothing and would read every cached cell on the captured path
         return 4 if self.device.type == "cuda" and self.cfg.cuda_graphs else 1
+
+    @property
+    def pipelined(self) -> bool:
+        """Programs launched before the previous one is read (EngineConfig.pipeline; auto = where
+        they replay from CUDA graphs: eagerly, the host launches every kernel and gains nothing)."""
+        if self.cfg.pipeline != "auto":
+            return self.cfg.pipeline == "on"
+        return self.device.type == "cuda" and self.cfg.cuda_graphs
 
     def _plain_tokens(self, program, budget: int) -> Iterator[list[int]]:
         """Plain decoding's tokens from `program` (a RoundProgram without a drafter)."""
@@ -375,8 +384,13 @@ class Engine:
             produced += len(emitted)
             return emitted
 
+        def launch_after(ticket):  # plain steps emit exactly their count: the budget is known
+            left = budget - produced - ticket.most
+            return program.launch_after(ticket, 0, steps=steps if left >= steps else 1) if left >= 1 else None
+
         # as speculative rounds: the next program runs while the consumer takes these tokens
-        yield from launched_ahead(launch, settle, lambda: produced < budget, program.finish)
+        yield from launched_ahead(launch, settle, lambda: produced < budget, program.finish,
+                                  launch_after if program.pipeline else None)
 
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int,
                 special: bool) -> Iterator[Piece]:

@@ -23,6 +23,9 @@ class EngineConfig:
     # plain decoding: steps per device program (one host sync per program; a stop mid-program
     # discards the rest). 0 = auto: 4 where the steps replay from CUDA graphs, else 1
     decode_steps: int = 0
+    # launch each device program (a round, a program of plain steps) before the previous one's
+    # result is read, from what the device holds: auto = where programs replay from CUDA graphs
+    pipeline: str = "auto"  # auto | on | off
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -33,5 +36,7 @@ class EngineConfig:
             raise ConfigError(f"kernels must be auto, triton or torch, got {self.kernels!r}")
         if not 0 <= self.decode_steps <= 8:
             raise ConfigError(f"decode-steps must be in 0..8 (0 = auto), got {self.decode_steps}")
+        if self.pipeline not in ("auto", "on", "off"):
+            raise ConfigError(f"pipeline must be auto, on or off, got {self.pipeline!r}")
         if self.prefill_chunk < 1:
             raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")

@@ -56,6 +56,7 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--temps", default="0,0.6")
     ap.add_argument("--device", default="cuda", help="cuda, or cpu (a check of this script: no device times)")
+    ap.add_argument("--pipeline", default="off", help="EngineConfig.pipeline (off: every round is read before the next launch)")
     args = ap.parse_args()
     for cls, name in ((mtp.MTPDrafter, "prepare"), (mtp.MTPDrafter, "observe"), (program.RoundProgram, "launch"),
                       (program.RoundProgram, "finish"), (Engine, "commit"), (adaptive.KChooser, "choose"),
@@ -78,15 +79,17 @@ def main():
         b.record()
         dev_ms.append((a, b))
 
-    def read(self, n):
+    def read(self, *a):
         t0 = time.perf_counter()
-        out = real_read(self, n)
+        out = real_read(self, *a)
         T["_read (sync)"].append(time.perf_counter() - t0)
         last_read[0] = time.perf_counter()
         return out
 
     program.RoundProgram._replay, program.RoundProgram._read = replay, read
-    eng = Engine(EngineConfig(model=args.model, device=args.device, progress=False))
+    # with rounds launched ahead the device never waits between them: the host parts timed here are
+    # those of rounds read before the next launch (pipeline off)
+    eng = Engine(EngineConfig(model=args.model, device=args.device, progress=False, pipeline=args.pipeline))
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     prompts = load_prompts("mtbench", args.prompts)
     spec = SpecConfig(draft="mtp", draft_tokens=3)

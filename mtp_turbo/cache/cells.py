@@ -122,6 +122,12 @@ class DraftCells:
         self._cell1 = min(self._cell1, n)
         self._cell0 = min(self._cell0, self._cell1)
 
+    def copy(self) -> "DraftCells":
+        """An independent copy (to work out what updates would give without making them)."""
+        other = DraftCells(self._cfg)
+        other._sink_valid, other._cell0, other._cell1 = self._sink_valid, self._cell0, self._cell1
+        return other
+
     def reset(self) -> None:
         """Nothing is valid (new conversation, or a session loaded without the drafter's KV).
 

@@ -21,6 +21,7 @@ the verified rows' states stored on the device (all k+1 rows; the host marks a+1
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
@@ -36,36 +37,62 @@ MAX_K = 8  # drafts a round takes at most (the verify step's rows - 1)
 
 
 def launched_ahead(launch: Callable[[], Any], settle: Callable[[Any], list[int]], more: Callable[[], bool],
-                   drain: Callable[[Any], object]) -> Iterator[list[int]]:
-    """Yield the tokens of device programs run one ahead of the consumer: launch() starts one (->
-    a ticket), settle(ticket) waits for it, commits it and returns its tokens, more() says whether
+                   drain: Callable[[Any], object],
+                   launch_after: Callable[[Any], Any] | None = None) -> Iterator[list[int]]:
+    """Yield the tokens of device programs run ahead of the consumer: launch() starts one (-> a
+    ticket), settle(ticket) waits for it, commits it and returns its tokens, more() says whether
     another is wanted. From the second program on, the next is launched before this one's tokens
     are handed on, so the consumer's work (stop checks, detokenizing, printing, a server's writes)
     runs while the device works; the first one's tokens go out first (a graph capture the next
-    launch needs must not hold back the first token). A program in flight when the consumer stops
-    is drain(ticket)-ed: waited for, never committed."""
-    pending = launch() if more() else None
+    launch needs must not hold back the first token). launch_after(ticket), where given, starts
+    the next program before `ticket`'s is read, from what the device holds (-> a ticket, or None
+    when it cannot: then the next waits for this one's result), so the device never waits for the
+    host between two programs. A program in flight when the consumer stops is drain(ticket)-ed:
+    waited for, never committed."""
+    queue = [launch()] if more() else []
     first = True
     try:
-        while pending is not None:
-            out = settle(pending)
-            pending = None
-            if not first and more():
-                pending = launch()
+        while queue:
+            if not first and launch_after is not None and len(queue) == 1:
+                nxt = launch_after(queue[0])
+                if nxt is not None:
+                    queue.append(nxt)
+            out = settle(queue.pop(0))
+            if not queue and not first and more():
+                queue.append(launch())
             first = False
             yield out
-            if pending is None and more():
-                pending = launch()
+            if not queue and more():
+                queue.append(launch())
     finally:
-        if pending is not None:
-            drain(pending)
+        for t in queue:
+            drain(t)
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A launched device program: a round of k drafts (kind "round") or `k` plain steps ("steps"),
+    its output in out slot `slot`; fresh: the first run of its shape (it compiled and captured: no
+    timing of its kind)."""
+
+    kind: str
+    k: int
+    slot: int
+    fresh: bool
+    drafted: bool = False  # a round whose drafts the device drafter made
+
+    @property
+    def most(self) -> int:
+        """Tokens it emits at most."""
+        return self.k + (self.kind == "round")
 
 
 class RoundProgram:
     """One target + sampler (+ drafter). run(k, host_drafts) -> (accepted, emitted tokens)."""
 
     def __init__(self, target: Target, sampler: SamplerConfig, mode: str = "exact", drafter=None,
-                 graphs: bool = True, split: bool = False):
+                 graphs: bool = True, split: bool = False, pipeline: bool = False):
+        """pipeline: the loops may launch a program before the previous one is read (launch_after)."""
         assert mode in ("exact", "greedy"), mode
         assert drafter is None or drafter.on_device or not drafter.reads_hidden, \
             "a drafter that reads hidden states drafts on the device (it gets them stored there)"
@@ -79,7 +106,12 @@ class RoundProgram:
         self.drafts_host = torch.zeros(MAX_K, dtype=torch.int64, pin_memory=pin)
         self.drafts_dev = torch.zeros(MAX_K, dtype=torch.int64, device=dev)
         self.out_dev = torch.zeros(MAX_K + 2, dtype=torch.int64, device=dev)
-        self.out_host = torch.zeros(MAX_K + 2, dtype=torch.int64, pin_memory=pin)
+        # two output slots, each copied out right after its program (two programs may be in flight)
+        self.out_host = torch.zeros(2, MAX_K + 2, dtype=torch.int64, pin_memory=pin)
+        self.out_ready = [torch.cuda.Event() for _ in range(2)] if self.cuda else None
+        self.slot = 0
+        self.pipeline = pipeline and not self.split
+        self._last: Ticket | None = None  # the last program launched
         # numpy views of the pinned buffers: item writes and reads between two rounds (GPU idle
         # time) without torch indexing (2.5 us a pinned item write on an H200 host, 0.1 through numpy)
         self.n_np, self.out_np = self.n_host.numpy(), self.out_host.numpy()
@@ -105,14 +137,19 @@ class RoundProgram:
             return self.pick(logits)
         return sample_tokens(logits, self.target.tok_buf, pos, s, backend=self.sample_backend)
 
-    def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None):
+    def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None, after: int | None = None):
         """The three parts as closures over device state. n_int: the host's n for the eager
-        forward (None when captured: everything then derives from n_dev)."""
+        forward (None when captured: everything then derives from n_dev). after: the k of the
+        round before, for a round staged by the drafter's prepare_after (its drafts start from
+        that round's outcome, read on the device: out_dev[0])."""
         tg, tb, n, ar = self.target, self.target.tok_buf, self.n_dev, self.ar
 
         def draft():
             if k:
-                d = self.drafts_dev[:k] if from_host else self.drafter.device_drafts(staged, n_catch, k)
+                if after is not None:
+                    d = self.drafter.device_drafts_after(staged, after, k, self.out_dev[:1], tb, n)
+                else:
+                    d = self.drafts_dev[:k] if from_host else self.drafter.device_drafts(staged, n_catch, k)
                 tb.index_copy_(0, n + ar[:k], d)
 
         def verify():
@@ -136,6 +173,7 @@ class RoundProgram:
             self.out_dev[1: k + 2].copy_(e)
             if self.drafter is not None and self.drafter.reads_hidden:
                 self.drafter.store_hidden_rows(n - 1 + ar[: k + 1], hidden)
+            n.add_(a + 1)  # the committed count, for a program launched before this one is read
 
         return draft, verify, accept
 
@@ -160,6 +198,7 @@ class RoundProgram:
                 if keep:
                     self.drafter.store_hidden_rows(pos - 1, hidden)
             self.out_dev[:1].fill_(steps - 1)
+            self.n_dev.add_(steps)
 
         return (lambda: None), (lambda: ()), run
 
@@ -172,13 +211,20 @@ class RoundProgram:
         """CUDA graphs of the parts (one, or three with split). Warm-up runs on a side stream do
         this round's work early (the same writes), compiling the kernels; None on failure."""
         draft, verify, accept = parts
+        keep = (self.n_dev.clone(), self.out_dev.clone())
         try:
+            # the program advances n_dev and rewrites out_dev, which a program of a round staged
+            # ahead reads: every warm-up starts from the same values, and so does the replay
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s), torch.inference_mode():
                 for _ in range(2):
+                    self.n_dev.copy_(keep[0])
+                    self.out_dev.copy_(keep[1])
                     self._whole(parts)
             torch.cuda.current_stream().wait_stream(s)
+            self.n_dev.copy_(keep[0])
+            self.out_dev.copy_(keep[1])
             graphs = []
             with torch.inference_mode():
                 if not self.split:
@@ -197,6 +243,8 @@ class RoundProgram:
                     graphs = [gd, gv, ga, out]  # out: keep the forward's outputs alive
         except Exception as e:  # a failure costs speed, never the answer: degrade, then try again
             torch.cuda.synchronize()
+            self.n_dev.copy_(keep[0])
+            self.out_dev.copy_(keep[1])
             what = self._degrade()
             print(f"mtp-turbo: the round's CUDA graph failed ({type(e).__name__}: {str(e)[:300]}); {what}",
                   file=sys.stderr)
@@ -232,7 +280,7 @@ class RoundProgram:
             ev[i + 1].record()
         self._events = ev
 
-    # ---- one round -----------------------------------------------------------------------------
+    # ---- one round ----------------------------------------------------------------------------
     def run(self, k: int, host_drafts: list[int] | None = None, steps: int = 1) -> tuple[int, list[int], int]:
         """One round with k drafts: host_drafts (a host drafter's, len k), or the device drafter's
         chain (host_drafts None, k > 0), or none (k = 0: a plain step; `steps` > 1: that many plain
@@ -243,19 +291,18 @@ class RoundProgram:
         return self.finish(self.launch(k, host_drafts, steps))
 
     @torch.inference_mode()
-    def launch(self, k: int, host_drafts: list[int] | None = None, steps: int = 1) -> tuple:
+    def launch(self, k: int, host_drafts: list[int] | None = None, steps: int = 1) -> Ticket:
         """run()'s host half and the device program's launch, without waiting for it: the caller
         may do other host work (stream the previous round's text) while the device runs, then
-        finish(ticket). One round in flight at a time; nothing may touch the target or the drafter
-        in between."""
+        finish(ticket). Nothing else may be in flight; nothing may touch the target or the drafter
+        before finish but launch_after."""
         tg = self.target
         n = len(tg.tokens)
         staged, n_catch, from_host = None, 0, host_drafts is not None
         assert 1 <= steps <= MAX_K and (steps == 1 or (k == 0 and not from_host)), (steps, k)
         if steps > 1:
             assert n + steps <= tg.ctx_size, (n, steps, tg.ctx_size)
-            self._launch_plain_steps(n, steps)
-            return ("steps", steps)
+            return self._go(n, "steps", steps, ("steps", steps), lambda n_int: self._plain_steps(steps))
         if from_host:
             k = len(host_drafts)
             self.drafts_host[:k] = torch.tensor(host_drafts, dtype=torch.int64)
@@ -271,38 +318,60 @@ class RoundProgram:
         # tensor a graph cannot replay with: that round runs eagerly (the MTP drafter encodes
         # such rows ahead of the round instead); either is no timing of k (after plain rounds: a
         # cost of switching k, not of drafting k)
-        self._go(n, (k, n_catch, from_host), lambda n_int: self._parts(k, n_catch, staged, from_host, n_int),
-                 graphable=n_catch <= GRAPH_ROWS)
-        self.last_fresh |= n_catch > GRAPH_ROWS or (self.drafter is not None and self.drafter.caught_up > 0)
-        return ("round", k)
+        caught = n_catch > GRAPH_ROWS or (self.drafter is not None and self.drafter.caught_up > 0)
+        return self._go(n, "round", k, (k, n_catch, from_host),
+                        lambda n_int: self._parts(k, n_catch, staged, from_host, n_int),
+                        graphable=n_catch <= GRAPH_ROWS, fresh=caught, drafted=bool(k) and not from_host)
 
-    def finish(self, ticket: tuple) -> tuple[int, list[int], int]:
+    @torch.inference_mode()
+    def launch_after(self, prev: Ticket, k: int, steps: int = 1) -> Ticket | None:
+        """Launch the next program before `prev` (the last one launched, not yet finished) is
+        read: k device drafts (the drafter staging every outcome of prev, prepare_after), or k = 0
+        and `steps` plain steps. Everything it reads of prev's outcome it reads on the device
+        (n_dev, which each program advances, tok_buf, out_dev[0]). None where it cannot: the
+        caller then finishes prev first and launches as usual."""
+        tg = self.target
+        assert self.pipeline and prev is self._last, "launch_after follows the last program launched"
+        n = len(tg.tokens)  # prev's start: everything launched before it is committed
+        if k == 0:
+            if n + prev.most + steps > tg.ctx_size:
+                return None
+            if steps > 1:
+                return self._go(None, "steps", steps, ("steps", steps), lambda n_int: self._plain_steps(steps))
+            return self._go(None, "round", 0, (0, 0, False), lambda n_int: self._parts(0, 0, None, False, None))
+        if not (prev.kind == "round" and prev.drafted and steps == 1) or n + prev.most + k > tg.ctx_size:
+            return None
+        staged = self.drafter.prepare_after(n, prev.k, k)
+        if staged is None:
+            return None
+        return self._go(None, "round", k, ("after", prev.k, k),
+                        lambda n_int: self._parts(k, 0, staged, False, None, after=prev.k), drafted=True)
+
+    def finish(self, ticket: Ticket) -> tuple[int, list[int], int]:
         """Wait for the launched program (the round's one host sync) and read what it emitted:
         (accepted, emitted tokens, k), as run()."""
-        kind, k = ticket
         self.last_split = None  # set below for a round replayed with its part events, else none
-        if kind == "steps":
-            out = self._read(k + 1)
+        self.last_fresh = ticket.fresh
+        if ticket.kind == "steps":
+            out = self._read(ticket.slot, ticket.k + 1)
             return out[0], out[1:], 0
-        out = self._read(k + 2)
+        out = self._read(ticket.slot, ticket.k + 2)
         if self.split and self.graphs and getattr(self, "_events", None):
             e = self._events
             self.last_split = tuple(e[i].elapsed_time(e[i + 1]) for i in range(3))
             self._events = None
         a = out[0]
-        return a, out[1: a + 2], k
+        return a, out[1: a + 2], ticket.k
 
-    def _launch_plain_steps(self, n: int, steps: int) -> None:
-        self._go(n, ("steps", steps), lambda n_int: self._plain_steps(steps))
-        self._events = None  # a split program's part timings are a round's, not these steps'
-
-    def _go(self, n: int, key: tuple, parts, graphable: bool = True) -> None:
-        """Start a program's device work at n committed tokens: replay key's graph (captured from
-        parts(None) the first time), or run parts(n) eagerly (no graphs, or not graphable).
-        last_fresh: the first run of a key (it compiles and captures), no timing of its kind."""
-        self.n_np[0] = n
-        self.n_dev.copy_(self.n_host, non_blocking=True)
-        self.last_fresh = key not in self._ran
+    def _go(self, n: int | None, kind: str, k: int, key: tuple, parts, graphable: bool = True,
+            fresh: bool = False, drafted: bool = False) -> Ticket:
+        """Start a program's device work at n committed tokens (None: at the n_dev the program
+        before it leaves): replay key's graph (captured from parts(None) the first time), or run
+        parts(n) eagerly (no graphs, or not graphable). Its output goes to the next out slot."""
+        if n is not None:
+            self.n_np[0] = n
+            self.n_dev.copy_(self.n_host, non_blocking=True)
+        fresh = fresh or key not in self._ran
         self._ran.add(key)
         graphs = None
         if self.graphs and graphable:
@@ -313,11 +382,19 @@ class RoundProgram:
                 self._replay(graphs)
         if graphs is None:
             self._whole(parts(n))
+        if kind == "steps":
+            self._events = None  # a split program's part timings are a round's, not these steps'
+        slot, self.slot = self.slot, self.slot ^ 1
+        if self.cuda:  # MAX_K + 2 words: all of them, read after this slot's event
+            self.out_host[slot].copy_(self.out_dev, non_blocking=True)
+            self.out_ready[slot].record()
+        else:
+            self.out_host[slot].copy_(self.out_dev)
+        self._last = Ticket(kind, k, slot, fresh, drafted)
+        return self._last
 
-    def _read(self, n: int) -> list[int]:
-        """out_dev[:n] on the host: the round's one sync."""
+    def _read(self, slot: int, n: int) -> list[int]:
+        """out slot `slot`'s first n words on the host: the program's one sync."""
         if self.cuda:
-            self.out_host.copy_(self.out_dev, non_blocking=True)  # MAX_K + 2 words: all of them
-            torch.cuda.current_stream().synchronize()
-            return self.out_np[:n].tolist()
-        return self.out_dev[:n].tolist()
+            self.out_ready[slot].synchronize()
+        return self.out_np[slot, :n].tolist()

@@ -45,6 +45,7 @@ class RoundStats:
     verify_s: float = 0.0
     accept_s: float = 0.0
     k_counts: dict[int, int] = field(default_factory=dict)  # rounds per number of drafts
+    ahead: int = 0  # rounds launched before the round before them was read (program.launch_after)
 
     def __post_init__(self) -> None:
         self.drafted_per_position = self.drafted_per_position or [0] * self.k
@@ -78,7 +79,8 @@ class RoundStats:
         ks = ", ".join(f"{k}: {n}" for k, n in sorted(self.k_counts.items()))
         s = (f"spec ({self.drafter}, k <= {self.k}): {self.rounds} rounds (per k {{{ks}}}), {self.drafted} drafted, "
              f"{self.accepted} accepted, {self.tokens_per_round:.2f} tokens/round, acceptance per position "
-             f"[{acc}] | rounds {self.round_s * 1e3:.1f} ms, of which host {self.host_s * 1e3:.1f} ms")
+             f"[{acc}], {self.ahead} launched ahead | rounds {self.round_s * 1e3:.1f} ms, of which host "
+             f"{self.host_s * 1e3:.1f} ms")
         if self.draft_s or self.verify_s:
             s += (f" | device: draft {self.draft_s * 1e3:.1f} ms, verify {self.verify_s * 1e3:.1f} ms, "
                   f"accept {self.accept_s * 1e3:.1f} ms")
@@ -114,6 +116,10 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         program.chooser, program.chooser_key = KChooser(spec.draft_tokens, adaptive=spec.adaptive), key
     chooser = program.chooser
     produced = 0
+    # rounds launched before the previous one is read: fixed k, drafts made on the device
+    ahead = program.pipeline and drafter.on_device and not spec.adaptive
+    followed = None  # the ticket after which the next round was launched ahead (its drafter state then moves)
+    last_end = 0.0  # when the last round was settled (a round launched ahead is timed from there)
 
     def launch():
         """Choose k, draft on the host if the drafter does, launch the round -> (ticket, want, t0, host s)."""
@@ -129,16 +135,34 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
             return program.launch(0, steps=plain_steps), 0, t0, t1 - t0
         return program.launch(want if drafter.on_device else 0, host), want, t0, t1 - t0
 
+    def launch_after(pending):
+        """The next round, launched before `pending` is read (None where it cannot be)."""
+        nonlocal followed
+        t0 = time.perf_counter()
+        prev = pending[0]
+        most = produced + prev.most  # what may be out once pending is read
+        want = min(chooser.choose(), budget - most - 1, target.ctx_size - len(target.tokens) - prev.most)
+        ticket = program.launch_after(prev, want) if want >= 1 else None
+        if ticket is None:
+            return None
+        followed = prev
+        return ticket, want, t0, time.perf_counter() - t0
+
     def settle(pending) -> list[int]:
         """Wait for the launched round, commit it, tell the drafter and the stats -> its tokens."""
-        nonlocal produced
+        nonlocal produced, followed, last_end
         ticket, want, t0, host_s = pending
+        t0 = max(t0, last_end)  # launched ahead: its time starts where the round before it ended
         a, emitted, k = program.finish(ticket)
         t3 = time.perf_counter()
         target.commit(emitted, a, on_device=True)
         drafter.observe(target.tokens, a, None, stored=True)  # plain steps: a = steps - 1 rows "accepted"
-        t4 = time.perf_counter()
-        steps = len(emitted) if ticket[0] == "steps" else 1
+        if followed is ticket:  # the next round caught up from this one's outcome
+            drafter.launched_after(a)
+            followed = None
+            stats.ahead += 1
+        t4 = last_end = time.perf_counter()
+        steps = len(emitted) if ticket.kind == "steps" else 1
         for _ in range(steps):  # a program of plain steps: that many rounds of k = 0
             chooser.update(want, k, 0 if steps > 1 else a, (t4 - t0) / steps, fresh=program.last_fresh)
             stats.add(k, 0 if steps > 1 else a, len(emitted) // steps)
@@ -153,4 +177,5 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         return emitted
 
     # rounds one ahead of the consumer; one in flight at a stop is drained, never committed
-    yield from launched_ahead(launch, settle, lambda: produced < budget, lambda p: program.finish(p[0]))
+    yield from launched_ahead(launch, settle, lambda: produced < budget, lambda p: program.finish(p[0]),
+                              launch_after if ahead else None)

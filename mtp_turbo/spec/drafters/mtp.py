@@ -92,6 +92,16 @@ class MTPDrafter(Drafter):
         # kept views (a round's host work is GPU idle time: no tensor slicing in it)
         self._stage_np = self._stage_host.numpy()
         self._stage_views: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # length -> (host, device)
+        # a round staged before the previous one is read (prepare_after): cells [R] | every
+        # outcome's read runs [R, k, 6], R = the previous round's k + 1; two pinned slots, as the
+        # previous round's own upload may still be queued when the next one's is written
+        pipe_len = GRAPH_ROWS + GRAPH_ROWS * GRAPH_K * RUN_WORDS
+        self._pipe_host = [torch.zeros(pipe_len, dtype=torch.int64, pin_memory=dev.type == "cuda") for _ in range(2)]
+        self._pipe_np = [t.numpy() for t in self._pipe_host]
+        self._pipe_dev = torch.zeros(pipe_len, dtype=torch.int64, device=dev)
+        self._pipe_slot = 0
+        self._after: int | None = None  # n of the round prepare_after staged, until launched_after
+        self._vmap_dev: torch.Tensor | None = None  # _head_index() on the device (windows read there)
         self._graphs: dict[tuple, tuple] = {}  # (n, k, penalty key) -> (graph, drafts [k], logits [k, N])
         head.rope_at(torch.tensor([self.capacity - 1], device=dev))  # the head's tables, every position
         self.torch_step = TorchMTPStep(head, self.k_cache, self.v_cache, head.rope)
@@ -106,9 +116,10 @@ class MTPDrafter(Drafter):
         self._pen_dev = torch.zeros(n_rows, dtype=torch.float32, device=dev)  # window counts [N]
         self._pen_host = torch.zeros(n_rows, dtype=torch.float32, pin_memory=dev.type == "cuda")
         # the window-sequence path (set_sampler): per window length W, host [W] / device [W +
-        # GRAPH_K] head-index sequences (window, then the chain's drafts) and the draft positions
-        self._seq_bufs: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        self._seq: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        # GRAPH_K] head-index sequences (window, then the chain's drafts), the draft positions
+        # [GRAPH_K] and the window's offsets from n [W] (-W .. -1, for a window read on the device)
+        self._seq_bufs: dict[int, tuple[torch.Tensor, ...]] = {}
+        self._seq: tuple[torch.Tensor, ...] | None = None
         self._seq_cfg = None  # the verifier's penalty stage at temperature 0: the drafts' pick
         self._seq_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
         self.pick = GreedyPick()  # the raw-argmax drafts (its scratch kept here, for the graphs)
@@ -118,7 +129,7 @@ class MTPDrafter(Drafter):
         self.cells.reset()
         self.h_lo = self.h_hi = 0
         self.tokens = []
-        self._prefill_next = None
+        self._prefill_next = self._after = None
 
     def truncate(self, n: int) -> None:
         """Keep the first n committed tokens (rollback): cells >= n-1 and hidden rows >= n are stale."""
@@ -202,7 +213,8 @@ class MTPDrafter(Drafter):
                 dev = self.head.device
                 self._seq_bufs[w] = (torch.full((w,), -1, dtype=torch.int64, pin_memory=dev.type == "cuda"),
                                      torch.full((w + GRAPH_K,), -1, dtype=torch.int64, device=dev),
-                                     torch.arange(w, w + GRAPH_K, dtype=torch.int64, device=dev))
+                                     torch.arange(w, w + GRAPH_K, dtype=torch.int64, device=dev),
+                                     torch.arange(-w, 0, dtype=torch.int64, device=dev))
             self._seq = self._seq_bufs[w]
             self._seq_cfg = dataclasses.replace(self._pen, temperature=0.0)
         ids = self.head.vocab_ids
@@ -283,7 +295,7 @@ class MTPDrafter(Drafter):
             m += 1
         self.truncate(m)
         self.tokens = list(tokens)
-        self._prefill_next = None
+        self._prefill_next = self._after = None
 
     def _follow(self, tokens: list[int]) -> None:
         """Make self.tokens equal `tokens` at a round's cost, not the context's: between begin()
@@ -331,17 +343,27 @@ class MTPDrafter(Drafter):
         """Device: the k draft ids [k] of a round prepared with prepare() (capturable)."""
         return self._chain(staged, n, k)[0]
 
+    def _sink_gap(self, p0: int) -> bool:
+        """Sink cells query p0 reads hold nothing but their hidden rows are kept (re-encode them)."""
+        cells = self.cells
+        s_need = min(cells.config.sink, max(p0 - cells.config.window, 0))
+        return cells.sink_valid < s_need and self.h_lo <= cells.sink_valid
+
+    def _repairs(self, p0: int) -> bool:
+        """Whether _repair(p0) would re-encode anything."""
+        need, cells = max(p0 - self.cells.config.window, 0, self.h_lo), self.cells
+        return self._sink_gap(p0) or (need < p0 and not (cells.cell0 <= need <= cells.cell1))
+
     def _repair(self, p0: int) -> None:
         """Re-encode cells query p0 reads but that hold nothing (a rollback into prompt rows the
         prefill plan skipped): sink cells below the window, then the window from its first cell.
         Uses the kept hidden rows; without them the drafter just sees less context."""
-        cells, sink = self.cells, self.cells.config.sink
-        lo = max(p0 - self.cells.config.window, 0)
-        force = False
-        s_need = min(sink, lo)
-        if cells.sink_valid < s_need and self.h_lo <= cells.sink_valid:
+        cells = self.cells
+        lo = max(p0 - cells.config.window, 0)
+        force = self._sink_gap(p0)
+        if force:
+            s_need = min(cells.config.sink, lo)
             self._encode(cells.sink_valid, s_need - cells.sink_valid, self.tokens)
-            force = True
         need = max(lo, self.h_lo)
         if need < p0 and (force or not (cells.cell0 <= need <= cells.cell1)):
             self.cells.truncate(need)
@@ -370,6 +392,61 @@ class MTPDrafter(Drafter):
         # catch-up rows c..p0-1 and draft 0's row p0 (committed too: h_p0 and token p0+1 are) in
         # one batch: each matrix is read once for all of them
         return p0 - c + 1, self._stage(tokens, c, p0, k)
+
+    def prepare_after(self, n: int, k_prev: int, k: int) -> torch.Tensor | None:
+        """Host half of a round of k drafts launched before the previous round (k_prev drafts, n
+        committed tokens before it) is read. Whatever that round accepts (a in 0..k_prev), this
+        one catches up from cell n-1 and drafts from p0 = n-1+a: the cells n-1 .. n-1+k_prev and
+        each outcome's read runs are staged (-> the staged vector on the device; the device picks
+        a's, device_drafts_after). None where an outcome would need host work first (a repair,
+        the window counts of a whole-history penalty window): that round waits for the previous
+        one's result. launched_after(a) then marks the cells, as prepare would have."""
+        R, cells = k_prev + 1, self.cells
+        if not (1 <= k <= GRAPH_K and 1 <= k_prev and R <= min(GRAPH_ROWS, MAX_STEP_ROWS)) or n < 2 \
+                or (self._pen is not None and self._seq is None):
+            return None
+        if self._after is not None or cells.cell1 != n - 1 or not (self.h_lo <= n - 1 <= self.h_hi) \
+                or n - 1 + R + k > self.capacity or any(self._repairs(n - 1 + a) for a in range(R)):
+            return None
+        if self._seq is not None and self._vmap_dev is None:
+            self._vmap_dev = torch.from_numpy(self._head_index()).to(self.head.device)
+        slot, L = self._pipe_slot, R + R * k * RUN_WORDS
+        self._pipe_slot ^= 1
+        buf = self._pipe_np[slot]
+        buf[:R] = self._cell_ids[n - 1: n - 1 + R]
+        runs = buf[R: L].reshape(R, k, RUN_WORDS)
+        runs.fill(0)
+        for a in range(R):  # the cells after this round's catch-up of a + 1 rows, as prepare marks them
+            sim = cells.copy()
+            sim.wrote(n - 1, a + 1)
+            p0 = n - 1 + a
+            for j in range(k):
+                for i, (lo, hi) in enumerate(sim.read_runs(p0 + j, p0 + 1)):
+                    runs[a, j, 2 * i], runs[a, j, 2 * i + 1] = lo, hi
+        dev = self._pipe_dev[:L]
+        dev.copy_(self._pipe_host[slot][:L], non_blocking=True)  # pinned, this slot's last upload has run
+        self._after = n
+        return dev
+
+    def launched_after(self, accepted: int) -> None:
+        """The previous round accepted `accepted`: the round prepare_after staged caught up
+        accepted + 1 rows from cell n-1 (call after observe of the previous round)."""
+        n, self._after = self._after, None
+        assert n is not None and len(self.tokens) == n + accepted + 1, (n, accepted, len(self.tokens))
+        self._prefill_next = None
+        self.caught_up = 0
+        self.cells.truncate(n - 1)
+        self.cells.wrote(n - 1, accepted + 1)
+
+    def cancel_after(self) -> None:
+        """The round prepare_after staged will not be launched."""
+        self._after = None
+
+    def device_drafts_after(self, staged: torch.Tensor, k_prev: int, k: int, accepted: torch.Tensor,
+                            tok_buf: torch.Tensor, n_dev: torch.Tensor) -> torch.Tensor:
+        """Device: the k draft ids [k] of a round prepared with prepare_after, the previous round's
+        accepted count [1] and the committed count n_dev [1] on the device (capturable)."""
+        return self._chain_after(staged, k_prev, k, accepted, tok_buf, n_dev)[0]
 
     @torch.inference_mode()
     def propose(self, tokens: list[int], k: int) -> list[int]:
@@ -411,7 +488,7 @@ class MTPDrafter(Drafter):
             a[2 * n + k * R:] = self._pen_window(tokens, k, self._pen_host.numpy())
             self._pen_dev.copy_(self._pen_host, non_blocking=True)
         elif self._seq is not None:  # the window's head indices (pinned, reused after the sync)
-            seq_host, seq_dev, _ = self._seq
+            seq_host, seq_dev = self._seq[:2]
             self._seq_window(tokens, seq_host.numpy())
             seq_dev[: seq_host.shape[0]].copy_(seq_host, non_blocking=True)
         for j in range(k):  # draft j's query at p0 + j: committed cells and the chain p0+1 .. p0+j
@@ -428,26 +505,51 @@ class MTPDrafter(Drafter):
     def _chain(self, staged: torch.Tensor, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The round's device work from its staged inputs -> (draft ids int64 [k], fp32 logits [k, N]).
         No host syncs and no shape that depends on positions: capturable."""
-        head = self.head
         st = self.step if n <= MAX_STEP_ROWS else self.torch_step
         pos, toks = staged[:n], staged[n: 2 * n]
         km = k * RUN_WORDS
         runs = staged[2 * n: 2 * n + km].view(k, RUN_WORDS)
         # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
         # and the head index leaving the window at each chain step [k]
-        seq = self._seq
-        counts = self._pen is not None and seq is None
-        cnt = self._pen_dev if counts else None
-        leave = staged[2 * n + km:] if counts else None
-        i = None
-        zero = torch.zeros(1, dtype=torch.int64, device=head.device)
+        counts = self._pen is not None and self._seq is None
         x = st.inputs(toks, self.hbuf, pos)  # catch-up rows c..p0-1 and draft 0's row p0
         q = st.write_qkv(x, pos)[-1:]
-        x = x[-1:]
+        return self._draft_chain(st, x[-1:], q, pos[-1:], runs, self._pen_dev if counts else None,
+                                 staged[2 * n + km:] if counts else None, k)
+
+    def _chain_after(self, staged: torch.Tensor, k_prev: int, k: int, a: torch.Tensor, tok_buf: torch.Tensor,
+                     n_dev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """_chain for a round staged by prepare_after: the previous round's accepted count a [1]
+        (on the device) picks draft 0's row among the k_prev + 1 catch-up rows (rows past it hold
+        rejected rows' states; their K/V land in chain cells, rewritten before anything reads
+        them) and its outcome's read runs; tokens come from tok_buf, the penalty window from
+        tok_buf[:n_dev]."""
+        R = k_prev + 1
+        st = self.step if R <= MAX_STEP_ROWS else self.torch_step
+        pos = staged[:R]  # cells n-1 .. n-1+k_prev
+        runs = staged[R: R + R * k * RUN_WORDS].view(R, k, RUN_WORDS).index_select(0, a)[0]
+        x = st.inputs(tok_buf[pos + 1], self.hbuf, pos)
+        q = st.write_qkv(x, pos)
+        if self._seq is not None:  # the verifier's window of draft 0: head indices of tok_buf[n-W:n]
+            w = self._seq[0].shape[0]
+            at = n_dev + self._seq[3]  # positions n-W .. n-1
+            win = self._vmap_dev[tok_buf[at.clamp(min=0)]]
+            self._seq[1][:w].copy_(torch.where(at >= 0, win, -1))
+        return self._draft_chain(st, x.index_select(0, a), q.index_select(0, a), pos.index_select(0, a), runs,
+                                 None, None, k)
+
+    def _draft_chain(self, st, x: torch.Tensor, q: torch.Tensor, p0: torch.Tensor, runs: torch.Tensor,
+                     cnt: torch.Tensor | None, leave: torch.Tensor | None, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """k drafts from draft 0's block input x [1, D] and query q [1, H, Dh] at position p0 [1],
+        step j reading runs[j] [6]; cnt / leave: the staged penalty counts (None: off or the window
+        sequence). -> (draft ids int64 [k], fp32 logits [k, N])."""
+        head, seq = self.head, self._seq
+        i = None
+        zero = torch.zeros(1, dtype=torch.int64, device=head.device)
         drafts, logits = [], []
         for j in range(k):
             if j > 0:  # chain cell p0 + j: a draft's K/V, not committed
-                q = st.write_qkv(x, pos[-1:] + j)
+                q = st.write_qkv(x, p0 + j)
             h = st.attend(x, q, runs[j], self.max_reads)
             lg = st.logits(h, j)
             logits.append(lg[0])
@@ -458,7 +560,7 @@ class MTPDrafter(Drafter):
             else:
                 # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
                 i, cnt = self._pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
-                                    pos[-1:] + 2 + j)
+                                    p0 + 2 + j)
             d = i if head.vocab_ids is None else head.vocab_ids[i]
             drafts.append(d)
             if j + 1 < k:

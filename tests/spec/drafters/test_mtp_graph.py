@@ -187,6 +187,31 @@ def test_cuda_round_program_text_is_exact_and_graphs_equal_eager(model_path):
 
 
 @pytest.mark.gpu
+def test_cuda_rounds_launched_ahead_draft_what_rounds_read_first_draft(model_path):
+    """On CUDA rounds are launched before the round before them is read (pipeline auto): the text
+    is plain decoding's, most rounds went ahead, and they drafted what rounds launched after the
+    host read the previous one draft (the same acceptance at every position), at temp 0 and at
+    temp 0.6 with the chain's penalties (the window read on the device)."""
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    on, off = cuda_engine(model_path), cuda_engine(model_path, pipeline="off")
+    assert on.pipelined and not off.pipelined
+    spec = SpecConfig(draft="mtp", draft_tokens=3)
+    prompt = "Question: Explain in detail how a steam engine works.\nAnswer:"
+    for s in (SamplerConfig(temperature=0.0), SamplerConfig(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05,
+                                                            repeat_penalty=1.08, presence_penalty=0.4, seed=2)):
+        plain = off.generate_ids(prompt, sampler=s, max_tokens=96)
+        assert on.generate_ids(prompt, sampler=s, max_tokens=96) == plain  # plain programs launched ahead
+        got = on.generate_ids(prompt, sampler=s, max_tokens=96, spec=spec)
+        a = on.last_stats.spec
+        assert off.generate_ids(prompt, sampler=s, max_tokens=96, spec=spec) == got == plain
+        b = off.last_stats.spec
+        assert a.ahead >= a.rounds // 2 and b.ahead == 0, (a.ahead, a.rounds)
+        assert (a.rounds, a.accepted_per_position) == (b.rounds, b.accepted_per_position)
+
+
+@pytest.mark.gpu
 def test_cuda_coupled_and_penalised_rounds_are_plain_sampling(model_path):
     """Coupled MTP drafts at temp 0.6 with penalties (the draw inside the round's graph) and the
     n-gram drafter: the text is plain sampling's with the same seed, for several k."""
