@@ -53,7 +53,8 @@ HELP = {
     # SpecConfig
     "draft": "drafter: auto (mtp on a CUDA GPU when a head for the model is there, else none), none (plain "
     "decoding), ngram (prompt lookup), mtp (the model's MTP head)",
-    "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward",
+    "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward. 0 = auto: 3 at temperature 0, "
+    "2 when sampling (the fastest MTP rounds on MT-Bench on an H200, bench/RESULTS.md)",
     "adaptive": "choose each round's k in 0..draft-tokens from measured acceptance and round times (0 = a "
     "plain step); off: every round drafts draft-tokens (measured faster on an H200, bench/RESULTS.md)",
     "round_split": "time the round's draft / verify / accept apart (three CUDA graphs with events between; "

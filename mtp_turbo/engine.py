@@ -285,6 +285,7 @@ class Engine:
             spec = self._auto_spec(spec)
         speculative = spec is not None and spec.draft != "none"
         if speculative:
+            spec = spec.for_sampler(sampler.greedy)
             self._use_drafter(spec)
         elif self.drafter is not None:  # plain decoding does not keep a drafter's cache current: let it go
             self._set_drafter(None, None)
@@ -325,12 +326,14 @@ class Engine:
         return mtp
 
     def _use_drafter(self, spec) -> None:
-        """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged."""
-        if self.drafter is not None and self._drafter_spec == spec:
+        """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged but
+        for the drafts a round takes (a drafter serves any k)."""
+        same = dataclasses.replace(spec, draft_tokens=0)
+        if self.drafter is not None and self._drafter_spec == same:
             return
         from .spec.drafters import make_drafter
 
-        self._set_drafter(make_drafter(spec, self.model, self.gguf, self.ctx_size), spec)
+        self._set_drafter(make_drafter(spec, self.model, self.gguf, self.ctx_size), same)
         # a new drafter has encoded nothing: re-encode the prompt from scratch for it
         if self.drafter.reads_hidden:
             self.kv.reset()

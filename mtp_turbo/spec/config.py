@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..errors import ConfigError
 
 DRAFTERS = ("auto", "none", "ngram", "mtp")
+# draft_tokens = 0: the k of the fastest MTP rounds on MT-Bench at temperature 0 and at 0.6 with
+# the sampled chain (H200, rounds launched ahead; bench/RESULTS.md 2026-12-02 session 19)
+AUTO_K = {"greedy": 3, "sampled": 2}
 SPEC_SAMPLE = ("exact", "greedy")
 
 
@@ -15,7 +19,8 @@ class SpecConfig:
     # auto: the MTP head on CUDA when one is there for the model, else plain (1.85x plain greedy,
     # 1.11x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 15)
     draft: str = "auto"  # auto | none | ngram | mtp
-    draft_tokens: int = 3  # k: drafts per round at most (verify forwards k+1 rows)
+    # k: drafts per round at most (verify forwards k+1 rows); 0 = auto: AUTO_K by temperature
+    draft_tokens: int = 0
     # choose each round's k in 0..draft_tokens from measured acceptance and round times; off by
     # default: fixed k = 3 was faster on MT-Bench at temp 0 and 0.6 (bench/RESULTS.md 2026-12-01)
     adaptive: bool = False
@@ -39,8 +44,8 @@ class SpecConfig:
             raise ConfigError(f"draft must be one of {', '.join(DRAFTERS)}, got {self.draft!r}")
         if self.spec_sample not in SPEC_SAMPLE:
             raise ConfigError(f"spec-sample must be one of {', '.join(SPEC_SAMPLE)}, got {self.spec_sample!r}")
-        if not (1 <= self.draft_tokens <= 7):
-            raise ConfigError(f"draft-tokens must be in [1, 7], got {self.draft_tokens}")
+        if not (0 <= self.draft_tokens <= 7):
+            raise ConfigError(f"draft-tokens must be in [1, 7] (0 = auto), got {self.draft_tokens}")
         if not (1 <= self.ngram_min <= self.ngram_max <= 16):
             raise ConfigError(f"need 1 <= ngram-min <= ngram-max <= 16, got {self.ngram_min}, {self.ngram_max}")
         if not (0 <= self.draft_sink <= 1024):
@@ -55,3 +60,10 @@ class SpecConfig:
             parse_tile(self.draft_tile)  # ConfigError naming the supported tiles
         if self.draft_head_quant not in ("main", "bf16", "q8_0", "q5_0", "q4_0"):
             raise ConfigError(f"draft-head-quant must be one of main, bf16, q8_0, q5_0, q4_0, got {self.draft_head_quant!r}")
+
+    def for_sampler(self, greedy: bool) -> "SpecConfig":
+        """This config with draft_tokens = 0 (auto) made the k for a temperature-0 (greedy) or a
+        sampled run."""
+        if self.draft_tokens:
+            return self
+        return dataclasses.replace(self, draft_tokens=AUTO_K["greedy" if greedy else "sampled"])

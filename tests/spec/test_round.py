@@ -136,3 +136,13 @@ def test_plain_step_programs_inside_speculation_keep_text_and_drafts(model_path,
     assert counts[0] >= 16  # plain-step programs ran
     if draft == "mtp":  # and rounds that draft after them (the n-gram drafter may find no match)
         assert sum(v for k, v in counts.items() if k) >= 4 and sum(got[4][4]) > 0, got[4]
+
+
+def test_draft_tokens_auto_is_three_at_temp_0_and_two_when_sampling(engine):
+    # the default k (0 = auto) becomes the measured best per temperature; a k given stays
+    assert SpecConfig().draft_tokens == 0
+    assert SpecConfig().for_sampler(True).draft_tokens == 3 and SpecConfig().for_sampler(False).draft_tokens == 2
+    assert SpecConfig(draft_tokens=4).for_sampler(False).draft_tokens == 4
+    for s, k in ((SamplerConfig(temperature=0.0), 3), (SAMPLED, 2)):
+        engine.generate_ids(PROMPTS[2], sampler=s, max_tokens=6, spec=SpecConfig(draft="ngram"))
+        assert engine.last_stats.spec.k == k

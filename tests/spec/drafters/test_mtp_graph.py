@@ -189,9 +189,12 @@ def test_cuda_round_program_text_is_exact_and_graphs_equal_eager(model_path):
 @pytest.mark.gpu
 def test_cuda_rounds_launched_ahead_draft_what_rounds_read_first_draft(model_path):
     """On CUDA rounds are launched before the round before them is read (pipeline auto): the text
-    is plain decoding's, most rounds went ahead, and they drafted what rounds launched after the
-    host read the previous one draft (the same acceptance at every position), at temp 0 and at
-    temp 0.6 with the chain's penalties (the window read on the device)."""
+    is plain decoding's, most rounds went ahead, and they drafted about what rounds launched after
+    the host read the previous one draft, at temp 0 and at temp 0.6 with the chain's penalties
+    (the window read on the device). Not the very same drafts: a round launched ahead catches up
+    k+1 rows where the other catches up a+1, and the drafter's Q8_0 GEMV takes a tile per row
+    count (quant/gemv.py), so a near tie can go the other way (1 of 40 accepted drafts on the
+    H200, session 19). On the CPU they are the same (tests/spec/test_pipeline.py)."""
     from mtp_turbo.sampling.config import SamplerConfig
     from mtp_turbo.spec.config import SpecConfig
 
@@ -208,7 +211,8 @@ def test_cuda_rounds_launched_ahead_draft_what_rounds_read_first_draft(model_pat
         assert off.generate_ids(prompt, sampler=s, max_tokens=96, spec=spec) == got == plain
         b = off.last_stats.spec
         assert a.ahead >= a.rounds // 2 and b.ahead == 0, (a.ahead, a.rounds)
-        assert (a.rounds, a.accepted_per_position) == (b.rounds, b.accepted_per_position)
+        assert abs(a.accepted - b.accepted) <= max(2, b.accepted // 10), (a.accepted_per_position,
+                                                                           b.accepted_per_position)
 
 
 @pytest.mark.gpu
