@@ -355,6 +355,18 @@ case $step in
         --modes plain,mtp --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
         --json "$OUT/ab_$t.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -6 | sed "s/^/$t: /"
     done ;;
+  s20-table)  # (llama.cpp built) the table of record with k = 2 and 3 rows; n-gram before (.ab_before) / after
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done
+    timeout 300 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 2,3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -18
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r mtp_turbo /tmp/before/ && cp -r .ab_before/mtp_turbo /tmp/before/
+    (cd /tmp/before && PYTHONPATH=/tmp/site:/tmp/before timeout 120 python3 -m mtp_turbo.cli bench --model $M \
+      --modes plain,ngram --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
+      --json "$OUT/ngram_before.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -6 | sed "s/^/before: /")
+    for d in none mtp; do timeout 60 python3 bench/ttft.py --model $M --draft $d > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
   s19-ab)  # before (.ab_before's files over a copy of this tree) and after, back to back
     rm -rf /tmp/before && mkdir -p /tmp/before && cp -r mtp_turbo /tmp/before/ && cp -r .ab_before/mtp_turbo /tmp/before/
     for t in before after; do

@@ -79,7 +79,7 @@ def test_unsupported_tensor_type(model_path):
     (["--penalty-last-n", "-2"], ["penalty-last-n"]),
     (["--order", "top_k,bogus"], ["order"]),
     (["--draft", "magic"], ["draft"]),
-    (["--draft-tokens", "0"], ["draft-tokens"]),
+    (["--draft-tokens", "8"], ["draft-tokens"]),  # 0 is auto
     (["--draft-sink", "2000"], ["draft-sink"]),
     (["--max-tokens", "-1"], ["max-tokens"]),
     (["--ctx-size", "4"], ["ctx-size"]),
