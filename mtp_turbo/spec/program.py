@@ -16,6 +16,8 @@ and accepts d_{i+1} iff t_i == d_{i+1} (exact) or iff it equals row i's raw argm
 lossy rule). The emitted tokens e_0..e_a (accepted drafts, then t_a) overwrite tok_buf[n, n+a];
 out = [a, e_0, .., e_k] is the one thing the host reads. A drafter that reads hidden states gets
 the verified rows' states stored on the device (all k+1 rows; the host marks a+1 of them valid).
+Each program ends by advancing n_dev by what it committed, so the next one can be launched before
+the host reads this one (launch_after): two out slots, each copied out after its own program.
 """
 
 from __future__ import annotations
