@@ -120,11 +120,9 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
     ahead = program.pipeline and drafter.on_device and not spec.adaptive
     followed = None  # the ticket after which the next round was launched ahead (its drafter state then moves)
     last_end = 0.0  # when the last round was settled (a round launched ahead is timed from there)
-    misses = 0  # consecutive rounds a host drafter found nothing to propose for
 
     def launch():
         """Choose k, draft on the host if the drafter does, launch the round -> (ticket, want, t0, host s)."""
-        nonlocal misses
         t0 = time.perf_counter()
         n = len(target.tokens)
         # k drafts need k+1 cells from n-1 and may emit k+1 tokens: stay inside both limits
@@ -132,12 +130,8 @@ def speculative_tokens(target: Target, sampler: SamplerConfig, spec: SpecConfig,
         host = None  # a host drafter's drafts (None: the device drafter's, or a plain step)
         if want and not drafter.on_device:
             host = drafter.propose(target.tokens, want) or None
-            misses = misses + 1 if host is None else 0
         t1 = time.perf_counter()
-        # plain steps in one program where the chooser says k = 0, or where a host drafter found
-        # nothing twice running (text without repeats: 1-step rounds pay a host round trip a token)
-        plain = want == 0 or misses >= 2
-        if plain and plain_steps > 1 and budget - produced >= plain_steps and n + plain_steps <= target.ctx_size:
+        if want == 0 and plain_steps > 1 and budget - produced >= plain_steps and n + plain_steps <= target.ctx_size:
             return program.launch(0, steps=plain_steps), 0, t0, t1 - t0
         return program.launch(want if drafter.on_device else 0, host), want, t0, t1 - t0
 
