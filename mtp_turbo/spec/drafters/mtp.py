@@ -438,10 +438,6 @@ class MTPDrafter(Drafter):
         self.cells.truncate(n - 1)
         self.cells.wrote(n - 1, accepted + 1)
 
-    def cancel_after(self) -> None:
-        """The round prepare_after staged will not be launched."""
-        self._after = None
-
     def device_drafts_after(self, staged: torch.Tensor, k_prev: int, k: int, accepted: torch.Tensor,
                             tok_buf: torch.Tensor, n_dev: torch.Tensor) -> torch.Tensor:
         """Device: the k draft ids [k] of a round prepared with prepare_after, the previous round's
