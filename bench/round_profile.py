@@ -1,12 +1,13 @@
-"""Where a decoding token's device time goes, end to end through the public API: plain and MTP k=3,
-at temp 0 and with the temp-0.6 chain, on a short prompt set and (optionally) a long prompt.
+"""Where a decoding token's device time goes, end to end through the public API: plain and each
+drafter of --modes (default MTP at the default k: 3 at temp 0, 2 with the chain), at temp 0 and with
+the temp-0.6 chain, on a short prompt set and (optionally) a long prompt.
 
 For each case: a warm-up generation, then each prompt prefilled outside the profiler and its
 decode profiled (torch.profiler, CUDA kernels, graph replays included); prints decode tok/s of the
 profiled runs (profiler on: read the ratios, not the speeds), kernels per round and the device time
 per kernel name per round (a round: a plain token, or a speculative round).
 
-    python bench/round_profile.py --model M [--long FILE] --out $OUT/round_profile.json
+    python bench/round_profile.py --model M [--modes mtp,ngram] [--draft-tokens K] [--long FILE] --out OUT.json
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def main() -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--long", default="", help="a .json list whose first string is the long prompt ('' = none)")
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--modes", default="mtp", help="drafters profiled beside plain decoding (comma list: mtp, ngram)")
+    ap.add_argument("--draft-tokens", type=int, default=0, help="k (0 = the default: 3 at temp 0, 2 when sampling)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     sets = {"short": load_prompts("mtbench", a.n_prompts)}
@@ -91,9 +94,12 @@ def main() -> int:
         eng = Engine(EngineConfig(model=a.model, ctx_size=4096 if name == "short" else 16384, progress=False))
         for temp in (0.0, 0.6):
             sampler = SamplerConfig(temperature=0.0) if temp == 0 else SamplerConfig(temperature=temp, **CHAIN)
-            for spec in (None, SpecConfig(draft="mtp", draft_tokens=3)):
+            specs = [None] + [SpecConfig(draft=m, draft_tokens=a.draft_tokens).for_sampler(temp == 0)
+                              for m in a.modes.split(",") if m]
+            for spec in specs:
                 r = run(eng, prompts, sampler, spec, a.max_tokens)
-                r |= {"set": name, "temp": temp, "mode": "plain" if spec is None else "mtp k=3"}
+                r |= {"set": name, "temp": temp,
+                      "mode": "plain" if spec is None else f"{spec.draft} k={spec.draft_tokens}"}
                 out.append(r)
                 print(f"{name} temp {temp:g} {r['mode']}: {r['decode_tps']:.1f} tok/s (profiled), "
                       f"{r['tokens_per_round']:.2f} tokens/round, wall {r['wall_us_per_round']:.0f} us/round, "
