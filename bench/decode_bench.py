@@ -72,11 +72,13 @@ def copy_bandwidth(dev) -> float:
 
 
 def decode_bytes(eng: Engine, ctx_len: int) -> int:
-    """Bytes one decode step must read: every weight once, plus the K/V the attention reads."""
+    """Bytes one decode step must read: every weight byte once (the fused qkv / gate_up, not again
+    their q / k / v and gate / up views; the LM head as the step reads it: the file's Q8_0 bytes or
+    the dense embedding), plus the K/V the attention reads (mtp-turbo bench's floor)."""
+    from mtp_turbo.benchmark.run import step_reads_q8_head, step_weight_bytes
+
     m = eng.model
-    w = m.embed.numel() * m.embed.element_size() + m.out_norm.numel() * 4
-    for L in m.layers:
-        w += sum(t.numel() * t.element_size() for t in L.values())
+    w = step_weight_bytes(m, step_reads_q8_head(eng))
     c = m.cfg
     kv_cell = 2 * c.n_kv_heads * c.head_dim * eng.kv.k.element_size()
     kv = 0
@@ -141,6 +143,7 @@ TILE_VARIANTS = [
     {"bk_tall": 512}, {"warps_head": 8}, {"bn_head": 64}, {"bn_head": 256, "warps_head": 8}, {"block_keys": 16},
     {"block_keys": 64}, {"warps_attn": 8}, {"warps_attn": 2}, {"split_norm": True},
     {"split_norm": True, "bk_small": 256}, {"split_norm": True, "warps_small": 4},
+    {"head_q8": False},  # the bf16 head (the *_head tiles above apply only to it)
 ]
 
 

@@ -31,8 +31,8 @@ Two steps (run both by default):
 
 Workloads (small sizes; --workloads picks): main (FusedDecoder.forward on a tiny random Gemma-3,
 rows 1 and 4, fp32 and bf16, plus the Gemma-3-270M shapes dry, and bench/decode_bench.py's
-tile variants at those shapes), mtp (MTPDrafter kernels="triton"
-on a tiny head, fp32 and bf16, dense and packed q8_0 ops; the 270M head's shapes dry), sampler
+tile variants at those shapes; with the Q8_0 head, rows 1-8: its frag8 GEMV's CUDA branch),
+mtp (MTPDrafter kernels="triton" on a tiny head, fp32 and bf16, dense and packed q8_0 ops; the 270M head's shapes dry), sampler
 (sample_tokens / sample_rows for the brief's configurations at V = 5000; dry, those plus the
 engine's default SamplerConfig() and every configuration of tests/sampling/test_fused*.py at
 V = 5000 and 262144), gemv (gemv_packed with default_tile's Hopper and pre-Hopper tiles, q8_0 / q5_0 /
@@ -287,9 +287,10 @@ def gemv_cuda_branch():
 
 # ---------------------------------------------------------------------------- workloads
 
-def _gemma(cfg, dtype, random: bool, seed: int = 0):
+def _gemma(cfg, dtype, random: bool, seed: int = 0, head_q8: bool = False):
     """A Gemma3 with random (tiny) or uninitialised (dry, real sizes) weights: matrices in dtype,
-    norms fp32 (as models/load.py)."""
+    norms fp32 (as models/load.py); head_q8: the embedding's Q8_0 codes and scales kept (as the
+    loader does on CUDA; the fused step's head then runs the frag8 GEMV on them)."""
     import torch
 
     from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3
@@ -312,7 +313,16 @@ def _gemma(cfg, dtype, random: bool, seed: int = 0):
     for i in range(cfg.n_layers):
         for k, name in LAYER_TENSORS.items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"))
-    return Gemma3(cfg, w, "cpu", dtype)
+    q8 = None
+    if head_q8 and random:
+        from mtp_turbo.quant.repack import PackedWeight
+
+        pw = PackedWeight.from_dense(w["token_embd"].float(), "q8_0")
+        q8, w["token_embd"] = (pw.qs, pw.scales), pw.dequantize().to(dtype)
+    elif head_q8:
+        q8 = (torch.zeros(cfg.vocab_size, D, dtype=torch.int8),
+              torch.zeros(cfg.vocab_size, D // 32, dtype=torch.float16))
+    return Gemma3(cfg, w, "cpu", dtype, head_q8=q8)
 
 
 def _tiny_cfg(**kw):
@@ -342,8 +352,8 @@ def wl_main(dry_all: bool):
     from mtp_turbo.cache.kv import KVCache
     from mtp_turbo.models import fused
 
-    def run(cfg, dtype, random, rows, n_prefill, capacity, tiles=None, prefetch=False):
-        m = _gemma(cfg, dtype, random)
+    def run(cfg, dtype, random, rows, n_prefill, capacity, tiles=None, prefetch=False, head_q8=False):
+        m = _gemma(cfg, dtype, random, head_q8=head_q8)
         kv = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, "cpu", dtype)
         dec = fused.FusedDecoder(m, kv, **({"tiles": tiles} if tiles else {}))
         if prefetch:  # what a CUDA device would launch (dry: recorded, not run)
@@ -367,6 +377,19 @@ def wl_main(dry_all: bool):
         for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
                   {"combine_split": 1, "combine_chunks": 16}, {"tails": False}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
+    # the Q8_0 head (FusedTiles.head_q8, the default where the model keeps the codes: CUDA): 1-4 rows
+    # one frag8 launch, 5-8 rows two. Tiny: the CPU branch (x_frag8 interpreted, the emulation);
+    # the 270M shapes: the CUDA branch (x_frag8 with PDL, then the Gluon gemv_frag8), dry. The head
+    # has 32768 rows there (its building is CPU work): 262144 specialises alike (N and NT % 16 == 0)
+    for dt in ("float32", "bfloat16"):
+        with workload(f"main tiny {dt} with the Q8_0 head, rows 1,4,5,8", dry=dry_all):
+            run(_tiny_cfg(hidden=96), getattr(torch, dt), True, (1, 4, 5, 8), 40, 96, head_q8=True)
+    with workload("main Gemma-3-270M shapes with the Q8_0 head (frag8, CUDA branch), rows 1,4,5,8", dry=True), \
+            gemv_cuda_branch():
+        for dt in ("bfloat16", "float32"):
+            run(_real_cfg(vocab=32768), getattr(torch, dt), False, (1, 2, 3, 4, 5, 8), 600, 2048, head_q8=True)
+        run(_real_cfg(vocab=32768), torch.bfloat16, False, (1, 5), 600, 2048, fused.FusedTiles(tails=False),
+            head_q8=True)
     with workload("main tiny float32 / Gemma-3-270M bfloat16, the persistent kernel (tile option)", dry=dry_all):
         run(_tiny_cfg(), torch.float32, True, (1, 4), 40, 96, fused.FusedTiles(persistent=True))
     with workload("main Gemma-3-270M bfloat16, the persistent kernel with its L2 prefetches", dry=True):

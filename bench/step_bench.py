@@ -5,8 +5,11 @@ blocks, no LM head: --prefill-rows) against 8-row decode steps, at each --positi
 chunk's hidden rows and K/V bit-identical to one-row steps'; splits a replayed 1-row step into
 kernel time and the gaps between kernels (profiler trace of graph replays) and gives kernels a
 token and CUDA time per kernel class. The bandwidth floor of the step's bytes is printed beside.
+The default step's LM head reads the embedding's Q8_0 bytes (FusedTiles.head_q8); `--ab head_q8=0`
+times the bf16 head beside it.
 
     python bench/step_bench.py --out $OUT/step.json
+    python bench/step_bench.py --positions 256,7000 --ab "head_q8=0" --out $OUT/step_head.json
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from mtp_turbo.benchmark.run import step_weight_bytes  # noqa: E402
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models.fused import FusedDecoder, FusedTiles  # noqa: E402
 from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
 from mtp_turbo.quant.dequant import dequantize  # noqa: E402
 from mtp_turbo.quant.formats import quantize_tensor  # noqa: E402
+from mtp_turbo.quant.repack import split_q8_0  # noqa: E402
 
 CFG = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
                    eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
@@ -33,6 +38,9 @@ CFG = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_h
 
 
 def random_model(cfg: Gemma3Config, dev) -> Gemma3:
+    """Random weights in the loader's forms: bf16 matrices, fp32 norms, the embedding's Q8_0 codes
+    and scales kept (the fused step's head reads them: FusedTiles.head_q8) beside their bf16
+    dequantization."""
     g = torch.Generator(device=dev).manual_seed(0)
     D, F, DH = cfg.hidden, cfg.ffn, cfg.head_dim
     nq, nkv = cfg.n_heads * DH, cfg.n_kv_heads * DH
@@ -51,16 +59,13 @@ def random_model(cfg: Gemma3Config, dev) -> Gemma3:
     for i in range(cfg.n_layers):
         for k, name in LAYER_TENSORS.items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"), 0.1 if k.endswith("norm") else 0.04)
-    return Gemma3(cfg, w, dev, torch.bfloat16)
+    return Gemma3(cfg, w, dev, torch.bfloat16, head_q8=split_q8_0(raw, (cfg.vocab_size, D)))
 
 
-def step_bytes(m: Gemma3, pos: int) -> int:
-    """Bytes one 1-row step must read once: every weight (the fused qkv / gate_up, not their split
-    views; the tied head as held), the K/V cells its attention reads."""
-    n = m.embed.numel() * m.embed.element_size() + m.out_norm.numel() * 4
-    for L in m.layers:
-        n += sum(L[k].numel() * L[k].element_size() for k in ("qkv", "o", "gate_up", "down"))
-        n += sum(L[k].numel() * 4 for k in L if k.endswith("norm"))
+def step_bytes(m: Gemma3, pos: int, q8_head: bool) -> int:
+    """Bytes one 1-row step must read once: every weight byte (benchmark/run.step_weight_bytes: the
+    fused qkv / gate_up once, the head as the step reads it), the K/V cells its attention reads."""
+    n = step_weight_bytes(m, q8_head)
     c = m.cfg
     cells = sum(pos + 1 if c.is_global(i) else min(pos + 1, c.sliding_window) for i in range(c.n_layers))
     return n + 2 * cells * c.n_kv_heads * c.head_dim * 2
@@ -172,7 +177,8 @@ def main() -> int:
     step = FusedDecoder(m, kv)
     chunks = {P: FusedDecoder(m, kv, prefill_rows=P) for P in map(int, a.prefill_rows.split(","))}
     for pos in map(int, a.positions.split(",")):
-        floor = step_bytes(m, pos) / (bw * 1e9) * 1e3
+        nbytes = step_bytes(m, pos, step.head_w is not None)
+        floor = nbytes / (bw * 1e9) * 1e3
         row = {"pos": pos, "floor_ms": floor}
         for rows in (1, 4, 8):
             row[f"ms{rows}"], out = time_step(step, rows, pos)
@@ -182,7 +188,7 @@ def main() -> int:
                         torch.equal(step.forward(torch.tensor([100 + j], device="cuda"),
                                                  torch.tensor([pos + j], device="cuda"))[0][0], out[j])
                         for j in range(4))
-        print(f"position {pos}: floor {floor * 1e3:.0f} us ({step_bytes(m, pos) / 2**20:.1f} MiB at {bw:.0f} GB/s); "
+        print(f"position {pos}: floor {floor * 1e3:.0f} us ({nbytes / 2**20:.1f} MiB at {bw:.0f} GB/s); "
               f"decode step 1 row {row['ms1'] * 1e3:.1f} us, 4 rows {row['ms4'] * 1e3:.1f} us "
               f"(4/1 {row['ms4'] / row['ms1']:.3f}), 8 rows {row['ms8'] * 1e3:.1f} us = "
               f"{8 / row['ms8'] * 1e3:.0f} prefill tok/s as 8-row steps; 4 verify rows = 1-row steps bitwise: "

@@ -174,12 +174,13 @@ def test_table_and_plot(tmp_path):
               "llama_bench": {"tg": {"name": "tg128", "tps": 50.0, "std": 1.0}, "pp": {"name": "pp512", "tps": 10.0}},
               "pp": {"name": "pp512", "tps": 20.0, "n": 512},
               "floor": {"weight_bytes": 2**20, "kv_bytes": 0, "context": 64, "bandwidth_GBps": 1.0,
-                        "ms_per_token": 1.0, "tps": 400.0},
-              "memory": {"weights_MiB": 511.5, "head_q8_MiB": 170.0, "kv_MiB": 72.0, "allocated_MiB": 800.0,
-                         "peak_allocated_MiB": 900.0, "reserved_MiB": 1024.0}}
+                        "ms_per_token": 1.0, "tps": 400.0, "head": "q8_0"},
+              "memory": {"weights_MiB": 511.5, "head_q8_MiB": 170.0, "head_layout_MiB": 170.1, "kv_MiB": 72.0,
+                         "allocated_MiB": 800.0, "peak_allocated_MiB": 900.0, "reserved_MiB": 1024.0}}
     t = report.table(result)
-    assert ("memory: weights 511.5 MiB + the head's Q8_0 codes 170.0, K/V cache 72.0 MiB; device allocated 800 MiB "
-            "(peak 900, reserved 1024)") in t
+    assert ("memory: weights 511.5 MiB + the head's Q8_0 codes 170.0 + their frag8 layout 170.1, K/V cache 72.0 MiB; "
+            "device allocated 800 MiB (peak 900, reserved 1024)") in t
+    assert "bandwidth floor: 1.0 MiB a plain step (weights 1.0, the LM head as Q8_0, K/V at 64 cells 0.0)" in t
     assert "| plain | - | 0 | 100.0 | 10.0 | 1.00 | - | - | - | - | - | - | - | yes | - | 2.00 | 25% |" in t
     assert "| mtp | 3 | 0 | 200.0 | 10.0 | 2.50 | 50% | 80% | - | - | - | 10% | 10% | **NO** | 0.97x (#4) | 4.00 | 50% |" in t
     assert "pp512: 20.0 tok/s | llama-bench pp512: 10.0 tok/s, ratio 2.00" in t and "plain greedy ratio 2.00" in t
@@ -187,6 +188,50 @@ def test_table_and_plot(tmp_path):
     pytest.importorskip("matplotlib")
     report.plot(result, str(tmp_path / "b.png"))
     assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_floor_counts_each_byte_a_plain_step_reads_once(monkeypatch):
+    # against the file's tensors, each counted once by its own size: the model holds q / k / v and
+    # gate / up fused, as views of per-kind stacked storages (counted twice, the floor was 668 MB
+    # for 536 on Gemma-3-270M); with the step's Q8_0 head, the codes + scales and one embedding row
+    # instead of the dense embedding. The head's frag8 layout is in the memory line, not the floor
+    import torch
+
+    from mtp_turbo.benchmark import run
+    from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config
+    from mtp_turbo.quant.kernels.frag8 import counters, for_weight8
+    from mtp_turbo.quant.repack import PackedWeight
+
+    V, D, DH, F, n_layers, window = 200, 64, 32, 96, 4, 16
+    cfg = Gemma3Config(vocab_size=V, hidden=D, n_layers=n_layers, n_heads=2, n_kv_heads=1, head_dim=DH, ffn=F,
+                       eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=window, sliding_pattern=2,
+                       query_scale=DH ** -0.5, context_length=128)
+    shapes = {"attn_norm": (D,), "q": (2 * DH, D), "k": (DH, D), "v": (DH, D), "q_norm": (DH,), "k_norm": (DH,),
+              "o": (D, 2 * DH), "post_attn_norm": (D,), "ffn_norm": (D,), "gate": (F, D), "up": (F, D),
+              "down": (D, F), "post_ffn_norm": (D,)}
+    w = {f"blk.{i}.{name}": torch.ones(shapes[k]) if k.endswith("norm") else torch.randn(shapes[k]).bfloat16()
+         for i in range(n_layers) for k, name in LAYER_TENSORS.items()}
+    pw = PackedWeight.from_dense(torch.randn(V, D), "q8_0")
+    w |= {"output_norm": torch.ones(D), "token_embd": pw.dequantize().bfloat16()}
+    file_bytes = {n: t.numel() * t.element_size() for n, t in w.items()}
+    layers = sum(file_bytes.values()) - file_bytes["token_embd"]
+    m = Gemma3(cfg, w, "cpu", torch.bfloat16, head_q8=(pw.qs, pw.scales))
+    kv = SimpleNamespace(**{n: torch.zeros(2, 8, 1, DH, dtype=torch.bfloat16) for n in ("k", "v")})
+    monkeypatch.setattr(run, "copy_bandwidth", lambda dev: 1.0)  # GB/s
+    context = 40
+    kv_bytes = sum(2 * DH * 2 * (context if cfg.is_global(i) else window) for i in range(n_layers))
+    for q8 in (False, True):
+        runner = SimpleNamespace(fused=SimpleNamespace(head_w=m.head_packed() if q8 else None))
+        eng = SimpleNamespace(model=m, kv=kv, device=torch.device("cpu"), runner=runner)
+        head = pw.qs.nbytes + pw.scales.nbytes + D * 2 if q8 else file_bytes["token_embd"]
+        f = run.bandwidth_floor(eng, context)
+        assert (f["weight_bytes"], f["kv_bytes"], f["head"]) == (layers + head, kv_bytes, "q8_0" if q8 else "dense")
+        assert f["tps"] == pytest.approx(1e9 / (layers + head + kv_bytes))
+    assert run.bandwidth_floor(SimpleNamespace(model=m, kv=kv, device=torch.device("cpu")), context)["head"] == "dense"
+    fw = for_weight8(m.head_packed())  # what the fused step builds: counted as held, with its counters
+    mem = run.memory(eng)
+    assert mem["head_q8_MiB"] * 2**20 == pw.qs.nbytes + pw.scales.nbytes
+    assert mem["head_layout_MiB"] * 2**20 == fw.qf.nbytes + fw.sf.nbytes + counters(m.head_packed()).nbytes
 
 
 def test_tiny_bench_on_the_cpu(capsys, tmp_path, model_path):

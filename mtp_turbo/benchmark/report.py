@@ -68,7 +68,8 @@ def table(result: dict) -> str:
                    "tok/s (same prompts, chain, seed, max tokens)")
     if floor:
         out.append(f"bandwidth floor: {(floor['weight_bytes'] + floor['kv_bytes']) / 2**20:.1f} MiB a plain step "
-                   f"(weights {floor['weight_bytes'] / 2**20:.1f}, K/V at {floor['context']} cells "
+                   f"(weights {floor['weight_bytes'] / 2**20:.1f}"
+                   f"{', the LM head as Q8_0' if floor.get('head') == 'q8_0' else ''}, K/V at {floor['context']} cells "
                    f"{floor['kv_bytes'] / 2**20:.1f}) at {floor['bandwidth_GBps']:.0f} GB/s copy: "
                    f"{floor['ms_per_token']:.3f} ms/token, {floor['tps']:.0f} tok/s")
     mem = result.get("memory")
@@ -77,6 +78,7 @@ def table(result: dict) -> str:
                 f"{mem['reserved_MiB']:.0f})" if "allocated_MiB" in mem else f"peak RSS {mem['peak_rss_MiB']:.0f} MiB")
         out.append(f"memory: weights {mem['weights_MiB']:.1f} MiB" +
                    (f" + the head's Q8_0 codes {mem['head_q8_MiB']:.1f}" if mem["head_q8_MiB"] else "") +
+                   (f" + their frag8 layout {mem['head_layout_MiB']:.1f}" if mem.get("head_layout_MiB") else "") +
                    f", K/V cache {mem['kv_MiB']:.1f} MiB; {held}")
     cap = [f"{label(r)}: {r['captures']}" for r in result["rows"] if r.get("captures")]
     if cap:

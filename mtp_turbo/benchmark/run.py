@@ -159,14 +159,18 @@ def prefill_speed(eng, n: int, prompts: list[str], reps: int, warmup: bool, bar)
 
 def memory(eng) -> dict:
     """Resident memory after the runs: the model's weights as held (each storage once: the fused
-    qkv / gate_up, not their views; the head's Q8_0 codes where kept), the K/V cache, and what the
-    device allocator holds now and held at most (CUDA), or the process's peak RSS (CPU)."""
+    qkv / gate_up, not their views; the head's Q8_0 codes where kept, and the layouts built from them
+    for a GEMV: the fused step's frag8 layout), the K/V cache, and what the device allocator holds
+    now and held at most (CUDA), or the process's peak RSS (CPU)."""
     import resource
 
     m = eng.model
     weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
     head_q8 = _unique_bytes(m.head_q8 or ())
-    out = {"weights_MiB": weights / 2**20, "head_q8_MiB": head_q8 / 2**20,
+    pw = m.head_packed() if m.head_q8 is not None else None
+    layouts = _unique_bytes(t for d in (pw.derived.values() if pw is not None else ())
+                            for t in ((d,) if isinstance(d, torch.Tensor) else vars(d).values()))
+    out = {"weights_MiB": weights / 2**20, "head_q8_MiB": head_q8 / 2**20, "head_layout_MiB": layouts / 2**20,
            "kv_MiB": _unique_bytes([eng.kv.k, eng.kv.v]) / 2**20}
     if eng.device.type == "cuda":
         out |= {"allocated_MiB": torch.cuda.memory_allocated(eng.device) / 2**20,
@@ -205,12 +209,45 @@ def copy_bandwidth(device: torch.device) -> float:
     return 2 * a.numel() * 4 / min(times) / 1e9
 
 
+def step_weight_bytes(m, q8_head: bool) -> int:
+    """Weight bytes a plain 1-row step of the main model m (a Gemma3) reads, each byte once: every
+    layer's matrices and norms (q / k / v and gate / up are views of the fused qkv / gate_up, those
+    views of one stacked storage a kind: counted as the memory they span), the final norm, one
+    embedding row, and the LM head: the file's Q8_0 codes and scales where the step's head reads
+    them (q8_head), else the dense embedding (which holds that row)."""
+    tensors = [m.out_norm, *(t for L in m.layers for t in L.values())]
+    tensors += [m.embed[0], *m.head_q8] if q8_head else [m.embed]
+    return _span_bytes(tensors)
+
+
+def step_reads_q8_head(eng) -> bool:
+    """Whether the engine's decode step runs its LM head on the file's Q8_0 bytes (the fused step's
+    frag8 head, models/fused.py), not on the dense embedding."""
+    fused = getattr(getattr(eng, "runner", None), "fused", None)
+    return getattr(fused, "head_w", None) is not None
+
+
+def _span_bytes(tensors) -> int:
+    """Bytes of memory the (contiguous) tensors cover together, each byte once: views of one
+    storage count once, the parts of a storage no tensor covers not at all."""
+    spans = []
+    for t in tensors:
+        assert t.is_contiguous(), t.shape
+        spans.append((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()))
+    total, end = 0, 0
+    for a, b in sorted(spans):
+        total += max(0, b - max(a, end))
+        end = max(end, b)
+    return total
+
+
 def bandwidth_floor(eng, context: int) -> dict | None:
-    """Bytes a plain decode step reads at `context` cells (every weight once, the K/V attended)
-    over the copy bandwidth: the tok/s no plain decoder on this device can beat."""
+    """Bytes a plain decode step reads at `context` cells (every weight byte once, the head's as the
+    step reads it: step_weight_bytes; the K/V attended) over the copy bandwidth: the tok/s no plain
+    decoder on this device can beat."""
     m = eng.model
     try:
-        weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
+        weights = step_weight_bytes(m, step_reads_q8_head(eng))
         c, kv = m.cfg, eng.kv
         cell = 2 * c.n_kv_heads * c.head_dim * kv.k.element_size()
         window = getattr(c, "sliding_window", context)
@@ -220,4 +257,5 @@ def bandwidth_floor(eng, context: int) -> dict | None:
     bw = copy_bandwidth(eng.device)
     total = weights + kv_bytes
     return {"weight_bytes": weights, "kv_bytes": kv_bytes, "context": context, "bandwidth_GBps": bw,
+            "head": "q8_0" if step_reads_q8_head(eng) else "dense",
             "ms_per_token": total / (bw * 1e9) * 1e3, "tps": bw * 1e9 / total}

@@ -5,7 +5,9 @@ q/k norm+RoPE+KV write in its tail, attention over key chunks, chunk merge, o GE
 norm+residual in its tail, gate/up GEMV+GELU gating, down GEMV with the next norm+residual in its
 tail; then the LM head; without FusedTiles.tails, as prefill chunks run, 9: the norms and the RoPE
 as kernels of their own; with FusedTiles.persistent all layers as one launch of persistent_kernels.py),
-its scratch buffers and tiles.
+its scratch buffers and tiles. The LM head is the int8 tensor-core GEMV (quant/kernels/frag8_gemv.py)
+on the file's Q8_0 bytes where the model keeps them (Gemma3.head_q8: CUDA) and the GPU runs it
+(Hopper), else the fused GEMV on the dense embedding.
 Also prefill chunks of up to prefill_rows rows: the same kernels over row blocks (a grid
 dimension), no LM head. Ignores: graph capture (step.py), cache lengths (cache/kv.py), the torch
 forward (gemma3.py: the CPU path and the reference).
@@ -25,6 +27,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ..quant import kernels as qk
+from ..quant.gemv import TileConfig, device_capability, runs_on
 from . import fused_kernels as fk
 from . import persistent_kernels as pk
 from .gemma3 import Gemma3
@@ -38,6 +42,11 @@ NORM_ROWS = 4  # rows a norm / RoPE pass takes at once (a tile of [4, 1024] fp32
 # blocks of chunk partials (67 MB at 4096 cells of context, 0.5 GB at 32768)
 PREFILL_ROWS = 128
 COUNTER_STRIDE = 32  # int32s between the persistent kernel's stage counters: one 128-byte line each
+# The Q8_0 head's one tile, at every row count (never per row count, never split over K: a row's
+# logits must not depend on the rows beside it): 46.0 / 46.5 / 47.0 / 47.7 us at 1-4 rows on the
+# 262144 x 640 head against 81-82 us for the bf16 head (H200, bench/RESULTS.md session 9)
+HEAD_Q8_TILE = TileConfig("frag8", 32, 64, 4, 2)
+HEAD_Q8_ROWS = 4  # rows one frag8 launch takes: 5-8 rows are two launches (rows 0-3, 4-7)
 
 
 def available() -> bool:
@@ -89,6 +98,9 @@ class FusedTiles:
     persistent_programs: int = 0  # programs of that kernel on CUDA (0: one an SM; at most that)
     prefetch: bool = True  # in it, each program's next weight tile into L2 before it waits
     persistent_backoff: int = 0  # ns of nanosleep between a waiting program's polls (0: none)
+    # the LM head from the file's Q8_0 bytes (Gemma3.head_q8, kept on CUDA) through the int8 frag8
+    # GEMV: 178 MB a step instead of the bf16 embedding's 335 (off: the fused GEMV on the embedding)
+    head_q8: bool = True
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -166,6 +178,27 @@ class FusedDecoder:
         self.prec = "ieee" if act == torch.float32 else "tf32"
         if tiles.persistent:
             self._init_persistent()
+        # the head's Q8_0 PackedWeight when the head runs on the file's bytes, else None (the embedding)
+        self.head_w = self._init_head_q8() if tiles.head_q8 else None
+
+    def _init_head_q8(self):
+        """The model's Q8_0 head as the frag8 GEMV's weight, its int8 fragment layout built now (178
+        MB more on the device, shared by every decoder of the model: Gemma3.head_packed), not inside
+        the first call's graph capture; None where the model keeps no codes (the CPU engine, a file
+        whose embedding is not Q8_0) or the kernel cannot run here (before Hopper, no Gluon)."""
+        m = self.model
+        w = m.head_packed()
+        if w is None or w.shape[0] * w.shape[1] >= 2**31 or not qk.available() or \
+                not runs_on(HEAD_Q8_TILE, device_capability(m.device)):  # the kernel's offsets are int32
+            return None
+        from ..quant.kernels import frag8_gemv
+        from ..quant.kernels.frag8 import for_weight8
+
+        if not frag8_gemv.available():
+            return None
+        assert HEAD_Q8_TILE.split_k == 1 and w.shape == tuple(m.embed.shape), (HEAD_Q8_TILE, w.shape)
+        for_weight8(w)
+        return w
 
     def _init_persistent(self):
         # the per-layer vectors stacked as the kernel reads them, its counters and its grid
@@ -220,6 +253,29 @@ class FusedDecoder:
         fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
                                                   BN=bn, BK=bk, PREC=self.prec, **launch)
+
+    def head(self, x: torch.Tensor) -> torch.Tensor:
+        """fp32 logits [T, V] (a view of self.logits) of T <= MAX_ROWS rows x [T, D] after the final
+        norm: the frag8 GEMV on the Q8_0 head (head_w), else the fused GEMV on the embedding.
+        A row's logits are the same bits whatever T and the row's place among the rows: frag8's
+        arithmetic for a row does not depend on the others. x_frag8 scales and splits each row by
+        its own largest values; each row is its own B columns of the mma.m16n8k32.s8 (exact int32
+        sums: the other columns cannot touch them); those are joined, converted and scaled by the
+        same per-lane instructions for either mma group (rows 0-1 or 2-3; MM = 1 or 2) and added
+        chunk after chunk in K order; a row's two piece-pair sums meet in one (commutative) fp32
+        add. The row count only masks loads and stores (Triton's M == 1 specialisation included).
+        One tile, no split over K (HEAD_Q8_TILE), so every call of 1-4 rows, and either of the two
+        launches of 5-8 rows, computes a row alike (tests/models/test_fused*.py check it)."""
+        T = x.shape[0]
+        assert 1 <= T <= MAX_ROWS and x.shape[1] == self.model.cfg.hidden, x.shape
+        logits = self.logits[:T]
+        if self.head_w is None:
+            self._linear(x, self.model.embed, logits, head=True)
+            return logits
+        for r0 in range(0, T, HEAD_Q8_ROWS):  # the kernel takes at most 4 rows
+            r1 = min(T, r0 + HEAD_Q8_ROWS)
+            qk.gemv_packed(x[r0:r1], self.head_w, HEAD_Q8_TILE, self.logits[r0:r1])
+        return logits
 
     def _layers_persistent(self, T: int, pos: torch.Tensor):
         """Every layer of T <= MAX_ROWS rows as the loop below runs them with tails, in one launch
@@ -326,14 +382,13 @@ class FusedDecoder:
         if tails:  # the last down GEMV's tail wrote hidden and its final norm (xn)
             if not head:
                 return None, hidden
-            logits = self.logits[:T]
-            self._linear(self.xn[:T], m.embed, logits, head=True)
-            return logits, hidden
-        if not head:  # the residual's last add alone (split_norm: the kernel the head's prologue is)
+            return self.head(self.xn[:T]), hidden
+        if not head or self.head_w is not None:  # the residual's last add alone (split_norm: the
+            # kernel the dense head's prologue is), then the Q8_0 head on its normed rows
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden,
                                                     self.xn[:T], T, c.hidden, eps, PRO=2, KP=_pow2(c.hidden),
                                                     RT=NORM_ROWS, num_warps=t.warps)
-            return None, hidden
+            return (self.head(self.xn[:T]) if head else None), hidden
         logits = self.logits[:T]
         self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,
                      wpost=m.layers[-1]["post_ffn_norm"], wpre=m.out_norm, hout=hidden, head=True)

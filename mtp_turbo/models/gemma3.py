@@ -124,12 +124,14 @@ class Gemma3:
         self.device = torch.device(device)
         self.dtype = dtype
         self.embed = weights["token_embd"]  # [V, D], also the tied LM head
-        # the embedding's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file, from
-        # which the MTP drafter takes its head rows (models/mtp_load.py); embed is their dequantization
+        # the embedding's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file: the fused
+        # step's LM head reads them (models/fused.py), the MTP drafter takes its head rows from them
+        # (models/mtp_load.py); embed is their dequantization
         if head_q8 is not None:
             assert head_q8[0].shape == self.embed.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
             assert head_q8[1].shape == (self.embed.shape[0], self.embed.shape[1] // 32), head_q8[1].shape
         self.head_q8 = head_q8
+        self._head_pw = None  # head_q8 as a PackedWeight, made on first use (head_packed)
         self.out_norm = weights["output_norm"]
         self.layers = []
         nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
@@ -161,6 +163,16 @@ class Gemma3:
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [T] -> [T, D] scaled embedding."""
         return self.embed[tokens] * self.embed_scale
+
+    def head_packed(self):
+        """head_q8 as one q8_0 PackedWeight [V, D] over the same tensors (no copy), or None without
+        them. One object per model: the layouts a GEMV builds from it (quant/kernels/frag8.for_weight8
+        keeps them on the object) are then built once, whichever decoders use it."""
+        if self.head_q8 is not None and self._head_pw is None:
+            from ..quant.repack import PackedWeight
+
+            self._head_pw = PackedWeight("q8_0", tuple(self.head_q8[0].shape), *self.head_q8)
+        return self._head_pw
 
     def lm_head(self, h_normed: torch.Tensor) -> torch.Tensor:
         """[T, D] (after the final norm) -> fp32 logits [T, V]."""

@@ -60,8 +60,9 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
         is_norm = n.endswith("norm")
         t = gf.tensors[f"{n}.weight"]
         if n == "token_embd" and t.ggml_type == Q8_0 and torch.device(device).type == "cuda":
-            # the file's codes and scales stay on the device for the MTP drafter's Q8_0 head rows;
-            # the dense rows serve the embedding, the tied head and the torch forward
+            # the file's codes and scales stay on the device: the fused step's LM head reads them
+            # (models/fused.py, FusedTiles.head_q8) and the MTP drafter gathers its head rows from
+            # them; the dense rows serve the embedding and the torch step (its tied head too)
             raw = gf.raw_tensor(f"{n}.weight", device)
             head_q8 = split_q8_0(raw, t.shape)
             weights[n] = dequantize(raw, t.ggml_type, t.shape).to(dtype)

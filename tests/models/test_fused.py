@@ -17,8 +17,11 @@ from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa:
 pytestmark = pytest.mark.interpret
 
 
-def tiny_model(seed=0, layers=6, window=16, heads=4, kv_heads=1, head_dim=32, hidden=48, ffn=80, vocab=300):
-    # hidden/ffn/vocab deliberately not powers of two nor multiples of the tiles
+def tiny_model(seed=0, layers=6, window=16, heads=4, kv_heads=1, head_dim=32, hidden=48, ffn=80, vocab=300,
+               head_q8=False):
+    # hidden/ffn/vocab deliberately not powers of two nor multiples of the tiles. head_q8: the
+    # embedding through Q8_0, kept as codes and scales (as models/load.py does on CUDA; hidden a
+    # multiple of 32), the embedding their dequantization
     cfg = Gemma3Config(vocab_size=vocab, hidden=hidden, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
                        head_dim=head_dim, ffn=ffn, eps=1e-6, rope_global=1e6, rope_local=1e4,
                        sliding_window=window, sliding_pattern=3, query_scale=head_dim**-0.5,
@@ -34,7 +37,13 @@ def tiny_model(seed=0, layers=6, window=16, heads=4, kv_heads=1, head_dim=32, hi
     for i in range(layers):
         for k, name in LAYER_TENSORS.items():
             w[f"blk.{i}.{name}"] = 1 + r(*shapes[k]) if k.endswith("norm") else r(*shapes[k])
-    return Gemma3(cfg, w, "cpu", torch.float32)
+    q8 = None
+    if head_q8:
+        from mtp_turbo.quant.repack import PackedWeight
+
+        pw = PackedWeight.from_dense(w["token_embd"], "q8_0")
+        q8, w["token_embd"] = (pw.qs, pw.scales), pw.dequantize()
+    return Gemma3(cfg, w, "cpu", torch.float32, head_q8=q8)
 
 
 def run_both(model, n_prefill, T, capacity=96, tiles=None):
@@ -233,3 +242,65 @@ def test_persistent_kernel_gives_the_kernel_per_stage_bits():
     assert not dec.stage_count.any() and not dec.exit_count.any() and not dec.count.any()
     with pytest.raises(AssertionError, match="needs tails"):
         fused.FusedDecoder(model, kf, fused.FusedTiles(persistent=True, tails=False))
+
+
+def test_q8_head_rows_are_the_frag8_gemv_s_at_every_row_count():
+    # with the embedding's Q8_0 codes kept (CUDA's engine; here on the CPU the frag8 launch is x_frag8
+    # interpreted, then its exact emulation), the head is the frag8 GEMV on them: each row's logits
+    # are those of that row alone through the GEMV, in forwards of 1, 4 and 5 rows (two launches:
+    # rows 0-3, row 4), with and without tails; the layers' outputs are the dense head's decoder's
+    # bit for bit, the logits close to its fp32 GEMV on the dequantized embedding
+    from mtp_turbo.quant.gemv import TileConfig
+    from mtp_turbo.quant.kernels import frag8_gemv
+
+    # hidden 96: K ends inside a 64-column chunk; vocab 300: N inside a 16-row tile
+    model = tiny_model(seed=21, layers=3, hidden=96, vocab=300, head_q8=True)
+    c = model.cfg
+    toks = torch.randint(0, c.vocab_size, (30,), generator=torch.Generator().manual_seed(5))
+    kv0 = KVCache(c.n_layers, 64, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    model.forward(toks[:25], 0, kv0)
+
+    def cache():
+        kv = KVCache(c.n_layers, 64, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+        kv.k.copy_(kv0.k)
+        kv.v.copy_(kv0.v)
+        return kv
+
+    assert fused.FusedDecoder(model, cache(), fused.FusedTiles(head_q8=False)).head_w is None
+    for tiles in (fused.FusedTiles(), NO_TAILS):
+        dec = fused.FusedDecoder(model, cache(), tiles)
+        dense = fused.FusedDecoder(model, cache(), fused.FusedTiles(head_q8=False, tails=tiles.tails))
+        assert dec.head_w is model.head_packed() and "frag8" in dec.head_w.derived  # built with the decoder
+        for T in ((1, 4, 5) if tiles.tails else (5,)):
+            pos = torch.arange(25, 25 + T)
+            lq, hq = (t.clone() for t in dec.forward(toks[25:25 + T], pos))
+            x = dec.xn[:T].clone()  # the normed rows the head read
+            ld, hd = dense.forward(toks[25:25 + T], pos)
+            assert torch.equal(hq, hd) and torch.equal(x, dense.xn[:T]), T
+            for j in range(T):
+                one = torch.empty(1, c.vocab_size)
+                frag8_gemv.launch(x[j:j + 1], model.head_packed(), TileConfig("frag8", 32, 64, 4, 2), one)
+                assert torch.equal(lq[j], one[0]), (T, j)
+            assert rel(lq, ld) < 1e-5, (T, rel(lq, ld))
+
+
+def test_q8_head_gives_a_row_the_same_bits_in_every_call():
+    # the head alone on fixed rows (sizes over 12 binades: x's int8 pieces are scaled per row and
+    # chunk): rows 0-7 through calls of 1, 2, 3, 4, 5 and 8 rows give each row the same bits, within
+    # the fp32 bound of the float64 product with the dequantized Q8_0 weights
+    model = tiny_model(seed=23, layers=3, hidden=96, vocab=300, head_q8=True)
+    c = model.cfg
+    kv = KVCache(c.n_layers, 16, c.n_kv_heads, c.head_dim, "cpu", torch.float32)
+    dec = fused.FusedDecoder(model, kv)
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(8, c.hidden, generator=g) * torch.exp2(torch.randint(-6, 6, (8, 1), generator=g).float())
+    w = model.head_packed().dequantize().double()
+    ref = x.double() @ w.t()
+    bound = 1e-6 * (x.double().abs() @ w.abs().t())
+    full = dec.head(x).clone()
+    assert torch.all((full.double() - ref).abs() <= bound)
+    for n in (1, 2, 3, 4, 5):
+        for r0 in range(0, 8 - n + 1, n):
+            assert torch.equal(dec.head(x[r0:r0 + n]), full[r0:r0 + n]), (n, r0)
+    with pytest.raises(AssertionError):
+        dec.head(torch.zeros(fused.MAX_ROWS + 1, c.hidden))

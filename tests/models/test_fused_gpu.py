@@ -43,18 +43,44 @@ def test_fused_close_to_torch_forward(cuda_engine):
     assert (fl.argmax(-1) == rl.argmax(-1)).float().mean().item() >= 0.75
 
 
-def test_verify_rows_bit_identical_to_single_steps(cuda_engine):
+@pytest.mark.parametrize("n_rows", [4, 6])
+def test_verify_rows_bit_identical_to_single_steps(cuda_engine, n_rows):
+    # 6 rows: the Q8_0 head's two launches (rows 0-3, 4-5)
     e = cuda_engine
     ids = e.tokenizer.encode(PROMPTS[1])
     e.reset()
     e._set_tokens(ids, 0)
-    e._prefill(len(ids) - 4, progress=False)
+    e._prefill(len(ids) - n_rows, progress=False)
     p0 = e.kv.length
     rows = torch.tensor(ids[p0:], device="cuda")
     four = e.runner.forward(rows, p0)[0].clone()
     for j in range(rows.shape[0]):
         one = e.runner.forward(rows[j : j + 1], p0 + j)[0]
         assert torch.equal(one[0], four[j]), j
+
+
+def test_q8_head_rows_bit_identical_at_every_row_count(cuda_engine):
+    """The engine's step reads the file's Q8_0 head (frag8 GEMV): the same rows through calls of 1,
+    2, 3, 4, 5 and 8 rows, at every place among them, give the same bits, within the fp32 bound of
+    the float64 product with the dequantized Q8_0 weights."""
+    e = cuda_engine
+    m = e.model
+    dec = e.runner.fused
+    assert dec is not None and m.head_q8 is not None and dec.head_w is m.head_packed()
+    V, D = m.embed.shape
+    g = torch.Generator(device="cuda").manual_seed(3)
+    scale = torch.exp2(torch.randint(-4, 4, (8, 1), device="cuda", generator=g).float())
+    x = (torch.randn(8, D, device="cuda", generator=g) * scale).to(m.dtype)
+    with torch.inference_mode():
+        full = dec.head(x).clone()
+        for n in (1, 2, 3, 4, 5):
+            for r0 in range(0, 8 - n + 1):
+                assert torch.equal(dec.head(x[r0:r0 + n]), full[r0:r0 + n]), (n, r0)
+        codes, scales = m.head_q8
+        w = (codes.double().view(V, D // 32, 32) * scales.double()[..., None]).view(V, D)
+        err = (full.double() - x.double() @ w.t()).abs()
+        bound = 1e-6 * (x.double().abs() @ w.abs().t())
+    assert torch.all(err <= bound), (err / bound).max().item()
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.6])
