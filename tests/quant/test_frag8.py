@@ -28,6 +28,21 @@ def test_round_trip_is_exact(fmt, shape):
     assert torch.equal(fw.dequantize(), w.dequantize())
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_built_in_row_slices_is_the_same_layout(fmt):
+    """A layout built from slices of whole row tiles (the last one partial) = the one-pass layout,
+    word for word (how a 262144-row head is built without gigabytes of temporaries)."""
+    w = _weight(75, 192, fmt, seed=3)
+    whole = Frag8Weight.from_packed(w, slice_rows=1024)
+    for rows in (16, 32, 48):
+        sliced = Frag8Weight.from_packed(w, slice_rows=rows)
+        assert sliced.shape == whole.shape and sliced.tiles == whole.tiles
+        assert torch.equal(sliced.qf, whole.qf) and torch.equal(sliced.sf, whole.sf)
+        assert (sliced.hf is None) == (whole.hf is None) and (whole.hf is None or torch.equal(sliced.hf, whole.hf))
+    with pytest.raises(AssertionError):
+        Frag8Weight.from_packed(w, slice_rows=24)  # not whole tiles
+
+
 def _u32(t: torch.Tensor) -> np.ndarray:
     return t.numpy().view(np.uint32).astype(np.uint64)
 

@@ -40,6 +40,7 @@ import torch
 from ..repack import BLOCK_FORMATS, CODE_OFFSET, QK, PackedWeight
 
 ROWS, COLS = 16, 64  # one row tile x one chunk
+SLICE_ROWS = 16384  # rows a layout is built from at once (bounds its int64 temporaries to ~0.4 GB)
 MULT = {"q8_0": 1, "q5_0": 8, "q4_0": 16}  # the int8 a register holds = MULT x the block's integer
 SHIFT = {f: m.bit_length() - 1 for f, m in MULT.items()}  # log2(MULT): the GEMV folds 2^-SHIFT into x's scale
 
@@ -100,9 +101,19 @@ class Frag8Weight:
         return vals.reshape(nt, nc, ROWS, COLS).permute(0, 2, 1, 3).reshape(nt * ROWS, nc * COLS)[:n, :k]
 
     @staticmethod
-    def from_packed(w: PackedWeight) -> "Frag8Weight":
-        """The same matrix re-laid (exact: the same integers and scales, padding has scale 0)."""
+    def from_packed(w: PackedWeight, slice_rows: int = SLICE_ROWS) -> "Frag8Weight":
+        """The same matrix re-laid (exact: the same integers and scales, padding has scale 0), built
+        from slices of at most slice_rows rows (whole row tiles) joined along the tile axis: the
+        int64 temporaries of one pass over a 262144-row head took ~5.8 GB of device memory."""
         assert w.fmt in BLOCK_FORMATS, w.fmt
+        assert slice_rows % ROWS == 0 and slice_rows > 0, slice_rows
+        n, k = w.shape
+        if n > slice_rows:
+            parts = [Frag8Weight.from_packed(_row_slice(w, r0, min(n, r0 + slice_rows)), slice_rows)
+                     for r0 in range(0, n, slice_rows)]
+            cat = (lambda ts: None if ts[0] is None else torch.cat(ts, dim=0).contiguous())
+            return Frag8Weight(w.fmt, w.shape, cat([p.qf for p in parts]), cat([p.sf for p in parts]),
+                               cat([p.hf for p in parts]))
         codes, sc = padded_codes(w)
         nt, nc = codes.shape[0] // ROWS, codes.shape[1] // COLS
         dev = w.device
@@ -120,6 +131,12 @@ class Frag8Weight:
             if w.fmt == "q5_0":
                 hf = to_i32(((1 - (v >> 4)) << _h_bits(dev)).sum((2, -2, -1)))  # [NT, NC, 32]
         return Frag8Weight(w.fmt, w.shape, to_i32(qf), scale_records(sc, nt, nc), hf)
+
+
+def _row_slice(w: PackedWeight, r0: int, r1: int) -> PackedWeight:
+    """Rows [r0, r1) of w (views: the packed arrays are row-major)."""
+    cut = (lambda t: None if t is None else t[r0:r1])
+    return PackedWeight(w.fmt, (r1 - r0, w.shape[1]), cut(w.qs), cut(w.scales), cut(w.qh))
 
 
 def _h_bits(device) -> torch.Tensor:
