@@ -118,8 +118,8 @@ def _main_head(main_gguf, vocab_ids: torch.Tensor | None, main=None):
     from ..quant.repack import BLOCK_FORMATS, PackedWeight
 
     kept = getattr(main, "head_q8", None)
-    if kept is not None:
-        pw = PackedWeight("q8_0", tuple(kept[0].shape), kept[0], kept[1])
+    if kept is not None:  # the model's own PackedWeight: a full-vocabulary head shares its GEMV layout
+        pw = main.head_packed()
         return pw if vocab_ids is None else pw.rows(vocab_ids.to(kept[0].device))
     info = None if main_gguf is None else main_gguf.tensors.get("token_embd.weight")
     if info is None:

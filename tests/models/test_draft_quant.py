@@ -257,6 +257,7 @@ def test_head_keeps_the_main_models_format(head_file):
 
     main_kept = SimpleNamespace(**{**vars(main_q8), "head_q8": split_q8_0(torch.from_numpy(raw.reshape(-1)),
                                                                           tuple(main.embed.shape))})
+    main_kept.head_packed = lambda: PackedWeight("q8_0", tuple(main.embed.shape), *main_kept.head_q8)  # as Gemma3's
     kept = load_head(p, main_kept, gemv_backend="torch").ops["head"]
     assert (kept.w.to_gguf_bytes() == raw[hp.vocab_ids.numpy()]).all()
     # without the file (or on the dense path) the head is the dense rows, as before
