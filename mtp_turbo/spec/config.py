@@ -27,7 +27,10 @@ class SpecConfig:
     round_split: bool = False  # time the round's draft / verify / accept apart (three CUDA graphs, events between)
     spec_sample: str = "exact"  # exact (lossless) | greedy (legacy, lossy: for comparison only)
     ngram_max: int = 4  # longest suffix the n-gram drafter matches
-    ngram_min: int = 2  # shortest suffix it accepts as a match
+    # shortest suffix it accepts as a match (below it: the last token repeated). 1: every round
+    # drafts k on the device and a draft costs nothing extra, so what followed the last token's
+    # previous occurrence is worth proposing (spec/drafters/ngram.py)
+    ngram_min: int = 1
     draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)

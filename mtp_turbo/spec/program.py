@@ -151,7 +151,7 @@ class RoundProgram:
                 if after is not None:
                     d = self.drafter.device_drafts_after(staged, after, k, self.out_dev[:1], tb, n)
                 else:
-                    d = self.drafts_dev[:k] if from_host else self.drafter.device_drafts(staged, n_catch, k)
+                    d = self.drafts_dev[:k] if from_host else self.drafter.device_drafts(staged, n_catch, k, tb, n)
                 tb.index_copy_(0, n + ar[:k], d)
 
         def verify():
@@ -328,10 +328,11 @@ class RoundProgram:
     @torch.inference_mode()
     def launch_after(self, prev: Ticket, k: int, steps: int = 1) -> Ticket | None:
         """Launch the next program before `prev` (the last one launched, not yet finished) is
-        read: k device drafts (the drafter staging every outcome of prev, prepare_after), or k = 0
-        and `steps` plain steps. Everything it reads of prev's outcome it reads on the device
-        (n_dev, which each program advances, tok_buf, out_dev[0]). None where it cannot: the
-        caller then finishes prev first and launches as usual."""
+        read: k device drafts (the drafter's prepare_after: the MTP drafter stages every outcome of
+        prev, the n-gram drafter needs nothing), or k = 0 and `steps` plain steps. Everything it
+        reads of prev's outcome it reads on the device (n_dev, which each program advances,
+        tok_buf, out_dev[0]). None where it cannot: the caller then finishes prev first and
+        launches as usual."""
         tg = self.target
         assert self.pipeline and prev is self._last, "launch_after follows the last program launched"
         n = len(tg.tokens)  # prev's start: everything launched before it is committed

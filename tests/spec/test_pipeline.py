@@ -1,10 +1,10 @@
 """Programs launched before the previous one is read (EngineConfig.pipeline, program.launch_after,
-the MTP drafter's prepare_after): on the real model and the shipped MTP head, on the CPU (where
-auto leaves it off, so "on" forces it), the text is plain decoding's, every round drafts what it
-drafts without pipelining (the same acceptance at each position: the outcome-staged read cells
-and the device-picked catch-up row are the host's), a stop or a closed stream inside a pipelined
-run leaves the session as plain decoding leaves it, and plain decoding's programs of steps,
-launched ahead, give the same text."""
+the drafters' prepare_after): on the real model and the shipped MTP head, on the CPU (where auto
+leaves it off, so "on" forces it), the text is plain decoding's (MTP and n-gram rounds), every MTP
+round drafts what it drafts without pipelining (the same acceptance at each position: the
+outcome-staged read cells and the device-picked catch-up row are the host's), a stop or a closed
+stream inside a pipelined run leaves the session as plain decoding leaves it, and plain decoding's
+programs of steps, launched ahead, give the same text."""
 
 import pytest
 
@@ -47,6 +47,21 @@ def test_pipelined_rounds_give_plain_text_and_the_same_drafts(engines, sampler, 
     # the same drafts: the same rounds, accepted at the same positions
     assert (s_on.rounds, s_on.accepted_per_position) == (s_off.rounds, s_off.accepted_per_position)
     assert s_on.accepted > 0
+
+
+@pytest.mark.parametrize("sampler", [GREEDY, SAMPLED], ids=["greedy", "sampled"])
+def test_pipelined_ngram_rounds_give_plain_text(engines, sampler):
+    # the n-gram drafter looks up on the device (tok_buf, n_dev): its rounds go ahead too, and
+    # every round drafts k (no match: the last token repeated)
+    on, off = engines
+    prompt = "One, two, three, four, five, six, seven. One, two, three,"
+    spec = SpecConfig(draft="ngram", draft_tokens=3)
+    plain = off.generate_ids(prompt, sampler=sampler, max_tokens=N)
+    assert on.generate_ids(prompt, sampler=sampler, max_tokens=N, spec=spec) == plain
+    s = on.last_stats.spec
+    # k drafts a round but in the budget's last 2k + 2 tokens (a round launched ahead drafts what fits)
+    assert s.ahead >= s.rounds // 2 and s.k_counts.get(3, 0) >= s.rounds - 8, (s.ahead, s.k_counts)
+    assert s.accepted > 0 or not sampler.greedy
 
 
 def test_whole_history_penalties_wait_for_the_round_before(engines):

@@ -21,8 +21,9 @@ import torch
 class Drafter:
     name = "drafter"
     reads_hidden = False  # needs the main model's hidden rows of prefill chunks and verified rows
-    # drafts on the device inside the round's program (prepare / device_drafts / store_hidden_rows,
-    # see mtp.py) instead of returning them from propose
+    # drafts on the device inside the round's program (prepare / device_drafts / prepare_after /
+    # device_drafts_after / launched_after, store_hidden_rows: see mtp.py, ngram.py) instead of
+    # returning them from propose
     on_device = False
     caught_up = 0  # rows a device drafter's last prepare encoded ahead of its round (a switching cost)
 

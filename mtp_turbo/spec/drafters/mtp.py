@@ -339,8 +339,11 @@ class MTPDrafter(Drafter):
         self._graphs.clear()
         return True
 
-    def device_drafts(self, staged: torch.Tensor, n: int, k: int) -> torch.Tensor:
-        """Device: the k draft ids [k] of a round prepared with prepare() (capturable)."""
+    def device_drafts(self, staged: torch.Tensor, n: int, k: int, tok_buf: torch.Tensor | None = None,
+                      n_dev: torch.Tensor | None = None) -> torch.Tensor:
+        """Device: the k draft ids [k] of a round prepared with prepare() (capturable). tok_buf /
+        n_dev: the round's token buffer and committed count (the interface's; staged holds all
+        this drafter reads)."""
         return self._chain(staged, n, k)[0]
 
     def _sink_gap(self, p0: int) -> bool:
