@@ -31,6 +31,7 @@ from ..quant import kernels as qk
 from ..quant.gemv import TileConfig, device_capability, runs_on
 from . import fused_kernels as fk
 from . import persistent_kernels as pk
+from .embed import scaled_embedding
 from .gemma3 import Gemma3
 
 MAX_ROWS = 8  # verify rows (k+1); query rows per KV group (MAX_ROWS * heads/kv_heads) <= QR
@@ -313,7 +314,7 @@ class FusedDecoder:
         assert 1 <= T <= (MAX_ROWS if head else self.rows) and pos.shape == (T,) and pos.dtype == torch.int64
         eps, DH, H, HKV = c.eps, c.head_dim, c.n_heads, c.n_kv_heads
         res = [r[:T] for r in self.res]
-        torch.mul(m.embed[tokens], m.embed_scale, out=res[0])  # [T, D]
+        scaled_embedding(m.embed, m.embed_scale, tokens, res[0])  # [T, D]: one launch, torch's bits
         cur = 0  # res[cur] holds the residual stream
         delta = None  # the previous sub-block's output, added (normed) in the next prologue
         # tails for decode / verify rows; a prefill chunk's rows run the same arithmetic (the same

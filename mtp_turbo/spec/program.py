@@ -18,6 +18,9 @@ out = [a, e_0, .., e_k] is the one thing the host reads. A drafter that reads hi
 the verified rows' states stored on the device (all k+1 rows; the host marks a+1 of them valid).
 Each program ends by advancing n_dev by what it committed, so the next one can be launched before
 the host reads this one (launch_after): two out slots, each copied out after its own program.
+The index work between the forward, the draws and the drafter (the rows' inputs, the drafts into
+tok_buf, the acceptance and its writes, n_dev) is glue.py's few kernels on CUDA (torch ops
+elsewhere): a round runs its drafter, one input kernel, the forward, the draws, one accept kernel.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from ..models.greedy import GreedyPick
 from ..sampling.config import SamplerConfig
 from ..sampling.fused import sample_tokens
 from .drafters.mtp import GRAPH_ROWS
+from .glue import RoundGlue
 from .target import Target
-from .verify import accept_exact, accept_greedy
 
 MAX_K = 8  # drafts a round takes at most (the verify step's rows - 1)
 
@@ -93,8 +96,9 @@ class RoundProgram:
     """One target + sampler (+ drafter). run(k, host_drafts) -> (accepted, emitted tokens)."""
 
     def __init__(self, target: Target, sampler: SamplerConfig, mode: str = "exact", drafter=None,
-                 graphs: bool = True, split: bool = False, pipeline: bool = False):
-        """pipeline: the loops may launch a program before the previous one is read (launch_after)."""
+                 graphs: bool = True, split: bool = False, pipeline: bool = False, glue: str = "auto"):
+        """pipeline: the loops may launch a program before the previous one is read (launch_after);
+        glue: RoundGlue's backend for the index work ("auto": its kernels on CUDA)."""
         assert mode in ("exact", "greedy"), mode
         assert drafter is None or drafter.on_device or not drafter.reads_hidden, \
             "a drafter that reads hidden states drafts on the device (it gets them stored there)"
@@ -118,6 +122,10 @@ class RoundProgram:
         # time) without torch indexing (2.5 us a pinned item write on an H200 host, 0.1 through numpy)
         self.n_np, self.out_np = self.n_host.numpy(), self.out_host.numpy()
         self.ar = torch.arange(MAX_K + 1, dtype=torch.int64, device=dev)
+        # the forward's input rows (rows n-1+j, their tokens) and the draw positions n+j of the
+        # program running (glue.round_inputs / step_commit write them; every part reads them)
+        self.rows, self.toks, self.pos = (torch.zeros(MAX_K + 1, dtype=torch.int64, device=dev) for _ in range(3))
+        self.glue = RoundGlue(glue)
         self._graphs: dict[tuple, list] = {}
         self._pool = torch.cuda.graph_pool_handle() if self.graphs else None
         self.last_split: tuple[float, float, float] | None = None  # ms draft / verify / accept (split)
@@ -144,38 +152,30 @@ class RoundProgram:
         forward (None when captured: everything then derives from n_dev). after: the k of the
         round before, for a round staged by the drafter's prepare_after (its drafts start from
         that round's outcome, read on the device: out_dev[0])."""
-        tg, tb, n, ar = self.target, self.target.tok_buf, self.n_dev, self.ar
+        tg, tb, n, T = self.target, self.target.tok_buf, self.n_dev, k + 1
 
-        def draft():
+        def draft():  # the drafts into tok_buf, and every part's inputs (a k = 0 round's too)
+            d = None
             if k:
                 if after is not None:
                     d = self.drafter.device_drafts_after(staged, after, k, self.out_dev[:1], tb, n)
                 else:
                     d = self.drafts_dev[:k] if from_host else self.drafter.device_drafts(staged, n_catch, k, tb, n)
-                tb.index_copy_(0, n + ar[:k], d)
+            self.glue.round_inputs(tb, n, d, k, self.ar, self.rows, self.toks, self.pos)
 
         def verify():
             if n_int is not None:
-                return tg.forward(k + 1)
-            rows = n - 1 + ar[: k + 1]
-            return tg.forward_body(tb[rows], rows)
+                return tg.forward(T)
+            return tg.forward_body(self.toks[:T], self.rows[:T])
 
         def accept(logits, hidden):
-            pos = n + ar[: k + 1]
-            t = self._draw(logits, pos)
-            drafts = tb[n + ar[:k]]
-            if self.mode == "exact":
-                a, e = accept_exact(t, drafts)
-            else:
-                a, e = accept_greedy(logits.argmax(-1), t, drafts)
-            a = a.view(1)
-            cur = tb[pos]
-            tb.index_copy_(0, pos, torch.where(ar[: k + 1] <= a, e, cur))
-            self.out_dev[:1].copy_(a)
-            self.out_dev[1: k + 2].copy_(e)
+            t = self._draw(logits, self.pos[:T])
+            raw = logits.argmax(-1) if self.mode == "greedy" else None
             if self.drafter is not None and self.drafter.reads_hidden:
-                self.drafter.store_hidden_rows(n - 1 + ar[: k + 1], hidden)
-            n.add_(a + 1)  # the committed count, for a program launched before this one is read
+                self.drafter.store_hidden_rows(self.rows[:T], hidden)
+            # a, the emitted tokens into tok_buf and out_dev, and n_dev advanced by what it
+            # committed (for a program launched before this one is read)
+            self.glue.accept(tb, n, t, raw, k, self.ar, self.toks, self.pos, self.out_dev)
 
         return draft, verify, accept
 
@@ -187,20 +187,17 @@ class RoundProgram:
         [steps - 1, t_0, .., t_{steps-1}] (the rows past the pending one whose K/V were written).
         With a drafter that reads the main model's states, each step stores its row's (as a k = 0
         round does), so rounds that draft again find every row they catch up on."""
-        tg, tb = self.target, self.target.tok_buf
+        tg, tb, n = self.target, self.target.tok_buf, self.n_dev
         keep = self.drafter is not None and self.drafter.reads_hidden
 
         def run(*_):
-            for j in range(steps):
-                pos = self.n_dev + j  # [1]: the token drawn; its input row is pos - 1
-                logits, hidden = tg.forward_body(tb[pos - 1], pos - 1)
-                t = self._draw(logits, pos)
-                tb.index_copy_(0, pos, t)
-                self.out_dev[1 + j: 2 + j].copy_(t)
+            self.glue.round_inputs(tb, n, None, 0, self.ar, self.rows, self.toks, self.pos)
+            for j in range(steps):  # step j: input row n-1+j, the token drawn at n+j
+                logits, hidden = tg.forward_body(self.toks[:1], self.rows[:1])
+                t = self._draw(logits, self.pos[:1])
                 if keep:
-                    self.drafter.store_hidden_rows(pos - 1, hidden)
-            self.out_dev[:1].fill_(steps - 1)
-            self.n_dev.add_(steps)
+                    self.drafter.store_hidden_rows(self.rows[:1], hidden)
+                self.glue.step_commit(tb, n, t, j, steps, self.out_dev, self.toks, self.rows, self.pos)
 
         return (lambda: None), (lambda: ()), run
 
@@ -256,8 +253,15 @@ class RoundProgram:
         return graphs
 
     def _degrade(self) -> str:
-        """One step down after a failure: the torch sampler chain (or argmax), then the drafter's
+        """One step down after a failure: the index glue's torch ops (the round's and the
+        drafter's: the newest kernels), the torch sampler chain (or argmax), then the drafter's
         torch step, then no graphs (eager rounds). Says what it did."""
+        changed = self.glue.backend != "torch"
+        self.glue.backend = "torch"
+        if self.drafter is not None:
+            changed = self.drafter.glue_to_torch() or changed
+        if changed:
+            return "doing the round's index work with torch ops instead of its kernels"
         if self.sampler.greedy and not self.sampler.uses_penalties:
             if self.pick.backend != "torch":
                 self.pick = GreedyPick("torch")

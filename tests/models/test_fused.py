@@ -304,3 +304,64 @@ def test_q8_head_gives_a_row_the_same_bits_in_every_call():
             assert torch.equal(dec.head(x[r0:r0 + n]), full[r0:r0 + n]), (n, r0)
     with pytest.raises(AssertionError):
         dec.head(torch.zeros(fused.MAX_ROWS + 1, c.hidden))
+
+
+def _bits(t):
+    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[t.dtype])
+
+
+@pytest.mark.filterwarnings("ignore:overflow:RuntimeWarning")  # the interpreter's numpy, at the largest values
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32, torch.float16])
+def test_input_rows_are_torch_s_scaled_embedding_bit_for_bit(dtype):
+    # the forward's first kernel (models/embed.py): embed[tokens] * embed_scale as torch computes it
+    # in the model dtype (bf16: the fp32 product rounded to nearest even, ties included; subnormal
+    # inputs; products past the largest value), every row of a 128-row prefill chunk and of 1 row
+    import math
+
+    from mtp_turbo.models.embed import scaled_embedding
+
+    g = torch.Generator().manual_seed(3)
+    V, D = 500, 640
+    emb = (torch.randn(V, D, generator=g) * torch.exp2(torch.randint(-20, 8, (V, 1), generator=g).float())).to(dtype)
+    big = torch.finfo(dtype).max
+    emb[7, :6] = torch.tensor([0.0, -0.0, big, -big, 1e-39 if dtype != torch.float16 else 1e-6, 3.0]).to(dtype)
+    scale = torch.tensor(math.sqrt(D), dtype=dtype)  # as Gemma3 keeps it
+    for T in (128, 1):
+        toks = torch.randint(0, V, (T,), generator=g)
+        toks[0] = 7
+        out = torch.full((T + 2, D), 5.0, dtype=dtype)  # the decoder's residual buffer: rows past T untouched
+        scaled_embedding(emb, scale, toks, out[:T])
+        want = torch.mul(emb[toks], scale)
+        assert torch.equal(_bits(out[:T]), _bits(want)), (dtype, T)
+        assert (out[T:] == 5.0).all()
+    if dtype == torch.bfloat16:  # ties to even occurred (the fp32 product's low 16 bits 0x8000)
+        p = (emb.float() * scale.float()).view(torch.int32)
+        assert ((p & 0xFFFF) == 0x8000).sum() > 100
+
+
+@pytest.mark.gpu
+def test_cuda_input_rows_are_torch_s_bf16_embedding_in_a_graph():
+    # on the GPU, the 270M model's embedding shape in bf16: the kernel's rows equal torch.mul's bit
+    # for bit, eagerly and replayed from a CUDA graph on new tokens
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA (run on the device machine)")
+    import math
+
+    from mtp_turbo.models.embed import scaled_embedding
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    emb = (torch.randn(262144, 640, device="cuda", generator=g) * 0.03).to(torch.bfloat16)
+    scale = torch.tensor(math.sqrt(640), dtype=torch.bfloat16, device="cuda")
+    toks = torch.randint(0, 262144, (128,), device="cuda", generator=g)
+    out = torch.empty(128, 640, dtype=torch.bfloat16, device="cuda")
+    for T in (1, 4, 8, 128):
+        scaled_embedding(emb, scale, toks[:T], out[:T])
+        assert torch.equal(_bits(out[:T]), _bits(torch.mul(emb[toks[:T]], scale)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        scaled_embedding(emb, scale, toks[:8], out[:8])
+    for _ in range(3):
+        toks.copy_(torch.randint(0, 262144, (128,), device="cuda", generator=g))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(_bits(out[:8]), _bits(torch.mul(emb[toks[:8]], scale)))

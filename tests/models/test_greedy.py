@@ -1,7 +1,7 @@
 """The greedy pick (models/greedy.py) against torch.argmax, in Triton's CPU interpreter: the same
 index on random rows, on ties inside a chunk and across chunks (the first index wins), on rows of
 -inf and NaN, for 1..8 rows and vocabularies that are not a multiple of the chunk; its arrival
-counters end every launch at zero."""
+counters end every launch at zero; mapped through an id table and written into a given slot."""
 
 import pytest
 import torch
@@ -43,6 +43,23 @@ def test_greedy_pick_returns_a_fresh_tensor_and_torch_elsewhere():
     assert torch.equal(pick(x), x.argmax(-1))
 
 
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+def test_greedy_pick_maps_through_ids_into_a_slot(backend):
+    # a reduced draft head's rows -> token ids, the id written into the caller's slot (a chain's
+    # draft), nothing else of the slot's buffer touched
+    g = torch.Generator().manual_seed(5)
+    pick = GreedyPick(backend)
+    for T, V in ((1, 300), (3, CHUNK + 5)):
+        ids = torch.randperm(4 * V, generator=g)[:V]
+        x = torch.randn(T, V, generator=g)
+        buf = torch.full((T + 3,), -1, dtype=torch.int64)
+        got = pick(x, out=buf[1: 1 + T], ids=ids)
+        assert got.data_ptr() == buf[1:].data_ptr() and torch.equal(got, ids[x.argmax(-1)])
+        assert buf[0] == -1 and (buf[1 + T:] == -1).all()
+        assert torch.equal(pick(x, ids=ids), ids[x.argmax(-1)])
+        assert torch.equal(pick(x, out=torch.empty(T, dtype=torch.int64)), x.argmax(-1))
+
+
 @pytest.mark.gpu
 def test_greedy_pick_on_cuda_in_a_graph():
     # the kernel on the GPU, eagerly and replayed from a CUDA graph: torch.argmax's index on the
@@ -55,12 +72,16 @@ def test_greedy_pick_on_cuda_in_a_graph():
         x = torch.randn(T, V, device="cuda", generator=g)
         x[:, -1] = x.max(-1).values  # a tie with the last column: the first index wins
         assert torch.equal(pick(x), x.argmax(-1))
+        ids = torch.randperm(V, device="cuda", generator=g)
+        slot = torch.zeros(T + 1, dtype=torch.int64, device="cuda")
+        assert torch.equal(pick(x, out=slot[1:], ids=ids), ids[x.argmax(-1)])
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = pick(x)
+            pick(x, out=slot[1:], ids=ids)  # a slot at an offset of 8 bytes, mapped
         for _ in range(3):
             x.copy_(torch.randn(T, V, device="cuda", generator=g))
             graph.replay()
             torch.cuda.synchronize()
-            assert torch.equal(out, x.argmax(-1)), (T, V)
+            assert torch.equal(out, x.argmax(-1)) and torch.equal(slot[1:], ids[x.argmax(-1)]), (T, V)
         assert not any(s[2].any() for s in pick.scratch.values())

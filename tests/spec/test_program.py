@@ -2,7 +2,9 @@
 verify: sample_dist + draw + accept): on a toy target whose logits depend on the token and the
 position, every round gives the same accepted count and the same emitted tokens, for greedy,
 greedy with penalties, the sampled chain and the legacy lossy rule, k = 0..4, drafts that are
-right, wrong and mixed; the token buffer afterwards holds exactly the committed sequence."""
+right, wrong and mixed; the token buffer afterwards holds exactly the committed sequence. Both
+with the index work's torch ops (the CPU's) and its kernels (spec/glue.py, in Triton's
+interpreter)."""
 
 import random
 import zlib
@@ -62,13 +64,16 @@ CFGS = {
 }
 
 
+@pytest.mark.parametrize("glue", ["auto", "triton"])
 @pytest.mark.parametrize("name", list(CFGS))
-def test_program_rounds_equal_the_host_rule(name):
+def test_program_rounds_equal_the_host_rule(name, glue):
+    if glue == "triton":
+        pytest.importorskip("triton")
     cfg, mode = CFGS[name]
     rng = random.Random(zlib.crc32(name.encode()))  # (str hash() differs per process)
     tg = ToyTarget(seed=1)
     tg.start([rng.randrange(V) for _ in range(10)])
-    prog = RoundProgram(tg, cfg, mode)
+    prog = RoundProgram(tg, cfg, mode, glue=glue)
     kinds = {"all": 0, "none": 0, "some": 0}
     for r in range(60):
         k = rng.randrange(0, 5)
@@ -108,13 +113,14 @@ def test_program_rounds_equal_the_host_rule(name):
 def test_plain_steps_in_one_program_equal_single_steps(name, steps):
     # a program of `steps` plain steps draws, step by step, what as many 1-step rounds draw (each
     # step's penalty window holds the tokens the steps before it wrote), and says steps - 1 rows
-    # past the pending one were forwarded
+    # past the pending one were forwarded; the programs of steps with the glue's kernels
+    pytest.importorskip("triton")
     cfg, _ = CFGS[name]
     one, many = ToyTarget(seed=4), ToyTarget(seed=4)
     prompt = [3, 14, 15, 9, 26, 5]
     one.start(prompt)
     many.start(prompt)
-    p1, ps = RoundProgram(one, cfg), RoundProgram(many, cfg)
+    p1, ps = RoundProgram(one, cfg), RoundProgram(many, cfg, glue="triton")
     for _ in range(24 // steps):
         a, e, k = ps.run(0, steps=steps)
         assert (a, k, len(e)) == (steps - 1, 0, steps)
@@ -126,3 +132,34 @@ def test_plain_steps_in_one_program_equal_single_steps(name, steps):
     assert many.tok_buf[: len(many.tokens)].tolist() == many.tokens
     with pytest.raises(AssertionError):  # steps are plain steps: no drafts beside them
         ps.run(2, steps=2)
+
+
+def test_degrade_takes_the_glue_kernels_first():
+    # after a failed capture the program steps down one thing at a time: the index work's kernels
+    # (the program's and the drafter's, together), then the argmax kernel, then the drafter's
+    # kernels, then graphs; the glue step is skipped where nothing runs kernels any more
+    from mtp_turbo.spec.drafters.base import Drafter
+
+    class Dev(Drafter):
+        on_device = True
+        glue, step = "kernels", "fused"
+
+        def glue_to_torch(self):
+            was, self.glue = self.glue, "torch"
+            return was != "torch"
+
+        def fall_back_to_torch(self):
+            was, self.step = self.step, "torch"
+            return was != "torch"
+
+    tg = ToyTarget()
+    dr = Dev()
+    prog = RoundProgram(tg, SamplerConfig(temperature=0.0), drafter=dr, glue="triton")
+    prog.graphs = True  # as on CUDA
+    assert "index work" in prog._degrade() and prog.glue.backend == "torch" and dr.glue == "torch"
+    assert "argmax" in prog._degrade() and prog.pick.backend == "torch"
+    assert "drafting" in prog._degrade() and dr.step == "torch"
+    assert "eagerly" in prog._degrade() and not prog.graphs
+    dr2 = Dev()  # the drafter's glue alone still on
+    prog2 = RoundProgram(tg, SamplerConfig(temperature=0.0), drafter=dr2, glue="torch")
+    assert "index work" in prog2._degrade() and dr2.glue == "torch"

@@ -48,3 +48,8 @@ class Drafter:
 
     def set_sampler(self, sampler, coupling: bool = False) -> None:
         """The SamplerConfig the verifier uses (None: raw argmax drafts), for drafters that use it."""
+
+    def glue_to_torch(self) -> bool:
+        """A device drafter's index work (spec/glue.py) with torch ops from now on (a round's
+        capture failed); False if it has none or already does."""
+        return False

@@ -14,13 +14,15 @@ Ignores: the head's math and file (models/mtp_head.py, models/mtp_load.py), the 
 Static shapes: the round's inputs live in one int64 vector staged on the host and uploaded with
 one copy: positions c..p0 [n] | tokens c+1..p0+1 [n] | for each draft step j its read cells as
 three [lo, hi) runs [k, 6] (sink, window, chain; at most M = sink + window + 1 cells; the
-attention expands them) | with penalties over a whole-history window only:
+attention expands them) | the chain's positions p0 .. p0+k-1 [k] | with penalties over a
+whole-history window only:
 for each step j the head index leaving the penalty window [k] (-1 none), next to draft 0's window
 counts [N] uploaded to _pen_dev. A bounded penalty window goes up apart, as its head indices [W],
 and each draft is picked by the fused sampler over that window ++ the chain's earlier drafts. The read cells follow from the cell bookkeeping alone (never from the drafts), so the
 host knows them up front; drafts are chosen and embedded on the device, and the k ids come back
 in one sync at the end. Graph replay and the eager run are the same kernels (equal results), so a
-capture failure costs only speed.
+capture failure costs only speed. The index work between the step's kernels (a round staged
+ahead: picking the previous round's outcome; the drafts into their slots) is spec/glue.py's.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from ...sampling.chain import apply_penalties, probs_from_logits
 from ...sampling.draw import draw
 from ...sampling.fused import sample_tokens
 from ...sampling.rng import uniforms
+from ..glue import RoundGlue
 from .base import Drafter
 
 # captured CUDA graphs exist for catch-up batches of <= GRAPH_ROWS rows (a round catches up
@@ -85,7 +88,7 @@ class MTPDrafter(Drafter):
         self.use_graphs = bool(graphs) and dev.type == "cuda"
         self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
         self._cell_ids = np.arange(self.capacity, dtype=np.int64)  # staged cell runs are slices of it
-        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * RUN_WORDS + GRAPH_K
+        self._stage_len = 2 * GRAPH_ROWS + GRAPH_K * RUN_WORDS + 2 * GRAPH_K
         self._stage_dev = torch.zeros(self._stage_len, dtype=torch.int64, device=dev)  # graphs read these
         self._stage_host = torch.zeros(self._stage_len, dtype=torch.int64,
                                        pin_memory=dev.type == "cuda")  # one non_blocking upload a round
@@ -122,7 +125,11 @@ class MTPDrafter(Drafter):
         self._seq: tuple[torch.Tensor, ...] | None = None
         self._seq_cfg = None  # the verifier's penalty stage at temperature 0: the drafts' pick
         self._seq_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
-        self.pick = GreedyPick()  # the raw-argmax drafts (its scratch kept here, for the graphs)
+        # the raw-argmax drafts (its scratch kept here, for the graphs), mapped to token ids in its kernel
+        self.pick = GreedyPick("triton" if kernels == "triton" else "auto")
+        self.glue = RoundGlue(kernels if kernels in ("triton", "torch") else "auto")
+        self._drafts = torch.zeros(GRAPH_K, dtype=torch.int64, device=dev)  # a captured chain's draft slots
+        self._zero = torch.zeros(1, dtype=torch.int64, device=dev)  # a chained row's state index (its only row)
 
     # ---- engine hooks --------------------------------------------------------------------------
     def reset(self) -> None:
@@ -271,18 +278,19 @@ class MTPDrafter(Drafter):
         out[w - win.shape[0]:] = win
 
     def _pick(self, lg: torch.Tensor, c: torch.Tensor | None, i_prev: torch.Tensor | None,
-              leave: torch.Tensor | None, upos: torch.Tensor):
+              leave: torch.Tensor | None, cpos: torch.Tensor):
         """Head logits lg [1, N] -> (head index [1] of the draft, counts [N] used). c: counts of
         the previous step (None = penalties off); i_prev [1]: the previous draft's head index
-        (enters the window), leave [1]: the index leaving it (-1 = none); upos [1]: the draft's
-        sequence position (coupled draws). Out of place, no sync ([1]-shaped ids: indexing with a
-        0-dim tensor would call .item(), a sync that breaks capture)."""
+        (enters the window), leave [1]: the index leaving it (-1 = none); cpos [1]: the chain
+        step's query position (the draft is the token at cpos + 2: coupled draws). Out of place,
+        no sync ([1]-shaped ids: indexing with a 0-dim tensor would call .item(), a sync that
+        breaks capture)."""
         if c is not None and i_prev is not None:
             c = c.index_add(0, i_prev, torch.ones(1, dtype=c.dtype, device=c.device))
             c = c.index_add(0, leave.clamp(min=0), -(leave >= 0).to(c.dtype))
         if self._draw is not None:
             probs = probs_from_logits(lg.float(), None if c is None else c[None], self._draw)
-            return draw(probs, uniforms(self._draw.seed, upos)), c
+            return draw(probs, uniforms(self._draw.seed, cpos + 2)), c
         if c is None:
             return self.pick(lg), None
         return apply_penalties(lg, c[None], self._pen).argmax(-1), c
@@ -331,11 +339,21 @@ class MTPDrafter(Drafter):
 
     def fall_back_to_torch(self) -> bool:
         """Draft with torch ops from now on (the fused kernels failed); False if it already does."""
-        if self.step is self.torch_step and self._seq_backend == "torch" and self.pick.backend == "torch":
+        if self.step is self.torch_step and self._seq_backend == "torch" and self.pick.backend == "torch" \
+                and self.glue.backend == "torch":
             return False
         self.step = self.torch_step
         self._seq_backend = "torch"
         self.pick = GreedyPick("torch")
+        self.glue.backend = "torch"
+        self._graphs.clear()
+        return True
+
+    def glue_to_torch(self) -> bool:
+        """The index work between the step's kernels with torch ops from now on; False if it already is."""
+        if self.glue.backend == "torch":
+            return False
+        self.glue.backend = "torch"
         self._graphs.clear()
         return True
 
@@ -343,7 +361,7 @@ class MTPDrafter(Drafter):
                       n_dev: torch.Tensor | None = None) -> torch.Tensor:
         """Device: the k draft ids [k] of a round prepared with prepare() (capturable). tok_buf /
         n_dev: the round's token buffer and committed count (the interface's; staged holds all
-        this drafter reads)."""
+        this drafter reads). The drafts are a view of the drafter's slots, rewritten by its next chain."""
         return self._chain(staged, n, k)[0]
 
     def _sink_gap(self, p0: int) -> bool:
@@ -460,7 +478,7 @@ class MTPDrafter(Drafter):
                 g[0].replay()
                 out = g[1:]
         if out is None:
-            out = self._chain(staged, n, k)
+            out = self._chain(staged, n, k, want_logits=True)
         self.last_drafts, self.last_logits = out
         return [int(t) for t in out[0].tolist()]  # the one host sync per round
 
@@ -469,7 +487,7 @@ class MTPDrafter(Drafter):
         n, M, R = p0 - c + 1, self.max_reads, RUN_WORDS
         self.cells.wrote(c, n)
         pen = self._pen is not None and self._seq is None  # penalties as staged counts
-        L = 2 * n + k * R + (k if pen else 0)
+        L = 2 * n + k * R + k + (k if pen else 0)
         fits = n <= GRAPH_ROWS and k <= GRAPH_K
         if fits:
             if L not in self._stage_views:
@@ -483,8 +501,9 @@ class MTPDrafter(Drafter):
         a[n: 2 * n] = tokens[c + 1: p0 + 2]
         runs = a[2 * n: 2 * n + k * R].reshape(k, R)
         runs.fill(0)
+        a[2 * n + k * R: 2 * n + k * R + k] = self._cell_ids[p0: p0 + k]  # the chain's positions
         if pen:  # window counts of draft 0 -> _pen_dev (pinned, reused after the round's sync)
-            a[2 * n + k * R:] = self._pen_window(tokens, k, self._pen_host.numpy())
+            a[2 * n + k * R + k:] = self._pen_window(tokens, k, self._pen_host.numpy())
             self._pen_dev.copy_(self._pen_host, non_blocking=True)
         elif self._seq is not None:  # the window's head indices (pinned, reused after the sync)
             seq_host, seq_dev = self._seq[:2]
@@ -501,20 +520,22 @@ class MTPDrafter(Drafter):
         dev.copy_(host, non_blocking=True)  # pinned: the host buffer is reused only after the round's sync
         return dev
 
-    def _chain(self, staged: torch.Tensor, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """The round's device work from its staged inputs -> (draft ids int64 [k], fp32 logits [k, N]).
-        No host syncs and no shape that depends on positions: capturable."""
+    def _chain(self, staged: torch.Tensor, n: int, k: int,
+               want_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The round's device work from its staged inputs -> (draft ids int64 [k], fp32 logits [k, N]
+        or None without want_logits). No host syncs and no shape that depends on positions: capturable."""
         st = self.step if n <= MAX_STEP_ROWS else self.torch_step
         pos, toks = staged[:n], staged[n: 2 * n]
         km = k * RUN_WORDS
         runs = staged[2 * n: 2 * n + km].view(k, RUN_WORDS)
+        cpos = staged[2 * n + km: 2 * n + km + k]
         # penalties on: window counts [N] (read only: warm-up runs and replays must all start from it)
         # and the head index leaving the window at each chain step [k]
         counts = self._pen is not None and self._seq is None
         x = st.inputs(toks, self.hbuf, pos)  # catch-up rows c..p0-1 and draft 0's row p0
         q = st.write_qkv(x, pos)[-1:]
-        return self._draft_chain(st, x[-1:], q, pos[-1:], runs, self._pen_dev if counts else None,
-                                 staged[2 * n + km:] if counts else None, k)
+        return self._draft_chain(st, x[-1:], q, cpos, runs, self._pen_dev if counts else None,
+                                 staged[2 * n + km + k:] if counts else None, k, want_logits)
 
     def _chain_after(self, staged: torch.Tensor, k_prev: int, k: int, a: torch.Tensor, tok_buf: torch.Tensor,
                      n_dev: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -526,45 +547,48 @@ class MTPDrafter(Drafter):
         R = k_prev + 1
         st = self.step if R <= MAX_STEP_ROWS else self.torch_step
         pos = staged[:R]  # cells n-1 .. n-1+k_prev
-        runs = staged[R: R + R * k * RUN_WORDS].view(R, k, RUN_WORDS).index_select(0, a)[0]
-        x = st.inputs(tok_buf[pos + 1], self.hbuf, pos)
+        # the catch-up rows' tokens, outcome a's read runs and chain positions; with the window
+        # sequence, the verifier's window of draft 0 (head indices of tok_buf[n-W:n])
+        seq = self._seq
+        window = None if seq is None else (self._vmap_dev, seq[1], seq[0].shape[0], seq[3])
+        toks, runs, cpos = self.glue.after_inputs(staged, R, k, a, tok_buf, n_dev, window)
+        x = st.inputs(toks, self.hbuf, pos)
         q = st.write_qkv(x, pos)
-        if self._seq is not None:  # the verifier's window of draft 0: head indices of tok_buf[n-W:n]
-            w = self._seq[0].shape[0]
-            at = n_dev + self._seq[3]  # positions n-W .. n-1
-            win = self._vmap_dev[tok_buf[at.clamp(min=0)]]
-            self._seq[1][:w].copy_(torch.where(at >= 0, win, -1))
-        return self._draft_chain(st, x.index_select(0, a), q.index_select(0, a), pos.index_select(0, a), runs,
-                                 None, None, k)
+        xs, qs = self.glue.after_select(a, x, q)  # draft 0's row
+        return self._draft_chain(st, xs, qs, cpos, runs, None, None, k)
 
-    def _draft_chain(self, st, x: torch.Tensor, q: torch.Tensor, p0: torch.Tensor, runs: torch.Tensor,
-                     cnt: torch.Tensor | None, leave: torch.Tensor | None, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """k drafts from draft 0's block input x [1, D] and query q [1, H, Dh] at position p0 [1],
-        step j reading runs[j] [6]; cnt / leave: the staged penalty counts (None: off or the window
-        sequence). -> (draft ids int64 [k], fp32 logits [k, N])."""
-        head, seq = self.head, self._seq
+    def _draft_chain(self, st, x: torch.Tensor, q: torch.Tensor, cpos: torch.Tensor, runs: torch.Tensor,
+                     cnt: torch.Tensor | None, leave: torch.Tensor | None, k: int,
+                     want_logits: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """k drafts from draft 0's block input x [1, D] and query q [1, H, Dh], step j at position
+        cpos[j] (p0 + j) reading runs[j] [6]; cnt / leave: the staged penalty counts (None: off or
+        the window sequence). -> (draft ids int64 [k]: the drafter's slots (k <= GRAPH_K), valid
+        until its next chain; fp32 logits [k, N] with want_logits, else None)."""
+        head, seq, ids = self.head, self._seq, self.head.vocab_ids
+        drafts = self._drafts[:k] if k <= GRAPH_K else torch.empty(k, dtype=torch.int64, device=head.device)
         i = None
-        zero = torch.zeros(1, dtype=torch.int64, device=head.device)
-        drafts, logits = [], []
+        logits = []
         for j in range(k):
             if j > 0:  # chain cell p0 + j: a draft's K/V, not committed
-                q = st.write_qkv(x, p0 + j)
+                q = st.write_qkv(x, cpos[j: j + 1])
             h = st.attend(x, q, runs[j], self.max_reads)
             lg = st.logits(h, j)
-            logits.append(lg[0])
+            if want_logits:
+                logits.append(lg[0])
+            slot = drafts[j: j + 1]  # the draft's token id (the next step's input)
             if seq is not None:  # the penalised argmax; the draft then enters the next one's window
                 w = seq[0].shape[0]
                 i = sample_tokens(lg, seq[1], seq[2][j: j + 1], self._seq_cfg, backend=self._seq_backend)
-                seq[1][w + j: w + j + 1].copy_(i)
-            else:
-                # coupled draws: draft j is the token at sequence position p0 + 2 + j (on the device)
+                self.glue.draft_store(i, ids, slot, seq[1][w + j: w + j + 1])
+            elif cnt is None and self._draw is None:  # the raw argmax, mapped and stored by its kernel
+                self.pick(lg, out=slot, ids=ids)
+            else:  # staged counts, or coupled draws (draft j: the token at sequence position p0 + 2 + j)
                 i, cnt = self._pick(lg, cnt, i if j > 0 else None, None if leave is None else leave[j: j + 1],
-                                    p0 + 2 + j)
-            d = i if head.vocab_ids is None else head.vocab_ids[i]
-            drafts.append(d)
+                                    cpos[j: j + 1])
+                self.glue.draft_store(i, ids, slot)
             if j + 1 < k:
-                x = st.inputs(d, h, zero)
-        return torch.cat(drafts), torch.stack(logits)
+                x = st.inputs(slot, h, self._zero)
+        return drafts, (torch.stack(logits) if want_logits else None)
 
     def _capture(self, staged: torch.Tensor, n: int, k: int):
         """Warm up on a side stream and capture the (n, k) work; None (and no more graphs) on
@@ -574,11 +598,11 @@ class MTPDrafter(Drafter):
             s.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(s):
                 for _ in range(2):
-                    self._chain(staged, n, k)
+                    self._chain(staged, n, k, want_logits=True)
             torch.cuda.current_stream().wait_stream(s)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                drafts, logits = self._chain(staged, n, k)
+                drafts, logits = self._chain(staged, n, k, want_logits=True)
         except Exception as e:  # a capture failure costs speed, never the answer
             print(f"mtp-turbo: drafter CUDA graph capture failed ({type(e).__name__}: {str(e)[:200]}); "
                   "drafting eagerly", file=sys.stderr)

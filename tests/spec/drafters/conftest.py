@@ -104,10 +104,10 @@ def watch_chain(monkeypatch):
     def watch(dr):
         real, ran = dr._chain, []
 
-        def checked(*a):  # (inference mode hides ops from dispatch modes: leave it for the check)
+        def checked(*a, **kw):  # (inference mode hides ops from dispatch modes: leave it for the check)
             with torch.inference_mode(False), torch.no_grad(), NoSync():
                 ran.append(1)
-                return real(*a)
+                return real(*a, **kw)
 
         monkeypatch.setattr(dr, "_chain", checked)
         return ran

@@ -92,7 +92,7 @@ def test_reduced_vocab_and_big_batches(tiny):
 
 def test_staged_layout(tiny):
     """positions | tokens | read cells per chain step as three [lo, hi) runs, which expand to the
-    cells the cell rules say, padded with -1."""
+    cells the cell rules say, padded with -1 | the chain's positions p0 .. p0+k-1."""
     head = tiny.head()
     main = tiny.main(0, n=1200)
     dr = MTPDrafter(head, capacity=200, sink=2, window=5)
@@ -104,9 +104,10 @@ def test_staged_layout(tiny):
     M = dr.max_reads
     st = dr._stage(toks, c, p0, k)
     n = p0 - c + 1
-    assert st.shape == (2 * n + k * RUN_WORDS,) and n <= GRAPH_ROWS
+    assert st.shape == (2 * n + k * RUN_WORDS + k,) and n <= GRAPH_ROWS
     assert st[:n].tolist() == [26, 27, 28] and st[n: 2 * n].tolist() == toks[27:30]
-    rows = [cells_from_runs(r, M).tolist() for r in st[2 * n:].view(k, RUN_WORDS)]
+    assert st[2 * n + k * RUN_WORDS:].tolist() == [p0, p0 + 1, p0 + 2]
+    rows = [cells_from_runs(r, M).tolist() for r in st[2 * n: 2 * n + k * RUN_WORDS].view(k, RUN_WORDS)]
     for j, row in enumerate(rows):
         p = p0 + j
         want = [0, 1] + [x for x in range(p - 5, p + 1)]  # sink + window, chain cells p0+1..p included

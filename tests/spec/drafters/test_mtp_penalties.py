@@ -124,7 +124,7 @@ def test_without_penalties_nothing_changes(tiny):
         d.begin(toks)
         outs.append((d.propose(toks, 4), d.last_logits.clone()))
         d.cells.truncate(36)
-        assert d._stage(toks, 36, 38, 3).shape == (2 * 3 + 3 * RUN_WORDS,)
+        assert d._stage(toks, 36, 38, 3).shape == (2 * 3 + 3 * RUN_WORDS + 3,)
     for drafts, logits in outs[1:]:
         assert drafts == outs[0][0] and torch.equal(logits, outs[0][1])
     # huge penalties over the whole history: no draft may repeat a window token (+), every draft

@@ -162,10 +162,10 @@ class Recorded(RoundStats):
         super().add(k, accepted, emitted)
 
 
-def run(target, prompt, sampler, k, drafter, pipeline, budget=90):
+def run(target, prompt, sampler, k, drafter, pipeline, budget=90, glue="auto"):
     """budget tokens after prompt through speculative_tokens -> (tokens, stats)."""
     target.start(prompt)
-    prog = RoundProgram(target, sampler, "exact", drafter, graphs=False, pipeline=pipeline)
+    prog = RoundProgram(target, sampler, "exact", drafter, graphs=False, pipeline=pipeline, glue=glue)
     stats = Recorded(drafter.name, k)
     out = [t for toks in speculative_tokens(target, sampler, SpecConfig(draft="ngram", draft_tokens=k), budget,
                                             drafter, stats, prog) for t in toks]
@@ -186,6 +186,9 @@ def test_rounds_launched_ahead_give_plain_tokens_and_the_rule_drafts(sampler, k)
         plain += e
     got, st = run(tg, prompt, sampler, k, NGramDrafter(), pipeline=True)
     assert got == plain
+    # the lookup and the round's index work as kernels (Triton's interpreter): the same rounds
+    got_k, st_k = run(tg, prompt, sampler, k, NGramDrafter(kernels="triton"), pipeline=True, glue="triton")
+    assert got_k == plain and st_k.log == st.log
     assert st.ahead >= st.rounds // 2, (st.ahead, st.rounds)
     # every round drafts k (the counts say so), but near the budget's end, where fewer fit
     assert st.k_counts[k] >= st.rounds - k - 1 and st.drafted == sum(kk * c for kk, c in st.k_counts.items())
