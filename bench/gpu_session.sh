@@ -125,6 +125,17 @@
 #   then s18-bench (the table of record beside llama.cpp, then --adaptive)
 #   bench/gpu_session.sh s19-check         (pieces copied) join; the drafter's and speculative-text GPU tests; the round's
 #                                          host parts at temp 0 (bench/experiments/round_host_time.py, 3 prompts)
+#
+# Session 20 (the Q8_0 head, the device n-gram drafter, the round's glue kernels, the sampler's top-k path):
+#   bench/gpu_session.sh s21-begin         (carry .carry .whl .ab_before .pieces/p5) llama.cpp's build in the background;
+#                                          piece 5; the GPU tests that need no model; the sampler A/B (bench/sample_bench.py
+#                                          --before .ab_before) and the head A/B on random weights (bench/step_bench.py)
+#   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
+#   bench/gpu_session.sh s21-check         join; the GPU tests that need the model; time to first token (plain, MTP)
+#   bench/gpu_session.sh s21-ab            MT-Bench plain / MTP / n-gram, k = 2 and 3, temp 0 and 0.6: the session's
+#                                          start (.ab_before's files over a copy of this tree) and this tree, back to back
+#   bench/gpu_session.sh s21-table         (llama.cpp built) the table of record beside llama-bench and llama-completion
+#   bench/gpu_session.sh s21-profile       device time per kernel per round (plain, MTP, n-gram at the default k); HumanEval
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -342,6 +353,44 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s21-begin)  # llama.cpp's build (background), piece 5, the checks that need no model, the A/Bs on random inputs
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 200 python3 -m pytest -q -m gpu tests/quant tests/sampling tests/spec/test_glue.py tests/models/test_greedy.py \
+      -n 4 -p no:cacheprovider --timeout 150 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_nomodel.txt" | tail -6
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/mtp_turbo /tmp/before/
+    timeout 150 python3 bench/sample_bench.py --before /tmp/before --no-torch --kernels --json "$OUT/sample_ab.json" \
+      2>&1 | grep -v Warn | tee "$OUT/sample_ab.txt" | tail -45
+    timeout 150 python3 bench/step_bench.py --positions 256,7000 --ab "head_q8=0" --out "$OUT/step_head.json" 2>&1 \
+      | grep -v Warn | tee "$OUT/step_head.txt" | grep -v "^  [a-z_]\+ \+[0-9]" | head -30 ;;
+  s21-check)  # (pieces copied) join; the GPU tests that need the model; time to first token
+    join_model || exit 1
+    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 300 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -10
+    for d in none mtp; do timeout 60 python3 bench/ttft.py --model /tmp/gguf/model.gguf --draft $d --profile 20 \
+      > "$OUT/ttft_$d.txt" 2>&1; tail -1 "$OUT/ttft_$d.txt"; done ;;
+  s21-ab)  # the session's start (.ab_before's files over a copy of this tree) and this tree, back to back
+    # .ab_before/mtp_turbo: the package at the session's start (git archive 6c161cf) without data/, which has not changed
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/mtp_turbo /tmp/before/ && cp -r mtp_turbo/data /tmp/before/mtp_turbo/
+    for t in before after; do
+      dir=$PWD; [ $t = before ] && dir=/tmp/before
+      (cd $dir && PYTHONPATH=/tmp/site:$dir timeout 280 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf \
+        --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 2,3 --max-tokens 256 --n-prompts 20 --prompts mtbench \
+        --pp 0 --json "$OUT/ab_$t.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -12 | sed "s/^/$t: /")
+    done ;;
+  s21-table)  # (llama.cpp built) the table of record: plain / MTP / n-gram, k = 2 and 3, beside llama.cpp
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    timeout 330 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 2,3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -20 ;;
+  s21-profile)  # device time per kernel per round at the default k; HumanEval plain / MTP / n-gram
+    timeout 200 python3 bench/round_profile.py --model /tmp/gguf/model.gguf --modes mtp,ngram \
+      --out "$OUT/round_profile.json" 2>&1 | grep -v "Warn\|USDT\|_warn_once" | tee "$OUT/round_profile.txt" | grep -v "^    "
+    timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf --modes plain,mtp,ngram --temps 0,0.6 \
+      --draft-tokens 2,3 --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" \
+      2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -12 ;;
   s20-begin)  # llama.cpp's build (background) and nothing else (a piece would put the call over 64 MiB)
     mkdir -p /tmp/logs; llama_build 16 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
