@@ -32,11 +32,15 @@ passes over chunks of B tokens; after it the row is <= KMAX candidates held by o
 - top-k over the vocabulary (k > KMAX): the same radix search on counts (exact), then one TIES
   pass counting ties at the threshold per chunk, so a tie keeps the lowest ids (prefix over
   chunks + cumulative count inside the chunk).
-- top-k with k <= KMAX: a SELECT pass writes each chunk's exact top-k (32-step bisection on the
-  order key, ties by id) in token order; the compact program selects the global top-k from those
-  candidates the same way (the global top-k is inside the union of the chunks' top-k under the
-  total order (value desc, id asc)), then runs every later stage in registers: min-p and top-p on
-  <= KMAX tokens (top-p's mass above each token by a pairwise sum in float64), and the draw.
+- top-k with k <= KMAX: a SELECT pass writes each chunk's exact top-k (ties by id) in token order;
+  the compact program selects the global top-k from those candidates the same way (the global
+  top-k is inside the union of the chunks' top-k under the total order (value desc, id asc)),
+  then runs every later stage in registers: min-p and top-p on <= KMAX tokens (top-p's mass above
+  each token by a pairwise sum in float64), and the draw. Both selections are topk.py's: a bound
+  from group maxima (K of them are keys, so the K-th largest maximum is <= the K-th largest key),
+  narrowed by a few 2-bit steps while more than M keys pass it, then the <= M keys above it ranked
+  pairwise in one reduction (or, past M ties, the exact threshold); exact integer work on the
+  32-bit order keys. Top-1 (greedy, top-k 1) is the largest key and the lowest id holding it.
 - The draw: inverse CDF in token order over the final values, float64 exp(l - m) masses: the
   first token whose cumulative mass exceeds u * total, never a zero-mass token (as draw.py). Over
   the full vocabulary: per-chunk masses (from a STATS pass, or top-p's last digit), a prefix over
@@ -58,7 +62,8 @@ row 0 of 1 or as row i of k+1: verification picks the tokens plain decoding pick
 no shape depending on pos: the launches (and the allocations) can be captured in a CUDA graph
 (compile first: call once outside the capture).
 
-Cost (V = 262144): top-k 40 first (the default order) is two launches (SELECT, compact); top-k 0
+Cost (V = 262144): top-k 40 first (the default order) is two launches (SELECT, compact; chunks of
+2048 tokens, 64 candidate slots each; a top-1 chunk is >= 128 chunks of >= 256 tokens); top-k 0
 with min-p and top-p is 10 (min-p's max, 8 top-p digits, FINAL), top-p alone 9; a top-k over 128
 on the full vocabulary adds 9 (8 digits on counts, TIES). Penalty windows over 64 tokens add a
 memset and a count launch.
@@ -151,9 +156,6 @@ def make_plan(cfg: SamplerConfig, vocab: int, window: int, block: int | None = N
         mode, split, kp = "cand", stages.index(TOPK), max(16, _pow2(k))
     else:
         mode, split, kp = "full", len(stages), 16
-    if block is None:  # chunks: <= 8192 candidates (cand), ~128 chunks (full)
-        block = max(1024, _pow2(-(-vocab * kp // 8192))) if mode == "cand" else max(2048, _pow2(-(-vocab // 128)))
-    assert block >= kp and block & (block - 1) == 0
     passes, ties = [], [0] * 5
     if mode != "row":
         for i, code in enumerate(stages[:split]):
@@ -166,10 +168,24 @@ def make_plan(cfg: SamplerConfig, vocab: int, window: int, block: int | None = N
                 passes.append((TIES, i, 0))
         if mode == "full" and not (split and stages[split - 1] == TOPP):  # (else from top-p's digits)
             passes.append((STATS, split, 0))
+    if block is None:  # chunks: <= 8192 candidates (cand), ~128 chunks (full)
+        if mode == "cand" and k == 1 and not passes:  # >= 128 chunks: a top-1 is two reductions, a
+            block = max(256, min(1024, _pow2(-(-vocab // 128))))  # chunk's time its window scan
+        elif mode == "cand":  # (passes sum over chunks: their block stays what it was)
+            block = max(1024, _pow2(-(-vocab * kp // 8192)))
+        else:
+            block = max(2048, _pow2(-(-vocab // 128)))
+    assert block >= kp and block & (block - 1) == 0
     return Plan(stages, k, cfg.greedy, mode, split, tuple(passes), tuple(ties), block, kp)
 
 
 # ----------------------------------------------------------------------------- launches
+
+def _scratch_rows(kp: int, n: int) -> int:
+    """M: how many keys above a bound the top-k selection ranks pairwise (topk._select) in one
+    step; more narrow the bound first. n: the keys it selects from."""
+    return min(max(128, 2 * kp), n)
+
 
 def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Tensor | None,
             last_n: int, window: int, cfg: SamplerConfig, block: int | None, debug: bool):
@@ -220,17 +236,20 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
         part = torch.empty(r, npass, nbp, PART_W, dtype=torch.float64, device=dev) if n else out
         ck = torch.empty(r, nb * plan.kp, dtype=torch.int32, device=dev) if plan.mode == "cand" else out
         ci = torch.empty_like(ck) if plan.mode == "cand" else out
+        m_sel = _scratch_rows(plan.kp, b)
+        sm = torch.empty(r, nb, m_sel, dtype=torch.int64, device=dev) if plan.mode == "cand" and plan.k > 1 else out
         ties = dict(TQ0=plan.ties[0], TQ1=plan.ties[1], TQ2=plan.ties[2], TQ3=plan.ties[3], TQ4=plan.ties[4])
         warps = min(16, max(4, b // 256))
         for kind, at, digit, me, q in seq:
             prev = plan.passes[q] if q >= 0 else (0, 0, 0)
             grid = (r,) if kind == FINAL else (r, nb)
             full_pass[grid](
-                logits, logits.stride(0), tok, tok_row, pos_t, cnt, state, part, ck, ci, u_t, out, fl,
+                logits, logits.stride(0), tok, tok_row, pos_t, cnt, state, part, ck, ci, sm, u_t, out, fl,
                 v, nb, npass, me, max(q, 0), digit, prev[2], **scal, **codes, **ties,
                 KIND=kind, AT=at, AT_CODE=st[at] if at < 5 else 0, PREV_KIND=prev[0], PREV_AT=prev[1],
                 PREV_CODE=st[prev[1]] if prev[0] and prev[1] < 5 else 0,
                 NEED_C=PEN in plan.stages[:at], **flags, B=b, NBP=nbp, KP=plan.kp,
+                M=m_sel if kind == SELECT else 16, TOP1=kind == SELECT and plan.k == 1,
                 DEBUG=debug and kind == STATS and at == len(plan.stages),  # the final values
                 num_warps=warps if kind != FINAL else min(warps, 8), enable_fp_fusion=False)
         if plan.mode == "full":
@@ -240,11 +259,15 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
     first = plan.split + 1 if plan.mode == "cand" else 0
     nc = nb * plan.kp if plan.mode == "cand" else 0
     ncp = _pow2(nc) if plan.mode == "cand" else 16
+    assert ncp < 1 << 21 and b < 1 << 21  # kernels._bound counts in 21-bit fields
+    m_c = _scratch_rows(plan.kp, ncp) if plan.mode == "cand" else 16
     scr = torch.empty(r, 2, plan.kp, dtype=torch.int64, device=dev) if plan.mode == "cand" else out
+    smc = torch.empty(r, m_c, dtype=torch.int64, device=dev) if plan.mode == "cand" and plan.k > 1 else out
     K.compact[(r,)](
-        logits, logits.stride(0), tok, tok_row, pos_t, cnt, ck, ci, scr, u_t, out, fl,
+        logits, logits.stride(0), tok, tok_row, pos_t, cnt, ck, ci, scr, smc, u_t, out, fl,
         v, nc, **scal, **codes, FIRST=first, FROM_CAND=plan.mode == "cand", GREEDY=plan.greedy,
         NEED_C=PEN in plan.stages[first:], **flags, DEBUG=debug, WSP=_pow2(ws), NCP=ncp, KP=plan.kp,
+        M=m_c, TOP1=plan.mode == "cand" and plan.k == 1,
         num_warps=min(16, max(4, ncp // 512)), enable_fp_fusion=False)
     return out, fl
 

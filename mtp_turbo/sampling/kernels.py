@@ -13,7 +13,7 @@ Three kernels and one helper kernel (full_pass lives in passes.py):
   previous pass's partial results itself (all programs the same way; chunk 0 stores them in the
   row's state), so no pass needs a separate reduction launch.
 - `compact`: one program per row holding at most KP tokens in registers (the top-k candidates, or
-  the whole row when V <= KP): the global top-k selection, every later stage, and the draw.
+  the whole row when V <= KP): the global top-k selection (topk.py), every later stage, the draw.
 - `count_table`: window counts into a [rows, V] int32 table (long penalty windows only).
 
 Bitwise batch invariance: a program reads only its own row (pid 0 = row); nothing depends on the
@@ -29,6 +29,7 @@ import triton
 import triton.language as tl
 
 from . import codes as _f
+from .topk import _bound, _select, _top1
 
 # stage codes, pass kinds, count modes and the state layout: codes.py defines them (one place)
 PEN = tl.constexpr(_f.PEN)
@@ -127,39 +128,28 @@ def _row_u(U, POS, r, KA, KB, U_FROM_POS: tl.constexpr):
 
 
 @triton.jit
-def _scan_counts(ids, TOK, base, lo, hi, WS: tl.constexpr):
-    """Window count of each id, by one pass over the <= WS window tokens, 4 at a time (no table;
-    int32 compares: a [B, 4] tile stays small in registers)."""
+def _scan_counts(ids, TOK, base, lo, hi, WS: tl.constexpr, U: tl.constexpr):
+    """Window count of each id: one compare a window token, its load a scalar, U loads unrolled
+    (issued together: one latency per U tokens; no [B, WS] tile, whose reduction cost layout
+    conversions and barriers; U < WS where many ids a thread would make U registers too many)."""
     c = tl.zeros(ids.shape, tl.int32)
     i32 = ids.to(tl.int32)
-    j = tl.arange(0, 4)
-    for j0 in range(0, WS, 4):
-        p = lo + j0 + j
-        t = tl.load(TOK + base + p, mask=p < hi, other=-1).to(tl.int32)
-        c += tl.reduce((i32[:, None] == t[None, :]).to(tl.int32), 1, ADD)
+    for j0 in range(0, WS, U):
+        for j in tl.static_range(U):
+            t = tl.load(TOK + base + lo + j0 + j, mask=lo + j0 + j < hi, other=-1).to(tl.int32)
+            c += (i32 == t).to(tl.int32)
     return c
 
 
 @triton.jit
 def _counts(ids, ok, CNT, TOK, POS, TOK_ROW, r, V, LAST_N, COUNT_MODE: tl.constexpr,
-            WS: tl.constexpr, END_FROM_POS: tl.constexpr):
+            WS: tl.constexpr, END_FROM_POS: tl.constexpr, U: tl.constexpr):
     if COUNT_MODE == TABLE:
         c = tl.load(CNT + r * V + ids, mask=ok, other=0)
     else:
         base, lo, hi = _window(POS, TOK_ROW, r, LAST_N, END_FROM_POS)
-        c = _scan_counts(ids, TOK, base, lo, hi, WS)
+        c = _scan_counts(ids, TOK, base, lo, hi, WS, U)
     return c
-
-
-@triton.jit
-def _kth(u, K):
-    """The K-th largest of int64 keys u in [0, 2^32) (K >= 1; padding keys are 0): 32 bisection
-    steps on the count of keys >= a candidate."""
-    t = tl.zeros([], tl.int64)
-    for b in tl.static_range(32):
-        cand = t + (tl.full([], 1, tl.int64) << (31 - b))
-        t = tl.where(tl.reduce((u >= cand).to(tl.int32), 0, ADD) >= K, cand, t)
-    return t
 
 
 # ----------------------------------------------------------------------------- compact rows
@@ -190,31 +180,31 @@ def _cstage(v, ids, kept, c, CODE: tl.constexpr, K, REP, FREQ, PRES, T, MIN_P, t
 
 
 @triton.jit(do_not_specialize=RUNTIME_INTS[5:])
-def compact(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, CK, CI, SCR, U, OUT, FL,
+def compact(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, CK, CI, SCR, SM, U, OUT, FL,
             V, NC, LAST_N, K, REP, FREQ, PRES, T, MIN_P, TOPP_BITS, KA, KB,
             S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
             FIRST: tl.constexpr, FROM_CAND: tl.constexpr, GREEDY: tl.constexpr, NEED_C: tl.constexpr,
             COUNT_MODE: tl.constexpr, WS: tl.constexpr, WSP: tl.constexpr, END_FROM_POS: tl.constexpr,
             U_FROM_POS: tl.constexpr, DEBUG: tl.constexpr, HAS_REP: tl.constexpr, HAS_FP: tl.constexpr,
-            NCP: tl.constexpr, KP: tl.constexpr):
+            NCP: tl.constexpr, KP: tl.constexpr, M: tl.constexpr, TOP1: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     top_p = TOPP_BITS.to(tl.int64).to(tl.float64, bitcast=True)
     s = tl.arange(0, KP)
-    if FROM_CAND:  # exact top-K of the chunks' candidates (token order), compacted through SCR
-        ci = tl.arange(0, NCP)
-        key = tl.load(CK + r * NC + ci, mask=ci < NC, other=-2147483648).to(tl.int64) + 2147483648
-        cid = tl.load(CI + r * NC + ci, mask=ci < NC, other=-1)
-        t = _kth(key, K)
-        above = tl.reduce((key > t).to(tl.int32), 0, ADD)
-        tied = key == t
-        sel = (key > t) | (tied & (tl.associative_scan(tied.to(tl.int32), 0, ADD) <= K - above))
-        slot = tl.associative_scan(sel.to(tl.int32), 0, ADD) - 1
-        tl.store(SCR + r * 2 * KP + slot, key, mask=sel)
-        tl.store(SCR + r * 2 * KP + KP + slot, cid.to(tl.int64), mask=sel)
-        tl.debug_barrier()
+    if FROM_CAND:  # exact top-K of the chunks' candidates (token order): rows = the NCP // KP chunks
+        c2 = tl.arange(0, NCP // KP)[:, None] * KP + s[None, :]
+        key = tl.load(CK + r * NC + c2, mask=c2 < NC, other=-2147483648)
+        cid = tl.load(CI + r * NC + c2, mask=c2 < NC, other=-1)
         valid = s < K
-        kk = tl.load(SCR + r * 2 * KP + s, mask=valid, other=0, cache_modifier=".cg")
-        ids = tl.load(SCR + r * 2 * KP + KP + s, mask=valid, other=0, cache_modifier=".cg")
+        if TOP1:  # one token: its values need no scratch (every later sum has one term)
+            t, i1 = _top1(key, cid)
+            kk = tl.where(s == 0, t.to(tl.int64) + 2147483648, 0)
+            ids = tl.where(s == 0, i1.to(tl.int64), 0)
+        else:  # compacted through SCR: [2, KP] int64 keys, ids (SM: _select's [M] int64)
+            lo, n = _bound(key, K, NCP // KP, M)
+            _select(key, cid, K, lo, n, SM + r * M, SCR + r * 2 * KP, SCR + r * 2 * KP + KP, M, True)
+            tl.debug_barrier()
+            kk = tl.load(SCR + r * 2 * KP + s, mask=valid, other=0, cache_modifier=".cg")
+            ids = tl.load(SCR + r * 2 * KP + KP + s, mask=valid, other=0, cache_modifier=".cg")
         ids = tl.where(valid, ids, V + s)
         v = tl.where(valid, _unkey(kk), float("-inf"))
     else:  # the whole row (V <= KP)

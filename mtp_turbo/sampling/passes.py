@@ -30,10 +30,10 @@ from .kernels import (  # noqa: F401  (jit callees and constants resolve in this
     TOPP,
     _counts,
     _key,
-    _kth,
     _pen,
     _row_u,
 )
+from .topk import _bound, _select, _skey, _top1
 
 # ----------------------------------------------------------------------------- full-vocabulary stages
 
@@ -158,7 +158,7 @@ def _resolve_radix(PART, STATE, r, q, NPASS, NB, PD, K, top_p, AT: tl.constexpr,
 
 
 @triton.jit(do_not_specialize=RUNTIME_INTS)
-def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, FL,
+def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, SM, U, OUT, FL,
               V, NB, NPASS, ME, PQ, DIGIT, PD, LAST_N, K, REP, FREQ, PRES, T, MIN_P, TOPP_BITS, KA, KB,
               S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
               TQ0: tl.constexpr, TQ1: tl.constexpr, TQ2: tl.constexpr, TQ3: tl.constexpr, TQ4: tl.constexpr,
@@ -167,7 +167,7 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, 
               NEED_C: tl.constexpr, COUNT_MODE: tl.constexpr, WS: tl.constexpr,
               END_FROM_POS: tl.constexpr, U_FROM_POS: tl.constexpr, DEBUG: tl.constexpr,
               HAS_REP: tl.constexpr, HAS_FP: tl.constexpr,
-              B: tl.constexpr, NBP: tl.constexpr, KP: tl.constexpr):
+              B: tl.constexpr, NBP: tl.constexpr, KP: tl.constexpr, M: tl.constexpr, TOP1: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
     top_p = TOPP_BITS.to(tl.int64).to(tl.float64, bitcast=True)
     first = tl.program_id(1) == 0
@@ -236,7 +236,9 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, 
     raw = tl.load(L + r * L_STRIDE + ids, mask=valid, other=float("-inf"))
     c = tl.zeros([B], tl.int32)
     if NEED_C:
-        c = _counts(ids, valid, CNT, TOK, POS, TOK_ROW, r, V, LAST_N, COUNT_MODE, WS, END_FROM_POS)
+        # a whole window unrolled where a thread holds <= 4 ids (B <= 512: the top-1 chunks), else 16 tokens
+        c = _counts(ids, valid, CNT, TOK, POS, TOK_ROW, r, V, LAST_N, COUNT_MODE, WS, END_FROM_POS,
+                    WS if B <= 512 else min(WS, 16))
     v = _values(raw, valid, c, AT, S0, S1, S2, S3, S4, m0, t0, l0, m1, t1, l1, m2, t2, l2, m3, t3, l3,
                 m4, t4, l4, REP, FREQ, PRES, T, MIN_P, HAS_REP, HAS_FP)
     out = PART + ((r * NPASS + ME) * NBP + chunk) * PART_W
@@ -274,19 +276,19 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, U, OUT, 
         key = _key(v)
         tl.store(out, tl.reduce((valid & (key == fP)).to(tl.float64), 0, ADD))
     elif KIND == SELECT:  # the chunk's top-K by (value desc, id asc), written in token order
-        key = tl.where(valid, _key(v), 0)
-        t = _kth(key, K)
-        above = tl.reduce((key > t).to(tl.int32), 0, ADD)
-        tied = key == t
-        sel = (key > t) | (tied & (tl.associative_scan(tied.to(tl.int32), 0, ADD) <= K - above))
-        slot = tl.associative_scan(sel.to(tl.int32), 0, ADD) - 1
+        key = tl.reshape(tl.where(valid, _skey(v), -2147483648), [KP, B // KP])  # rows: KP runs (KP >= K)
+        i2 = tl.reshape(ids.to(tl.int32), [KP, B // KP])
         dst = r * NB * KP + chunk * KP
-        tl.store(CK + dst + slot, (key - 2147483648).to(tl.int32), mask=sel)
-        tl.store(CI + dst + slot, ids.to(tl.int32), mask=sel)
         s = tl.arange(0, KP)
-        n = tl.reduce(sel.to(tl.int32), 0, ADD)
-        tl.store(CK + dst + s, tl.full([KP], -2147483648, tl.int32), mask=s >= n)
-        tl.store(CI + dst + s, tl.full([KP], -1, tl.int32), mask=s >= n)
+        if TOP1:
+            t, i1 = _top1(key, i2)
+            tl.store(CK + dst + s, tl.where(s == 0, t, -2147483648))
+            tl.store(CI + dst + s, tl.where(s == 0, i1, -1))
+        else:  # SM: this chunk's [M] scratch
+            lo, n = _bound(key, K, KP, M)
+            _select(key, i2, K, lo, n, SM + (r * NB + chunk) * M, CK + dst, CI + dst, M, False)
+            tl.store(CK + dst + s, tl.full([KP], -2147483648, tl.int32), mask=s >= K)
+            tl.store(CI + dst + s, tl.full([KP], -1, tl.int32), mask=s >= K)
     elif KIND == FINAL:
         e = tl.where(v > float("-inf"), tl.exp(v.to(tl.float64) - cmc), 0.0)
         cdf = excl + scale * tl.associative_scan(e, 0, ADD)

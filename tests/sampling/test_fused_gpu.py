@@ -2,10 +2,12 @@
 (1 row vs 16 rows), agreement with the torch chain (run on the CPU: its divisions are IEEE, as
 the kernels'), the in-kernel uniforms, CUDA-graph capture and replay, plain == speculative text.
 
-Agreement: survivor sets and final logits equal; tokens equal to the exact float64 inverse CDF of
-the torch chain's final logits except where u lies within 1e-9 of a boundary (counted: 0 in these
-cases). A min-p decision may differ where exp(l - max) is within a few ulps of min_p (the GPU's
-float32 exp); such rows are counted too (0 in these cases).
+Agreement (also on rows built to stress the top-k selection: ties, all-equal rows, few finite
+values, clustered or spread tops, values ulps apart): survivor sets and final logits equal; tokens
+equal to the exact float64 inverse CDF of the torch chain's final logits except where u lies
+within 1e-9 of a boundary (counted: 0 in these cases). A min-p decision may differ where
+exp(l - max) is within a few ulps of min_p (the GPU's float32 exp); such rows are counted too (0
+in these cases).
 """
 
 import pytest
@@ -107,6 +109,58 @@ def test_agrees_with_the_torch_chain(name):
     want, margin = exact_draw(ref, uniforms(c.seed, pos))
     near = int((margin < 1e-9).sum())
     assert near == 0 and torch.equal(ids, want), (name, ids.tolist(), want.tolist())
+
+
+def adversarial_rows(vocab, seed):
+    """[8, vocab] rows that stress the top-k selection (sampling/topk.py): a few values (ties at
+    every threshold, across chunks), all equal (more ties than the selection's M), 9 finite values,
+    the top spread one a chunk, values 1-8 ulps apart, +-0 and huge magnitudes, the top clustered
+    in one stretch of the vocabulary, all negative."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(8, vocab, generator=g) * 3
+    x[0] = torch.round(x[0] / 4) * 4
+    x[1] = 2.0
+    x[2] = float("-inf")
+    x[2, torch.randperm(vocab, generator=g)[:9]] = torch.randn(9, generator=g)
+    x[3] = -30.0
+    x[3, ::137] = torch.linspace(5, 6, len(x[3, ::137]))
+    x[4] = 1.0 + torch.randint(1, 9, (vocab,), generator=g) * 1.1920929e-07
+    x[5, torch.randperm(vocab, generator=g)[:20]] = torch.tensor([0.0, -0.0] * 10)
+    x[5, :7] = torch.tensor([1e38, -1e38, 1e-45, -1e-45, 1e38, 1e-45, -0.0])  # (/ temperature stays finite)
+    x[6, vocab // 8: vocab // 8 + vocab // 64] += 10
+    x[7] = -x[7].abs() - 1
+    return x
+
+
+ADVERSARIAL = {
+    "chain": CASES["chain"],
+    "top-k 40 only": SamplerConfig(temperature=1.0, top_k=40, top_p=1.0, min_p=0.0, seed=17),
+    "top-k 128 + chain": SamplerConfig(**{**CHAIN, "top_k": 128}),
+    "greedy + penalties": CASES["greedy + penalties"],
+    "top-k 1": CASES["top-k 1"],
+}
+
+
+@pytest.mark.parametrize("vocab", [V, 32768])
+@pytest.mark.parametrize("name", list(ADVERSARIAL))
+def test_adversarial_rows_agree_with_the_torch_chain(name, vocab):
+    """The selection's paths on the GPU (the maxima bound alone, after search steps, ties past M,
+    one candidate, top-1) against the torch chain: same survivors, values, tokens."""
+    c = ADVERSARIAL[name]
+    logits = adversarial_rows(vocab, 11)
+    tok = history(logits, 3000, 12)
+    pos = torch.arange(2990, 2998)
+    ids, fl = fused.sample_tokens(logits.cuda(), tok.cuda(), pos.cuda(), c, return_logits=True)
+    ids, fl = ids.cpu(), fl.cpu()
+    ref = reference_logits(logits, fused.window_rows(tok, pos, c.penalty_last_n), c)
+    fin = ref.isfinite()
+    assert torch.equal(fl.isfinite(), fin), name
+    if c.greedy:
+        assert torch.equal(ids, fin.to(torch.int8).argmax(dim=1))
+        return
+    assert torch.equal(fl[fin], ref[fin])
+    want, margin = exact_draw(ref, uniforms(c.seed, pos))
+    assert int((margin < 1e-9).sum()) == 0 and torch.equal(ids, want), (name, ids.tolist(), want.tolist())
 
 
 def test_many_draws_agree_with_the_exact_inverse_cdf():
