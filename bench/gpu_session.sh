@@ -360,6 +360,7 @@ case $step in
       -n 4 -p no:cacheprovider --timeout 150 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_nomodel.txt" | tail -6
     rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/mtp_turbo /tmp/before/
     timeout 150 python3 bench/sample_bench.py --before /tmp/before --no-torch --kernels --json "$OUT/sample_ab.json" \
+      --cases "top-k 40 chain,default chain,drafter greedy + penalties" \
       2>&1 | grep -v Warn | tee "$OUT/sample_ab.txt" | tail -45
     timeout 150 python3 bench/step_bench.py --positions 256,7000 --ab "head_q8=0" --out "$OUT/step_head.json" 2>&1 \
       | grep -v Warn | tee "$OUT/step_head.txt" | grep -v "^  [a-z_]\+ \+[0-9]" | head -30 ;;
