@@ -212,7 +212,7 @@ def main() -> None:
     import mtp_turbo
 
     print(f"sampler call, {torch.cuda.get_device_name()}, torch {torch.__version__}, "
-          f"{os.path.dirname(mtp_turbo.__file__)}; us per call")
+          f"{list(mtp_turbo.__path__)[0]}; us per call")
     res = measure(args)
     print_table(res)
     if before is not None:
