@@ -315,39 +315,21 @@ class GGUFFile:
         t = self._info(name)
         return self._mm[t.offset:t.offset + t.nbytes]
 
-    def data_on(self, device: Any) -> Any:
-        """Every tensor's bytes, the file's span [first tensor, end of the last), as one uint8 torch
-        tensor on `device`, read in one pass: for `raw_tensor(..., data=)`. Why: a CUDA load that
-        copied each tensor from the map on its own (236 page-faulting copies) spent 1.2 s of a 1.7-s
-        engine build on an H200 host; one read and one copy move the same ~250 MB in a fraction."""
-        import torch
-
-        lo = min(t.offset for t in self.tensors.values())
-        hi = max(t.offset + t.nbytes for t in self.tensors.values())
-        host = np.fromfile(self.path, dtype=np.uint8, count=hi - lo, offset=lo)
-        return torch.from_numpy(host).to(device)
-
-    def raw_tensor(self, name: str, device: Any = "cpu", data: Any = None) -> Any:
+    def raw_tensor(self, name: str, device: Any = "cpu") -> Any:
         """The tensor's bytes as a uint8 torch tensor on `device` (on the CPU: a read-only view of
-        the map, for readers only); with `data` (data_on(device)): a view of it, no copy."""
+        the map, for readers only)."""
         import torch
 
-        if data is not None:
-            t = self._info(name)
-            lo = min(u.offset for u in self.tensors.values())
-            assert data.device.type == torch.device(device).type and data.dtype == torch.uint8, (data.device, device)
-            return data[t.offset - lo: t.offset - lo + t.nbytes]
         with warnings.catch_warnings():
             # the map is read-only and stays so: the dequantizers only read raw (each result is a
             # new tensor), so no copy of the file's bytes is made first (0.6 s of a CPU load)
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             return torch.from_numpy(self.raw(name)).to(device)
 
-    def load(self, name: str, device: Any = "cpu", dtype: Any = None, data: Any = None) -> Any:
+    def load(self, name: str, device: Any = "cpu", dtype: Any = None) -> Any:
         """The tensor dequantized, in torch-order shape, on `device`, cast to dtype (float32 default).
 
-        The raw bytes move to the device first (or are a view of `data`, see data_on) and are
-        dequantized there by quant/dequant.py.
+        The raw bytes move to the device first and are dequantized there by quant/dequant.py.
         """
         import torch
 
@@ -356,14 +338,11 @@ class GGUFFile:
         dtype = torch.float32 if dtype is None else dtype
         t = self._info(name)
         try:
-            out = dequantize(self.raw_tensor(name, device, data), t.ggml_type, t.shape)
+            out = dequantize(self.raw_tensor(name, device), t.ggml_type, t.shape)
         except ModelFileError as e:
             raise ModelFileError(f"{self.path}: tensor {name!r}: {e}") from None
         assert tuple(out.shape) == t.shape, (name, tuple(out.shape), t.shape)
-        out = out.to(dtype)
-        if data is not None and out.untyped_storage().data_ptr() == data.untyped_storage().data_ptr():
-            out = out.clone()  # a view (F32 / BF16 bytes as they are) would keep the whole span alive
-        return out
+        return out.to(dtype)
 
     def sha256(self) -> str:
         """Hex SHA-256 of the whole file (file_sha256: read once per version of the file, then

@@ -56,9 +56,6 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
             )
     weights = {}
     head_q8 = None
-    # on CUDA every tensor's bytes go up in one copy and are dequantized from views of it (released
-    # after the loop: every weight is a new tensor); on the CPU the map's views are read in place
-    data = gf.data_on(device) if torch.device(device).type == "cuda" else None
     for n in tqdm(names, desc="loading weights", unit="tensor", disable=not progress, leave=False):
         is_norm = n.endswith("norm")
         t = gf.tensors[f"{n}.weight"]
@@ -66,12 +63,11 @@ def load_gemma3(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = 
             # the file's codes and scales stay on the device: the fused step's LM head reads them
             # (models/fused.py, FusedTiles.head_q8) and the MTP drafter gathers its head rows from
             # them; the dense rows serve the embedding and the torch step (its tied head too)
-            raw = gf.raw_tensor(f"{n}.weight", device, data)
+            raw = gf.raw_tensor(f"{n}.weight", device)
             head_q8 = split_q8_0(raw, t.shape)
             weights[n] = dequantize(raw, t.ggml_type, t.shape).to(dtype)
             continue
         # norms stay fp32: they are tiny and the fp32 +1 matters
-        weights[n] = gf.load(f"{n}.weight", device=device, dtype=torch.float32 if is_norm else dtype, data=data)
-    del data
+        weights[n] = gf.load(f"{n}.weight", device=device, dtype=torch.float32 if is_norm else dtype)
     return Gemma3(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
 

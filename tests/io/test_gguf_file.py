@@ -66,23 +66,6 @@ def test_load_matches_numpy_dequant_for_every_type(model):
         model.load("no.such.tensor")
 
 
-def test_one_pass_span_gives_every_tensors_bytes_and_loads(model):
-    """data_on: the file's tensor span read once; raw_tensor / load from views of it = from the map,
-    and a weight that is its bytes as they are (F32) is a copy, not a view keeping the span alive."""
-    data = model.data_on("cpu")
-    lo = min(t.offset for t in model.tensors.values())
-    assert data.dtype == torch.uint8 and data.numel() == max(t.offset + t.nbytes for t in model.tensors.values()) - lo
-    for t in model.tensors.values():
-        assert torch.equal(model.raw_tensor(t.name, "cpu", data), torch.from_numpy(np.asarray(model.raw(t.name))))
-    seen = {}
-    for t in sorted(model.tensors.values(), key=lambda t: t.nbytes):
-        seen.setdefault(t.ggml_type, t)
-    for t in seen.values():
-        x = model.load(t.name, data=data)
-        assert torch.equal(x, model.load(t.name)), t.name
-        assert x.untyped_storage().data_ptr() != data.untyped_storage().data_ptr(), t.name
-
-
 def test_sha256_is_the_file_hash_and_cached(model, model_path):
     h = hashlib.sha256(np.memmap(model_path, mode="r", dtype=np.uint8)).hexdigest()
     assert model.sha256() == h
