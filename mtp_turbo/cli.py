@@ -62,7 +62,7 @@ HELP = {
     "spec_sample": "exact = lossless speculative sampling; greedy = LEGACY LOSSY rule that keeps "
     "drafts equal to the unpenalised argmax (changes the output distribution; for comparison only)",
     "ngram_max": "n-gram drafter: longest suffix matched",
-    "ngram_min": "n-gram drafter: shortest suffix matched",
+    "ngram_min": "n-gram drafter: shortest suffix matched (no match that long: the last token repeated)",
     "draft_sink": "MTP drafter: first cells always attended (0 = off, max 1024)",
     "draft_window": "MTP drafter: most recent cells attended",
     "drafter": "MTP head GGUF (default: the head shipped for the default model)",
