@@ -36,7 +36,11 @@ mtp (MTPDrafter kernels="triton" on a tiny head, fp32 and bf16, dense and packed
 (sample_tokens / sample_rows for the brief's configurations at V = 5000; dry, those plus the
 engine's default SamplerConfig() and every configuration of tests/sampling/test_fused*.py at
 V = 5000 and 262144), gemv (gemv_packed with default_tile's Hopper and pre-Hopper tiles, q8_0 / q5_0 /
-q4_0, 1-4 rows, fp32 and bf16 x, on each tile class's matrix shapes; dry, CUDA branch); opt-in:
+q4_0, 1-4 rows, fp32 and bf16 x, on each tile class's matrix shapes; dry, CUDA branch), glue (the
+round program's index kernels, spec/glue.py: round inputs and acceptance for k = 0..7 and both
+rules, plain steps, a round staged ahead with and without a penalty window, draft slots; the
+embedding rows, models/embed.py; the greedy pick's id map into a slot), ngram (the n-gram lookup,
+spec/drafters/ngram.py, at buffers of 2k / 4k / 128k tokens, k = 1..7, ngram_max 4 and 16); opt-in:
 gemv_tiles (every SUPPORTED_TILES entry, 1 and 4 rows, bf16 x).
 To try a fix without touching the repository: copy mtp_turbo/ elsewhere, patch the copy, and
 --compile-only the recorded file with --src pointing at the copy's parent.
@@ -669,8 +673,97 @@ def wl_gemv_tiles(dry_all: bool):
                                        torch.empty(m, n, dtype=torch.float32))
 
 
-WORKLOADS = {"main": wl_main, "mtp": wl_mtp, "sampler": wl_sampler, "gemv": wl_gemv, "gemv_tiles": wl_gemv_tiles}
-DEFAULT_WORKLOADS = ("main", "mtp", "sampler", "gemv")
+def wl_glue(dry_all: bool) -> None:
+    import math
+
+    import torch
+
+    from mtp_turbo.models.embed import scaled_embedding
+    from mtp_turbo.models.greedy import GreedyPick
+    from mtp_turbo.spec.glue import RoundGlue
+
+    g = torch.Generator().manual_seed(0)
+    glue = RoundGlue("triton")
+    C = 4096 + 16  # the engine's token buffer at the default context
+    i64 = dict(dtype=torch.int64)
+
+    with workload("glue: a round's inputs and acceptance, k = 0..7, exact and greedy", dry=dry_all):
+        ar = torch.arange(9)
+        rows, toks, pos = (torch.zeros(9, **i64) for _ in range(3))
+        out = torch.zeros(10, **i64)
+        for k in range(8):
+            for greedy in (False, True):
+                tb, n = torch.randint(0, 50, (C,), generator=g), torch.tensor([100])
+                d = torch.randint(0, 50, (max(k, 1),), generator=g)  # (a drafter's slots, the n-gram's
+                glue.round_inputs(tb, n, d[:k] if k else None, k, ar, rows, toks, pos)  # output, drafts_dev)
+                t = torch.randint(0, 50, (k + 1,), generator=g)
+                glue.accept(tb, n, t, t.flip(0) if greedy else None, k, ar, toks, pos, out)
+    with workload("glue: plain steps, programs of 2, 4, 8", dry=dry_all):
+        for steps in (2, 4, 8):
+            tb, n = torch.randint(0, 50, (C,), generator=g), torch.tensor([100])
+            glue.round_inputs(tb, n, None, 0, ar, rows, toks, pos)
+            for j in range(steps):
+                glue.step_commit(tb, n, torch.randint(0, 50, (1,), generator=g), j, steps, out, toks, rows, pos)
+    with workload("glue: a round staged ahead (after_inputs), rows 2..8, chains 1..7, windows", dry=dry_all):
+        V = 262144
+        vmap = torch.randint(-1, 32768, (V,), generator=g)
+        tb = torch.randint(0, V, (C,), generator=g)
+        for R in range(2, 9):
+            for k in range(1, 8):
+                staged = torch.cat([torch.arange(200, 200 + R), torch.randint(0, 300, (R * k * 6,), generator=g)])
+                for w in (None, 3, 64, 4096):
+                    seq = torch.zeros((w or 0) + 8, **i64)
+                    win = None if w is None else (vmap, seq, w, torch.arange(-w, 0))
+                    glue.after_inputs(staged, R, k, torch.tensor([R - 1]), tb, torch.tensor([3000]), win)
+    with workload("glue: draft 0's row (after_select) at the 270M drafter's shapes", dry=dry_all):
+        for xdt in (torch.float32, torch.bfloat16):  # a packed fc's output is fp32, a dense one's bf16
+            for R in (2, 4, 8):
+                x, q = torch.randn(R, 640).to(xdt), torch.randn(R, 4, 256).to(torch.bfloat16)
+                glue.after_select(torch.tensor([1]), x, q)
+    with workload("glue: draft slots (draft_store), every alignment, id map and window", dry=dry_all):
+        ids = torch.randint(0, 262144, (32768,), generator=g)
+        slots, seq = torch.zeros(8, **i64), torch.zeros(64 + 8, **i64)
+        for j in range(2):
+            for mapped in (None, ids):
+                for window in (False, True):
+                    at = seq[64 + j: 65 + j] if window else None
+                    glue.draft_store(torch.tensor([j]), mapped, slots[j: j + 1], at)
+    with workload("embed_rows: the 270M embedding, bf16 rows 1..8 and 128; fp32", dry=True):
+        for dt in (torch.bfloat16, torch.float32):
+            emb = torch.empty(262144, 640, dtype=dt)
+            scale = torch.tensor(math.sqrt(640), dtype=dt)
+            res = torch.empty(128, 640, dtype=dt)
+            for T in (1, 2, 3, 4, 5, 8, 128):
+                scaled_embedding(emb, scale, torch.zeros(T, **i64), res[:T])
+    with workload("argmax_rows: mapped into a draft slot, 32768 / 262144 logits", dry=True):
+        pick = GreedyPick("triton")
+        slots = torch.zeros(8, **i64)
+        for V in (32768, 262144):
+            ids = torch.zeros(V, **i64)
+            for j in range(2):
+                pick(torch.zeros(1, V), out=slots[j: j + 1], ids=ids)
+                pick(torch.zeros(1, V), out=slots[j: j + 1])
+
+
+def wl_ngram(dry_all: bool) -> None:
+    import torch
+
+    from mtp_turbo.spec.drafters.ngram import NGramDrafter
+
+    g = torch.Generator().manual_seed(0)
+    for C, dry in ((2048 + 16, dry_all), (4096 + 16, True), (131072 + 16, True)):
+        with workload(f"ngram lookup, buffer of {C}", dry=dry):
+            tok = torch.randint(0, 5, (C,), generator=g)
+            n = torch.tensor([C // 2])
+            for nmin, nmax in ((1, 4), (2, 4), (1, 16)):
+                dr = NGramDrafter(nmin, nmax, kernels="triton")
+                for k in range(1, 8):
+                    dr.lookup(tok, n, k)
+
+
+WORKLOADS = {"main": wl_main, "mtp": wl_mtp, "sampler": wl_sampler, "gemv": wl_gemv, "glue": wl_glue,
+             "ngram": wl_ngram, "gemv_tiles": wl_gemv_tiles}
+DEFAULT_WORKLOADS = ("main", "mtp", "sampler", "gemv", "glue", "ngram")
 
 
 def record(names: list[str], dry_all: bool) -> dict:
@@ -941,6 +1034,7 @@ _SHOW = {  # the constexprs / options that name a variant in the table (others a
     "gemv_i8w": ("M", "MP", "BLOCK_N", "F32_OPERANDS"), "x_pair": ("M", "MP", "OFF"),
     "gemv_i8w_pairs": ("M", "MP", "BLOCK_N", "HAS_QH", "F32_OPERANDS", "ASM"),
     "x_frag8": ("M", "MM", "SHIFT", "PDL"), "gemv_frag8": ("FMT", "W", "MM", "FUSE", "AHEAD", "XIN"),
+    "ngram_lookup": ("K", "NMIN", "NMAX", "NBP", "KP"),
 }
 
 
