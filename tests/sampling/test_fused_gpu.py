@@ -93,9 +93,14 @@ def test_rows_alone_equal_rows_together_bitwise(name):
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_agrees_with_the_torch_chain(name):
-    c = CASES[name]
     logits = lm_like(8, 3)
-    tok = history(logits, 3000, 4)
+    _agrees_with_the_torch_chain(name, CASES[name], logits, history(logits, 3000, 4))
+
+
+def _agrees_with_the_torch_chain(name, c, logits, tok):
+    """Rows 2990..2997 of `logits` [8, V] with history `tok`, sampled on the GPU: the same survivors
+    and final values as the torch chain, greedy's argmax, the exact float64 inverse CDF's tokens
+    (no uniform within 1e-9 of a boundary)."""
     pos = torch.arange(2990, 2998)
     ids, fl = fused.sample_tokens(logits.cuda(), tok.cuda(), pos.cuda(), c, return_logits=True)
     ids, fl = ids.cpu(), fl.cpu()
@@ -146,21 +151,8 @@ ADVERSARIAL = {
 def test_adversarial_rows_agree_with_the_torch_chain(name, vocab):
     """The selection's paths on the GPU (the maxima bound alone, after search steps, ties past M,
     one candidate, top-1) against the torch chain: same survivors, values, tokens."""
-    c = ADVERSARIAL[name]
     logits = adversarial_rows(vocab, 11)
-    tok = history(logits, 3000, 12)
-    pos = torch.arange(2990, 2998)
-    ids, fl = fused.sample_tokens(logits.cuda(), tok.cuda(), pos.cuda(), c, return_logits=True)
-    ids, fl = ids.cpu(), fl.cpu()
-    ref = reference_logits(logits, fused.window_rows(tok, pos, c.penalty_last_n), c)
-    fin = ref.isfinite()
-    assert torch.equal(fl.isfinite(), fin), name
-    if c.greedy:
-        assert torch.equal(ids, fin.to(torch.int8).argmax(dim=1))
-        return
-    assert torch.equal(fl[fin], ref[fin])
-    want, margin = exact_draw(ref, uniforms(c.seed, pos))
-    assert int((margin < 1e-9).sum()) == 0 and torch.equal(ids, want), (name, ids.tolist(), want.tolist())
+    _agrees_with_the_torch_chain(name, ADVERSARIAL[name], logits, history(logits, 3000, 12))
 
 
 def test_many_draws_agree_with_the_exact_inverse_cdf():
