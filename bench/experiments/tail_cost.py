@@ -66,7 +66,7 @@ def main() -> int:
 
         def lin_norm():
             fk.linear_norm[grid](x, w, y, M, N, K, eps, cnt, res, wpost, wpre, hout, xout, MP=MP, KP=kp, NP=np_,
-                                 RT=NORM_ROWS, BN=bn, BK=bk, PREC="tf32", **launch)
+                                 RT=NORM_ROWS, BN=bn, BK=bk, PREC="tf32", TP=2, **launch)
 
         def lin_kernel():
             lin()

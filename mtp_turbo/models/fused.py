@@ -253,7 +253,7 @@ class FusedDecoder:
         bn, bk, launch = self.tiles.gemv(K)
         fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
-                                                  BN=bn, BK=bk, PREC=self.prec, **launch)
+                                                  BN=bn, BK=bk, PREC=self.prec, TP=2, **launch)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 logits [T, V] (a view of self.logits) of T <= MAX_ROWS rows x [T, D] after the final

@@ -157,28 +157,33 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
                     MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
-        """Y = X @ W.T (linear, PRO 0), then the sandwich norm after it in the program of each row
-        block that finishes last (FusedTiles.tails): HOUT = RES + rmsnorm(Y) * WPOST, XOUT =
-        rmsnorm(HOUT) * WPRE over the block's rows, RT rows a pass (residual_norm's arithmetic on
-        the same [RT, NP] tiles, so a row's bits do not depend on which kernel or block ran it).
-        CNT: int32 [row blocks], zero before the launch and after it. Y/RES/HOUT/XOUT [M, N]."""
+                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr):
+        """Y = X @ W.T (linear, PRO 0), then the norm after it in the program of each row block
+        that finishes last (FusedTiles.tails). TP 2, the sandwich norm: HOUT = RES + rmsnorm(Y) *
+        WPOST, XOUT = rmsnorm(HOUT) * WPRE; TP 1 (the MTP head's fc, whose output is the residual
+        itself): XOUT = rmsnorm(Y) * WPRE (RES, WPOST, HOUT unused). Over the block's rows, RT rows a
+        pass (residual_norm's arithmetic on the same [RT, NP] tiles, so a row's bits do not depend
+        on which kernel or block ran it). CNT: int32 [row blocks], zero before the launch and after
+        it. Y/RES/HOUT/XOUT [M, N]."""
         linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
-                         tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None)
+                         tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None, TP)
 
     @triton.jit
     def linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, pid, b, n_tiles,
                          MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
                          BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
-                         ST: tl.constexpr):
-        """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail."""
+                         ST: tl.constexpr, TP: tl.constexpr):
+        """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail (TP)."""
         ACT: tl.constexpr = X.dtype.element_ty
         gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
                 m_mask = rm < M
-                _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
+                if TP == 1:
+                    _norm_rows(Y, Y, WPRE, WPRE, XOUT, XOUT, rm, m_mask, m_mask, N, eps, 1, NP, ACT, True)
+                else:
+                    _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
 
     @triton.jit(do_not_specialize=["M"])
     def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,

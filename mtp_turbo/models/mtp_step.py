@@ -6,16 +6,19 @@ Owns: `TorchMTPStep` and `FusedMTPStep`, which compute the same four things:
 - inputs(toks [n], hsrc [*, D], hidx [n]) -> x [n, D]: the block inputs of rows pairing the main
   model's state hsrc[hidx[m]] with the embedding of token toks[m];
 - write_qkv(x [n, D], pos [n]) -> q [n, H, Dh]: the rows' K/V written into the drafter's cache at
-  cells pos (RoPE at those positions, from the tables given at construction), their queries;
+  cells pos (RoPE at those positions, from the tables given at construction), their queries; x is
+  what the last inputs() returned (the fused step norms it in the fc GEMV's tail);
 - attend(x [1, D], q [1, H, Dh], runs [6] int64, M) -> h [1, D]: one query over the cells of up
   to three [lo, hi) runs (at most M cells; cells_from_runs), then the rest of the block: the
   chained state;
 - logits(h [1, D], j) -> fp32 [1, N]: final norm and the head's rows, for chain step j (a fused
   step keeps each step's logits in its own buffer row).
-No host syncs and fixed launch shapes: both can be captured in a CUDA graph. The fused step
-launches about a dozen kernels a draft step (mtp_inputs, fc, attention norm, qkv, q/k norm + RoPE
-+ K/V write, attn_cells, o, residual norm, gate|up, down, residual + final norm, head) where the
-torch step launches ~130 small kernels.
+No host syncs and fixed launch shapes: both can be captured in a CUDA graph. With dense (bf16)
+matrices the fused step runs the main model's layer kernels with their tails (FusedTiles.tails):
+mtp_inputs, fc + attention norm, qkv + q/k norm + RoPE + K/V write, attn_cells, o + residual
+norm, gate|up + gating, down + residual + final norm: 7 launches before the head's. Packed
+matrices (Q8_0 ...) take their own GEMV with the norms, the RoPE and the gating as kernels of
+their own (12). The torch step launches ~130 small kernels.
 Ignores: which cells a query reads and what the drafts are (spec/drafters/mtp.py), the head's
 weights and file (mtp_head.py, mtp_load.py).
 """
@@ -104,6 +107,12 @@ class FusedMTPStep:
         self.head_op = ops.get("head")  # PackedLinear of the LM head rows, or None: dense rows
         self.head_rows = head.head_rows.to(self.dt).contiguous() if self.head_op is None else None
         self.norms = {k: ops[k].float().contiguous() for k in ops if k.endswith("norm")}
+        # dense matrices ride the main layers' tail kernels: the norm after fc, o and down, the q/k
+        # norm + RoPE + K/V write after qkv, computed by each GEMV's last program (fewer launches)
+        self.tails = tiles.tails and all(isinstance(w, torch.Tensor)
+                                         for w in (self.fc, self.qkv, self.o, self.gate_up, self.down))
+        if self.tails:
+            assert c.head_dim % tiles.gemv(D)[0] == 0, "the qkv tile must divide head_dim"
 
         def buf(*shape, dtype=self.dt):
             return torch.zeros(shape, dtype=dtype, device=dev)
@@ -116,6 +125,8 @@ class FusedMTPStep:
         self.lg = buf(MAX_CHAIN, head.head_rows.shape[0], dtype=torch.float32)
         self.scale = float(head.embed_scale.float())
         self.cell_scratch: dict[int, tuple] = {}  # attend's partials per chunk count (allocated before capture)
+        # the tails' arrival counters (zero before and after each launch): fc, qkv (a head each), o, down
+        self.cnt = torch.zeros(4, c.n_heads + 2 * c.n_kv_heads, dtype=torch.int32, device=dev)
 
     # ---- pieces ----------------------------------------------------------------------------------
     def _linear(self, x, w, y, gated=False, head=False):
@@ -136,6 +147,19 @@ class FusedMTPStep:
                                   KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
         return y
 
+    def _linear_norm(self, x, w, y, i, wpre, res=None, wpost=None, hout=None):
+        """y[:M] = x[:M] @ w.T (dense w), then in its last program (counter cnt[i]) with res: hout =
+        res + norm(y) * wpost, self.xn = norm(hout) * wpre; without: self.xn = norm(y) * wpre."""
+        M, K = x.shape
+        N = w.shape[0]
+        assert M <= MP
+        bn, bk, launch = self.tiles.gemv(K)
+        fk.linear_norm[(-(-N // bn), 1)](x, w, y, M, N, K, self.head.cfg.eps, self.cnt[i], y if res is None else res,
+                                         wpre if wpost is None else wpost, wpre, y if hout is None else hout,
+                                         self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS, BN=bn, BK=bk,
+                                         PREC=self.prec, TP=1 if res is None else 2, **launch)
+        return y[:M]
+
     def _norm(self, h, delta, wpost, wpre, hout, xout):
         """pro 1 (delta None): xout = norm(h) * wpre; pro 2: hout = h + norm(delta) * wpost, xout =
         norm(hout) * wpre."""
@@ -152,16 +176,27 @@ class FusedMTPStep:
         nm = self.norms
         mk.mtp_inputs[(n,)](toks, self.head.embed, self.scale, hsrc, hidx, nm["enorm"], nm["hnorm"], self.xcat,
                             D, self.head.cfg.eps, KP=_pow2(D), num_warps=self.tiles.warps)
+        if self.tails:  # x, and its attention norm into xn for write_qkv
+            return self._linear_norm(self.xcat[:n], self.fc, self.x, 0, self.norms["attn_norm"])
         return self._linear(self.xcat[:n], self.fc, self.x)[:n]
 
     def write_qkv(self, x, pos):
         c, n = self.head.cfg, x.shape[0]
-        self._norm(x, None, None, self.norms["attn_norm"], None, self.xn[:n])
+        nm = self.norms
+        if self.tails:
+            assert x.data_ptr() == self.x.data_ptr(), "write_qkv takes the rows inputs() returned (normed in xn)"
+            N = self.qkv.shape[0]
+            bn, bk, launch = self.tiles.gemv(c.hidden)
+            fk.linear_rope[(-(-N // bn), 1)](self.xn[:n], self.qkv, self.qkv_out, n, N, c.hidden, c.eps, self.cnt[1],
+                                             pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache,
+                                             self.v_cache, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, MP=MP,
+                                             KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
+            return self.q[:n]
+        self._norm(x, None, None, nm["attn_norm"], None, self.xn[:n])
         if isinstance(self.qkv, tuple):
             qkv = torch.cat([w(self.xn[:n], out_dtype=torch.float32) for w in self.qkv], dim=1)
         else:
             qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
-        nm = self.norms
         fk.qk_rope_write[(-(-n // NORM_ROWS), c.n_heads + 2 * c.n_kv_heads)](
             qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache, self.v_cache, n, c.eps,
             H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, RT=NORM_ROWS, num_warps=self.tiles.warps)
@@ -180,6 +215,11 @@ class FusedMTPStep:
         mk.attn_cells[(S, c.n_kv_heads)](q, self.k_cache, self.v_cache, runs, self.att, op, mx, ls, cnt, M,
                                          c.query_scale, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16,
                                          BS=CELL_CHUNK, SP=_pow2(S), PREC=self.prec, num_warps=4)
+        if self.tails:
+            self._linear_norm(self.att, self.o, self.o_out, 2, nm["ffn_norm"], x, nm["post_attn_norm"], self.h1)
+            gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)
+            self._linear_norm(gu, self.down, self.dn, 3, nm["out_norm"], self.h1, nm["post_ffn_norm"], self.state)
+            return self.state
         o = self._linear(self.att, self.o, self.o_out)
         self._norm(x, o, nm["post_attn_norm"], nm["ffn_norm"], self.h1, self.xn[:1])
         gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)

@@ -74,7 +74,7 @@ if triton is not None:
             _wait(WAIT, N_WAIT, BACKOFF)
             for j in range(it, NT, P):
                 fk.linear_norm_tile(X, W, Y, M, D, K, eps, TC, RES, WPOST, WPRE, HOUT, XN, j, 0, NT, MP, KP, KPD, RT,
-                                    BN, BK, PREC, True, ST)
+                                    BN, BK, PREC, True, ST, 2)
                 _arrive(ARR)
 
     @triton.jit(do_not_specialize=["M", "window", "SG", "SL", "CAP"])
