@@ -136,6 +136,16 @@
 #                                          start (.ab_before's files over a copy of this tree) and this tree, back to back
 #   bench/gpu_session.sh s21-table         (llama.cpp built) the table of record beside llama-bench and llama-completion
 #   bench/gpu_session.sh s21-profile       device time per kernel per round (plain, MTP, n-gram at the default k); HumanEval
+#
+# Session 21 (the drafter on bf16 dense matrices and the main layers' tail kernels, attn_cells 64 cells a program):
+#   bench/gpu_session.sh s22-begin         (carry .carry .whl .pieces/p5) llama.cpp's build in the background; piece 5;
+#                                          the drafter-step GPU test; bench/experiments/draft_step_time.py (random weights)
+#   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
+#   bench/gpu_session.sh s22-check         join; the GPU tests that need the model; the file's read speed; time to first token
+#   bench/gpu_session.sh s22-before        (carry .ab_before) MT-Bench plain / MTP k = 2, 3, temp 0 and 0.6 at the session's start
+#   bench/gpu_session.sh s22-table         the same and n-gram on this tree beside llama-bench and llama-completion (table of record)
+#   bench/gpu_session.sh s22-depth         llama-bench tg128 / pp512 / pp7000 at depth 0 and 7000; ours pp7000 and decode after it
+#   bench/gpu_session.sh s22-profile       device time per kernel per round (plain, MTP, n-gram at the default k); HumanEval
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -353,6 +363,47 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s22-begin)  # llama.cpp's build (background), piece 5, the drafter step's GPU test and timing on random weights
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 120 python3 -m pytest -q -m gpu tests/spec/drafters/test_mtp_step_tails.py -p no:cacheprovider -rf 2>&1 \
+      | grep -v Warning | tee "$OUT/pytest_gpu_tails.txt" | tail -3
+    timeout 200 python3 bench/experiments/draft_step_time.py --out "$OUT/draft_step.json" 2>&1 | grep -v Warn \
+      | tee "$OUT/draft_step.txt" | grep "draft step\|BS= 32 warps=4\|BS= 64 warps=4" ;;
+  s22-check)  # (pieces copied) join; the GPU tests that need the model; the file's read speed; time to first token
+    join_model || exit 1
+    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 300 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8
+    for i in 1 2; do dd if=/tmp/gguf/model.gguf of=/dev/null bs=16M 2>&1 | tail -1; done | tee "$OUT/read_speed.txt"
+    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model /tmp/gguf/model.gguf --draft $d 2>&1 | tail -1; done \
+      | tee "$OUT/ttft.txt" ;;
+  s22-before)  # the session's start: .ab_before's package (git archive 81cd06c, without data/) with this tree's data/
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/mtp_turbo /tmp/before/ && cp -r mtp_turbo/data /tmp/before/mtp_turbo/
+    (cd /tmp/before && PYTHONPATH=/tmp/site:/tmp/before timeout 300 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf \
+      --modes plain,mtp --temps 0,0.6 --draft-tokens 2,3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
+      --json "$OUT/bench_before.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -10) ;;
+  s22-table)  # (llama.cpp built) this tree: the table of record beside llama-bench (tg256, as before) and llama-completion
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    timeout 400 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp,ngram --temps 0,0.6 --draft-tokens 2,3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+      --llama-completion $L/llama-completion --llama-args "-ngl 99" --json "$OUT/bench_mtbench.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -22 ;;
+  s22-depth)  # llama-bench at depth 0 and 7000 (tg128, pp512, pp7000); ours: pp7000, decode after a 6924-token prompt
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    timeout 240 $L/llama-bench -m $M -fa 1 -ngl 99 -p 512,7000 -n 128 -d 0,7000 -r 3 -o json > "$OUT/llama_depth.json" \
+      2> "$OUT/llama_depth.err"; python3 -c "import json; [print(r['n_prompt'], r['n_gen'], r['n_depth'], round(r['avg_ts'], 1)) for r in json.load(open('$OUT/llama_depth.json'))]"
+    # a 6924-token prompt (The Tempest's first 23000 characters): decode at ~7000 cells of depth
+    python3 -c "import json; t=open('bench/data/tempest.txt').read(); json.dump([t[:23000]+'\n\nSummary of the play so far:'], open('/tmp/long7k.json','w'))"
+    timeout 200 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 3 --max-tokens 128 \
+      --prompts /tmp/long7k.json --n-prompts 1 --pp 7000 --ctx-size 8192 --json "$OUT/bench_depth7k.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tail -8 ;;
+  s22-profile)  # device time per kernel per round at the default k; HumanEval plain / MTP / n-gram
+    timeout 200 python3 bench/round_profile.py --model /tmp/gguf/model.gguf --modes mtp,ngram \
+      --out "$OUT/round_profile.json" 2>&1 | grep -v "Warn\|USDT\|_warn_once" | tee "$OUT/round_profile.txt" | grep -v "^    "
+    timeout 250 python3 -m mtp_turbo.cli bench --model /tmp/gguf/model.gguf --modes plain,mtp,ngram --temps 0,0.6 \
+      --draft-tokens 2,3 --max-tokens 256 --n-prompts 20 --prompts humaneval --pp 0 --json "$OUT/bench_humaneval.json" \
+      2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -14 ;;
   s21-begin)  # llama.cpp's build (background), piece 5, the checks that need no model, the A/Bs on random inputs
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv

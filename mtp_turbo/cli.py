@@ -66,9 +66,10 @@ HELP = {
     "draft_sink": "MTP drafter: first cells always attended (0 = off, max 1024)",
     "draft_window": "MTP drafter: most recent cells attended",
     "drafter": "MTP head GGUF (default: the head shipped for the default model)",
-    "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: q8_0 (packed as stored: "
-    "the fastest draft step on an H200, bench/RESULTS.md), q5_0, q4_0 (Lloyd scale search), bf16 (the stored "
-    "Q8_0 values in the compute dtype, dense products); K/V stay Q8_0",
+    "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: bf16 (the stored Q8_0 "
+    "values in the compute dtype, on the main model's fused layer kernels: the fastest draft step on an H200, "
+    "bench/RESULTS.md), q8_0 (packed as stored), q5_0, q4_0 (Lloyd scale search); K/V stay Q8_0 in the packed "
+    "formats",
     "draft_penalties": "MTP drafter: draft the argmax after the sampler's repetition/presence/frequency penalties "
     "(the best guess under exact verification; drafts only, the output is unchanged either way)",
     "draft_coupling": "MTP drafter at temp > 0: draft the token the verifier's own draw (same sampler chain, "

@@ -34,7 +34,9 @@ from .mtp_head import MTPHead
 
 MAX_ROWS = MP  # catch-up rows one fused launch takes (the GEMV's row tile)
 MAX_CHAIN = 8  # drafts a chain makes at most (SpecConfig: draft_tokens <= 7)
-CELL_CHUNK = 32  # read cells an attention program takes (the sink + window's 321: 11 programs)
+# read cells an attention program takes: the sink + window's 321 in 6 programs. 64 with 4 warps
+# took 7.7 us a launch on an H200 against 11.6 for 32 (bench/RESULTS.md session 21)
+CELL_CHUNK = 64
 
 
 def cells_from_runs(runs: torch.Tensor, M: int) -> torch.Tensor:

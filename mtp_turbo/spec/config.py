@@ -34,7 +34,10 @@ class SpecConfig:
     draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
-    draft_quant: str = "q8_0"  # MTP drafter weight format: q8_0 | q5_0 | q4_0 | bf16 (q8_0: fastest, RESULTS.md)
+    # MTP drafter weight format: bf16 | q8_0 | q5_0 | q4_0. bf16: the file's Q8_0 values as dense
+    # matrices on the main layers' kernels, 50.0 us a draft step against q8_0's packed GEMVs' 56.9
+    # on an H200, same values hence same drafts (bench/RESULTS.md session 21)
+    draft_quant: str = "bf16"
     draft_penalties: bool = True  # MTP drafter drafts the argmax after the sampler's penalties
     # MTP drafter at temp > 0: draft the verifier's own draw from the head's distribution. Off by
     # default: +0.03 tokens/round on CPU (within noise, RESULTS.md), its GPU cost not yet measured

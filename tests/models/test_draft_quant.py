@@ -121,7 +121,7 @@ def test_error_ordering(head_file):
 
 
 def test_config_and_apply_reject_bad_values():
-    assert SpecConfig().draft_quant == "q8_0"  # the measured default (bench/RESULTS.md 2026-11-30, session 9)
+    assert SpecConfig().draft_quant == "bf16"  # the measured default (bench/RESULTS.md session 21)
     for ok in ("q8_0", "q5_0", "q4_0", "bf16"):
         assert SpecConfig(draft_quant=ok).draft_quant == ok
     for bad in ("q4_1", "Q8_0", "fp16", ""):

@@ -24,7 +24,8 @@ def run(head, tails: bool, toks, hid, cap: int):
     st = FusedMTPStep(head, kc, vc, head.rope, FusedTiles(tails=tails))
     assert st.tails == tails
     n = len(toks)
-    pos = torch.arange(10, 10 + n, device=dev)
+    P = 2 * CELL_CHUNK + 10  # the rows' first cell
+    pos = torch.arange(P, P + n, device=dev)
     out = {}
     x = st.inputs(torch.tensor(toks, device=dev), hid, torch.arange(n, device=dev))
     out["x"] = x.clone()
@@ -32,14 +33,14 @@ def run(head, tails: bool, toks, hid, cap: int):
     out["q"] = q.clone()
     # read cells: an early run, then the rows just written and one before them (> one chunk)
     M = 2 * CELL_CHUNK + 5
-    runs = torch.tensor([0, 2 * CELL_CHUNK - n, 9, 10 + n, 0, 0], device=dev)
+    runs = torch.tensor([0, 2 * CELL_CHUNK - n, P - 1, P + n, 0, 0], device=dev)
     h = st.attend(x[-1:], q[-1:], runs, M)
     out["h"] = h.clone()
     out["lg0"] = st.logits(h, 0).clone()
     # a chain step: the draft's embedding with the chained state, one cell further
     x = st.inputs(torch.tensor([toks[0]], device=dev), h, torch.zeros(1, dtype=torch.int64, device=dev))
     q = st.write_qkv(x, pos[-1:] + 1)
-    runs = torch.tensor([0, 2 * CELL_CHUNK - n, 9, 11 + n, 0, 0], device=dev)
+    runs = torch.tensor([0, 2 * CELL_CHUNK - n, P - 1, P + n + 1, 0, 0], device=dev)
     out["lg1"] = st.logits(st.attend(x, q, runs, M), 1).clone()
     out["k"], out["v"] = kc.clone(), vc.clone()
     assert not st.cnt.any(), "every tail's last program leaves its arrival counter at zero"
@@ -54,7 +55,8 @@ def check(head, n, V, D):
     a, b = run(head, True, toks, hid, 256), run(head, False, toks, hid, 256)
     for key in a:
         assert torch.equal(a[key], b[key]), key
-    assert a["lg1"].abs().sum() > 0 and a["k"][10: 11 + n].abs().sum() > 0
+    P = 2 * CELL_CHUNK + 10
+    assert a["lg1"].abs().sum() > 0 and a["k"][P: P + n + 1].abs().all(-1).all()
 
 
 @pytest.mark.parametrize("n", [1, 3])
