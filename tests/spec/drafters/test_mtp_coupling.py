@@ -78,7 +78,7 @@ def test_greedy_or_off_keeps_the_argmax(tiny):
                      (CFG, False)):
         d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW)
         d.set_sampler(cfg, coupling=cpl)
-        assert d._draw is None
+        assert d.sampler.draw is None
         d.on_prefill(0, 39, H.clone(), toks)
         d.begin(toks)
         outs.append(d.propose(toks, 4))

@@ -119,7 +119,7 @@ def test_without_penalties_nothing_changes(tiny):
         d = MTPDrafter(head, capacity=200, sink=SINK, window=WINDOW)
         if cfg is not False:
             d.set_sampler(cfg)
-            assert d._pen is None
+            assert d.sampler.pen is None
         d.on_prefill(0, 39, H.clone(), toks)
         d.begin(toks)
         outs.append((d.propose(toks, 4), d.last_logits.clone()))

@@ -12,6 +12,7 @@ import torch
 
 from mtp_turbo.sampling.config import SamplerConfig
 from mtp_turbo.spec.drafters import mtp as mtp_mod
+from mtp_turbo.spec.drafters import mtp_sampler
 from mtp_turbo.spec.drafters.mtp import MTPDrafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -22,15 +23,15 @@ def run(tiny, commit_round, head, sampler, seed, rounds=40, capacity=400):
     V, main = tiny.V, tiny.main(seed, n=1200)
     seq = MTPDrafter(head, capacity=capacity, sink=4, window=16, kernels="torch")
     seq.set_sampler(sampler)
-    old = mtp_mod.SEQ_WINDOW_MAX
-    mtp_mod.SEQ_WINDOW_MAX = 0  # this one stages counts
+    old = mtp_sampler.SEQ_WINDOW_MAX
+    mtp_sampler.SEQ_WINDOW_MAX = 0  # this one stages counts
     try:
         cnt = MTPDrafter(head, capacity=capacity, sink=4, window=16, kernels="torch")
         cnt.set_sampler(sampler)
     finally:
-        mtp_mod.SEQ_WINDOW_MAX = old
+        mtp_sampler.SEQ_WINDOW_MAX = old
     raw = MTPDrafter(head, capacity=capacity, sink=4, window=16, kernels="torch")  # no penalties
-    assert seq._seq is not None and cnt._seq is None
+    assert seq.sampler.seq is not None and cnt.sampler.seq is None
     ds = (seq, cnt, raw)
     # a repetitive prompt: the window holds the likely tokens, so the penalties bite
     tokens = [rng.randrange(12) for _ in range(rng.randrange(10, 30))]
@@ -60,6 +61,6 @@ def test_window_sequence_drafts_equal_staged_counts(tiny, commit_round, last_n):
 def test_whole_history_windows_stage_counts(tiny):
     d = MTPDrafter(tiny.head(), capacity=100, sink=4, window=16, kernels="torch")
     d.set_sampler(SamplerConfig(temperature=0.7, repeat_penalty=1.3, penalty_last_n=-1))
-    assert d._seq is None  # -1: the whole history, as counts
+    assert d.sampler.seq is None  # -1: the whole history, as counts
     d.set_sampler(SamplerConfig(temperature=0.7, repeat_penalty=1.3, penalty_last_n=32))
-    assert d._seq is not None and d._seq[1].shape[0] == 32 + mtp_mod.GRAPH_K
+    assert d.sampler.seq is not None and d.sampler.seq[1].shape[0] == 32 + mtp_mod.GRAPH_K
