@@ -71,7 +71,8 @@ def test_fused_drafts_equal_reference(tiny):
 
 def test_fused_reduced_head_long_context_and_penalties(tiny):
     ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40)))
-    assert session(tiny, tiny.head(vocab_ids=ids, seed=2), 8, 32, seed=2, rounds=8, prompt=(80, 120)) > 8 + 32
+    # sink + window + chain past CELL_CHUNK (64) cells: attention over more than one chunk, merged
+    assert session(tiny, tiny.head(vocab_ids=ids, seed=2), 8, 64, seed=2, rounds=8, prompt=(90, 130)) > 8 + 64
     pen = SamplerConfig(temperature=0.7, repeat_penalty=1.3, presence_penalty=0.5, penalty_last_n=8)
     session(tiny, tiny.head(seed=3), 4, 16, seed=3, rounds=6, sampler=pen)
 
