@@ -698,6 +698,10 @@ def wl_glue(dry_all: bool) -> None:
                 glue.round_inputs(tb, n, d[:k] if k else None, k, ar, rows, toks, pos)  # output, drafts_dev)
                 t = torch.randint(0, 50, (k + 1,), generator=g)
                 glue.accept(tb, n, t, t.flip(0) if greedy else None, k, ar, toks, pos, out)
+                # with the verified rows' hidden states copied into the MTP drafter's rows (bf16, D 640)
+                hid = (torch.zeros(k + 1, 640, dtype=torch.bfloat16), torch.zeros(C, 640, dtype=torch.bfloat16),
+                       rows[: k + 1])
+                glue.accept(tb, n, t, t.flip(0) if greedy else None, k, ar, toks, pos, out, hid)
     with workload("glue: plain steps, programs of 2, 4, 8", dry=dry_all):
         for steps in (2, 4, 8):
             tb, n = torch.randint(0, 50, (C,), generator=g), torch.tensor([100])

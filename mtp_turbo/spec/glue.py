@@ -6,7 +6,8 @@ the kernels everywhere, the CPU through Triton's interpreter, for checks; "torch
 - round_inputs: a round's drafts into tok_buf at [n, n+k) and the verify rows' inputs (rows
   n-1+j, their tokens, the draw positions n+j), one launch where torch took ~8;
 - accept: the acceptance rule (exact or the legacy greedy), the emitted tokens into tok_buf and
-  out, n_dev += a + 1, one launch where torch took ~20;
+  out, n_dev += a + 1, one launch where torch took ~20; optionally the verified rows' main hidden
+  states into the MTP drafter's rows by position (its store_hidden_rows, a launch of its own before);
 - step_commit: a plain step's token into tok_buf and out, the next step's inputs, at the last
   step out[0] and n_dev;
 - after_inputs / after_select: the MTP drafter's work for a round staged before the previous one
@@ -65,12 +66,14 @@ if triton is not None:
         tl.store(POS + j, n + j, mask=rows)
 
     @triton.jit
-    def accept_kernel(TB, N, T, RAW, TOKS, OUT, K: tl.constexpr, TP: tl.constexpr, GREEDY: tl.constexpr):
+    def accept_kernel(TB, N, T, RAW, TOKS, OUT, HID, HB, ROWS, D, K: tl.constexpr, TP: tl.constexpr,
+                      GREEDY: tl.constexpr, COPY: tl.constexpr, DB: tl.constexpr):
         """Row tokens T [K+1] (drawn), drafts TOKS[1 .. K] (round_inputs'), RAW [K+1] (GREEDY:
         each row's unpenalised argmax): a = leading rows whose draft matches (exact: T, greedy:
         RAW); e_j = T_j for j <= a (greedy: the drafts, then T_a), -1 after. e_0..e_a into TB at
         n.., OUT = [a, e_0 .. e_K], N += a + 1. Reads everything before the reduction, writes
-        after it (one warp)."""
+        after it (one warp). COPY: then rows HID[j] [K+1, D] into HB at rows ROWS[j], DB columns a
+        pass (the values as they are)."""
         n = tl.load(N)
         j = tl.arange(0, TP)
         rows = j < K + 1
@@ -90,6 +93,13 @@ if triton is not None:
         tl.store(OUT + 1 + j, e, mask=rows)
         tl.store(OUT, a.to(tl.int64))
         tl.store(N, n + a + 1)
+        if COPY:
+            r = tl.load(ROWS + j, mask=rows, other=0)
+            for d0 in range(0, D, DB):
+                dd = d0 + tl.arange(0, DB)
+                m = rows[:, None] & (dd < D)[None, :]
+                h = tl.load(HID + j[:, None] * D + dd[None, :], mask=m, other=0.0)
+                tl.store(HB + r[:, None] * D + dd[None, :], h, mask=m)
 
     @triton.jit
     def step_commit_kernel(TB, N, T, OUT, TOKS, ROWS, POS, J, STEPS, LAST: tl.constexpr):
@@ -215,17 +225,27 @@ class RoundGlue:
         torch.index_select(tb, 0, rows[:T], out=toks[:T])
 
     def accept(self, tb: torch.Tensor, n: torch.Tensor, t: torch.Tensor, raw: torch.Tensor | None, k: int,
-               ar: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, out: torch.Tensor) -> None:
+               ar: torch.Tensor, toks: torch.Tensor, pos: torch.Tensor, out: torch.Tensor,
+               hid: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None) -> None:
         """Device: after round_inputs(.., k, .., toks, pos) and the draws t [k+1] (raw: each row's
         unpenalised argmax [k+1] for the legacy greedy rule, else None): the accepted count a and
         the emitted tokens e (verify.py's rules) into tb at [n, n+a], out = [a, e_0 .. e_k] (-1
-        after e_a), n += a + 1."""
+        after e_a), n += a + 1. hid = (hidden [k+1, D], buf [*, D], rows [k+1]): also buf[rows[j]]
+        = hidden[j] (same dtype, contiguous)."""
         T = k + 1
         assert t.shape == (T,) and (raw is None or raw.shape == (T,)), (t.shape, k)
         greedy = raw is not None
+        if hid is not None:
+            h, hb, hrows = hid
+            assert h.shape[0] == T and hrows.shape == (T,) and h.dtype == hb.dtype and h.shape[1] == hb.shape[1]
+            assert h.is_contiguous() and hb.is_contiguous(), "the copy indexes rows of D values"
         if self.on(tb) and self._launch(accept_kernel, (1,), tb, n, t, raw if greedy else t, toks, out,
-                                        K=k, TP=_pow2(T + 1), GREEDY=greedy, num_warps=1):
+                                        *(hid if hid is not None else (tb, tb, tb)),
+                                        hid[0].shape[1] if hid is not None else 1, K=k, TP=_pow2(T + 1),
+                                        GREEDY=greedy, COPY=hid is not None, DB=128, num_warps=1):
             return
+        if hid is not None:
+            hid[1].index_copy_(0, hid[2], hid[0])
         drafts = toks[1:T]
         a, e = accept_greedy(raw, t, drafts) if greedy else accept_exact(t, drafts)
         a = a.view(1)

@@ -171,11 +171,16 @@ class RoundProgram:
         def accept(logits, hidden):
             t = self._draw(logits, self.pos[:T])
             raw = logits.argmax(-1) if self.mode == "greedy" else None
+            hid = None
             if self.drafter is not None and self.drafter.reads_hidden:
-                self.drafter.store_hidden_rows(self.rows[:T], hidden)
+                hb = self.drafter.hidden_rows_buffer()
+                if hb is None or hb.dtype != hidden.dtype or not hidden.is_contiguous():
+                    self.drafter.store_hidden_rows(self.rows[:T], hidden)
+                else:  # copied by the accept kernel
+                    hid = (hidden, hb, self.rows[:T])
             # a, the emitted tokens into tok_buf and out_dev, and n_dev advanced by what it
             # committed (for a program launched before this one is read)
-            self.glue.accept(tb, n, t, raw, k, self.ar, self.toks, self.pos, self.out_dev)
+            self.glue.accept(tb, n, t, raw, k, self.ar, self.toks, self.pos, self.out_dev, hid)
 
         return draft, verify, accept
 

@@ -79,8 +79,17 @@ def test_round_inputs_and_accept_equal_the_torch_ops(backend):
         glue.round_inputs(tb, n, drafts if k else None, k, ar, rows, toks, pos)
         assert rows[: k + 1].tolist() == rows_r.tolist() and toks[: k + 1].tolist() == toks_r.tolist()
         assert pos[: k + 1].tolist() == pos_r.tolist() and (rows[k + 1:] == -5).all()  # nothing past the rows
-        glue.accept(tb, n, t, raw, k, ar, toks, pos, out)
+        # every other trial also copies the rows' hidden states (D past one column block) by row
+        hid = None
+        if trial % 2:
+            D = 200
+            h, hb = torch.randn(k + 1, D).to(torch.bfloat16), torch.zeros(C, D, dtype=torch.bfloat16)
+            ref_hb = hb.clone().index_copy_(0, rows_r, h)
+            hid = (h, hb, rows[: k + 1])
+        glue.accept(tb, n, t, raw, k, ar, toks, pos, out, hid)
         assert torch.equal(tb, ref_tb) and torch.equal(n, ref_n) and torch.equal(out, ref_out), (trial, k, out, ref_out)
+        if hid is not None:
+            assert torch.equal(hb, ref_hb) and hb[rows_r].abs().sum() > 0
         a = int(out[0])
         seen.add("all" if a == k else "none" if a == 0 else "some")
     assert seen == {"all", "none", "some"}
@@ -220,9 +229,12 @@ def test_cuda_kernels_replayed_from_a_graph_equal_the_torch_ops():
                 rows, toks, pos = (torch.zeros(9, dtype=torch.int64, device=dev) for _ in range(3))
                 out = torch.zeros(10, dtype=torch.int64, device=dev)
 
-                def work(g=g, tb=tb, n=n, d=d, t=t, raw=raw, rows=rows, toks=toks, pos=pos, out=out):
+                hid = (torch.zeros(k + 1, 640, dtype=torch.bfloat16, device=dev),
+                       torch.zeros(C, 640, dtype=torch.bfloat16, device=dev), rows[: k + 1])
+
+                def work(g=g, tb=tb, n=n, d=d, t=t, raw=raw, rows=rows, toks=toks, pos=pos, out=out, hid=hid):
                     g.round_inputs(tb, n, d[:k] if k else None, k, ar, rows, toks, pos)
-                    g.accept(tb, n, t, raw, k, ar, toks, pos, out)
+                    g.accept(tb, n, t, raw, k, ar, toks, pos, out, hid)
                     g.round_inputs(tb, n, None, 0, ar, rows, toks, pos)  # then two plain steps
                     g.step_commit(tb, n, t[:1], 0, 2, out, toks, rows, pos)
                     g.step_commit(tb, n, t[-1:], 1, 2, out, toks, rows, pos)
@@ -231,9 +243,10 @@ def test_cuda_kernels_replayed_from_a_graph_equal_the_torch_ops():
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph):
                     work()
-                bufs[name] = (graph, tb, n, d, t, raw, rows, toks, pos, out)
+                bufs[name] = (graph, tb, n, d, t, raw, rows, toks, pos, out, hid[0], hid[1])
             for _ in range(4):
                 tb0, n0 = state()
+                h0 = torch.randn(k + 1, 640, device=dev).to(torch.bfloat16)
                 drafts = torch.tensor([rng.randrange(6) for _ in range(max(k, 1))], device=dev)
                 cut = rng.randrange(k + 1)
                 tt = torch.tensor([int(drafts[i]) if i < cut and i < k else rng.randrange(6) for i in range(k + 1)],
@@ -245,6 +258,7 @@ def test_cuda_kernels_replayed_from_a_graph_equal_the_torch_ops():
                     t.copy_(tt)
                     if raw is not None:
                         raw.copy_(tt.flip(0))
+                    rest[-2].copy_(h0)  # the rows' hidden states the accept kernel copies
                     graph.replay()
                 torch.cuda.synchronize()
                 a, b = bufs["kern"][1:], bufs["ref"][1:]

@@ -46,6 +46,11 @@ class Drafter:
     def reset(self) -> None:
         """Nothing committed is known any more."""
 
+    def hidden_rows_buffer(self) -> torch.Tensor | None:
+        """A reads_hidden drafter's [positions, D] rows the round may copy verified states into as
+        they are (instead of store_hidden_rows), or None."""
+        return None
+
     def set_sampler(self, sampler, coupling: bool = False) -> None:
         """The SamplerConfig the verifier uses (None: raw argmax drafts), for drafters that use it."""
 

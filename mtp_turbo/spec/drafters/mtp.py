@@ -204,6 +204,11 @@ class MTPDrafter(Drafter):
         Capturable; the host marks the committed ones with observe(..., stored=True)."""
         self.hbuf.index_copy_(0, pos, self._source(hidden))
 
+    def hidden_rows_buffer(self) -> torch.Tensor | None:
+        """hbuf, where the verified rows' states go in as they are (the round's accept kernel then
+        copies them there: store_hidden_rows' launch saved); None where they need the final norm."""
+        return None if self.head.cfg.hidden_source == "post_norm" else self.hbuf
+
     def fall_back_to_torch(self) -> bool:
         """Draft with torch ops from now on (the fused kernels failed); False if it already does."""
         if self.step is self.torch_step and self.sampler.seq_backend == "torch" and self.pick.backend == "torch" \
