@@ -7,8 +7,8 @@ catch-up rows -> write_qkv -> attend over sink 64 + window 256 + 1 chain cell ->
 - q8_0: packed block matrices (their own GEMV; norms, RoPE and gating as kernels of their own);
 - bf16: dense matrices on the main layers' tail kernels (FusedTiles.tails);
 - bf16-notails: the same dense matrices, tails off.
-attn_cells alone (a graph of `--reps` launches): cells per program (BS) x warps, and a copy of the
-kernel that loads V beside K (before the QK dot) instead of after it.
+attn_cells alone (a graph of `--reps` launches): cells per program (BS) x warps. (A copy of the
+kernel loading V beside K, before the QK dot, was timed in session 21 and gained nothing: removed.)
 
     python bench/experiments/draft_step_time.py --out $OUT/draft_step.json
 """
@@ -25,7 +25,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from mtp_turbo.models import fused_kernels as fk  # noqa: E402
 from mtp_turbo.models import mtp_kernels as mk  # noqa: E402
 from mtp_turbo.models.fused import FusedTiles, _pow2  # noqa: E402
 from mtp_turbo.models.gemma3 import Gemma3Config  # noqa: E402
@@ -125,57 +124,6 @@ def draft_steps(reps: int) -> dict:
     return out
 
 
-if fk.triton is not None:
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def attn_cells_vfirst(Q, KC, VC, RUNS, OUT, OP, MX, LS, CNT, M, scale, H: tl.constexpr, HKV: tl.constexpr,
-                          DH: tl.constexpr, QR: tl.constexpr, BS: tl.constexpr, SP: tl.constexpr,
-                          PREC: tl.constexpr):
-        # mk.attn_cells with the V gather issued with the K gather (one dependent memory trip less)
-        s = tl.program_id(0)
-        g = tl.program_id(1)
-        S = tl.num_programs(0)
-        REP: tl.constexpr = H // HKV
-        rq = tl.arange(0, QR)
-        q_ok = rq < REP
-        qh = g * REP + rq
-        rd = tl.arange(0, DH)
-        q = tl.load(Q + qh[:, None] * DH + rd[None, :], mask=q_ok[:, None], other=0.0)
-        rs = s * BS + tl.arange(0, BS)
-        lo0, lo1, lo2 = tl.load(RUNS), tl.load(RUNS + 2), tl.load(RUNS + 4)
-        e0 = tl.load(RUNS + 1) - lo0
-        e1 = e0 + tl.load(RUNS + 3) - lo1
-        e2 = e1 + tl.load(RUNS + 5) - lo2
-        c = tl.where(rs < e0, lo0 + rs, tl.where(rs < e1, lo1 + rs - e0, tl.where(rs < e2, lo2 + rs - e1, -1)))
-        ok = (c >= 0) & (rs < M)
-        off = (tl.where(ok, c, 0) * HKV + g)[:, None] * DH + rd[None, :]
-        k = tl.load(KC + off, mask=ok[:, None], other=0.0)
-        v = tl.load(VC + off, mask=ok[:, None], other=0.0)
-        sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale
-        sc = tl.where(ok[None, :], sc, float("-inf"))
-        mx = tl.max(sc, axis=1)
-        mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
-        p = tl.where(ok[None, :], tl.exp(sc - mx_safe[:, None]), 0.0).to(KC.dtype.element_ty)
-        o = tl.dot(p, v, input_precision=PREC)
-        slot = g * S + s
-        tl.store(OP + (slot * QR + rq)[:, None] * DH + rd[None, :], o, mask=q_ok[:, None])
-        tl.store(MX + slot * QR + rq, mx, mask=q_ok)
-        tl.store(LS + slot * QR + rq, tl.sum(p.to(tl.float32), axis=1), mask=q_ok)
-        if fk.last_arrival(CNT + g, S):
-            rsl = tl.arange(0, SP)
-            s_ok = rsl < S
-            for r in tl.static_range(REP):
-                at = (g * S + rsl) * QR + r
-                mxs = fk.ld(MX + at, s_ok, float("-inf"), True)
-                w = tl.exp(mxs - tl.max(mxs, axis=0))
-                ops = fk.ld(OP + at[:, None] * DH + rd[None, :], s_ok[:, None], 0.0, True)
-                acc = tl.sum(w[:, None] * ops, axis=0)
-                l_all = tl.sum(w * fk.ld(LS + at, s_ok, 0.0, True), axis=0)
-                tl.store(OUT + (g * REP + r) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
-
-
 def attn_variants(reps: int) -> dict:
     dev = torch.device("cuda")
     H, HKV, DH, QR = 4, 1, 256, 16
@@ -186,7 +134,7 @@ def attn_variants(reps: int) -> dict:
     M = 64 + 256 + 8
     ref = None
     out = {}
-    for kern, kname in ((mk.attn_cells, "attn_cells"), (attn_cells_vfirst, "vfirst")):
+    for kern, kname in ((mk.attn_cells, "attn_cells"),):
         for bs in (16, 32, 64, 128):
             for warps in (2, 4, 8):
                 S = -(-M // bs)
