@@ -147,7 +147,7 @@
 #   bench/gpu_session.sh s22-depth         llama-bench tg128 / pp512 / pp7000 at depth 0 and 7000; ours pp7000 and decode after it
 #   bench/gpu_session.sh s22-profile       device time per kernel per round (plain, MTP, n-gram at the default k); HumanEval
 #   bench/gpu_session.sh s22-krange        (a second lease: recv p0 + p5, p1..p4, then this) join; MT-Bench plain / MTP
-#                                          k = 1..4; adaptive K = 4; k = 2 and 3 with the round's draft / verify / accept split
+#                                          k = 1..4; adaptive K = 4; with SPLIT=1 k = 2 and 3 with the round's draft / verify / accept split
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -413,8 +413,8 @@ case $step in
       | tr '\r' '\n' | grep "^| \(plain\|mtp\)"
     timeout 150 $B --modes mtp --temps 0,0.6 --draft-tokens 4 --adaptive --json "$OUT/bench_adaptive.json" 2>&1 \
       | tr '\r' '\n' | grep "^| mtp"
-    timeout 150 $B --modes mtp --temps 0,0.6 --draft-tokens 2,3 --split --json "$OUT/bench_split.json" 2>&1 \
-      | tr '\r' '\n' | grep "^| mtp" ;;
+    [ -n "${SPLIT:-}" ] && timeout 150 $B --modes mtp --temps 0,0.6 --draft-tokens 2,3 --split --json "$OUT/bench_split.json" \
+      2>&1 | tr '\r' '\n' | grep "^| mtp" ;;
   s21-begin)  # llama.cpp's build (background), piece 5, the checks that need no model, the A/Bs on random inputs
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
