@@ -102,16 +102,6 @@ class FusedTiles:
     # the LM head from the file's Q8_0 bytes (Gemma3.head_q8, kept on CUDA) through the int8 frag8
     # GEMV: 178 MB a step instead of the bf16 embedding's 335 (off: the fused GEMV on the embedding)
     head_q8: bool = True
-    # the down projection as bn_gated-wide slices of K, one fresh dot each, added in K order: with
-    # tails, gate|up's programs compute the slices' products (fused_kernels.gated_parts) and
-    # parts_norm adds them and runs the norm tail, so the down GEMV's weights load beside gate|up's;
-    # prefill chunks make the same sum in linear_parts (with tails, not persistent: else ignored)
-    ffn_parts: bool = True
-    parts_prefetch: bool = True  # gated_parts asks its down slice into L2 before gate|up's loop (CUDA)
-    # the o projection likewise: the merge's programs (one a bn_gated-wide slice of head_dim, which
-    # sets combine_split) compute its parts (fused_kernels.attn_combine_parts), parts_norm adds them
-    # and runs the norm tail; prefill chunks make the same sum in linear_parts (needs ffn_parts)
-    o_parts: bool = True
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -185,17 +175,6 @@ class FusedDecoder:
         if tiles.tails:
             bn = tiles.gemv(D)[0]
             assert DH % bn == 0, f"the qkv tile ({bn} columns) must divide head_dim {DH}"
-        # the down projection in slices (ffn_parts) where tails run and the layers are separate kernels
-        self.ffn_parts = tiles.ffn_parts and tiles.tails and not tiles.persistent
-        self.o_parts = self.ffn_parts and tiles.o_parts
-        # the merge's slices of head_dim: with o_parts one a part of the o projection
-        self.ds = DH // tiles.bn_gated if self.o_parts else ds
-        assert DH % self.ds == 0, f"o_parts: gate|up's tile ({tiles.bn_gated}) must divide head_dim {DH}"
-        if self.ffn_parts:  # the parts' products: [parts, rows of a <= MAX_ROWS forward, hidden]
-            n_parts = max(-(-c.ffn // tiles.bn_gated), nq // tiles.bn_gated if self.o_parts else 0)
-            self.parts = buf(n_parts, MP, D, dtype=torch.float32)
-        # the L2 prefetches (and the persistent kernel's backoff) are PTX: not in the CPU interpreter
-        self.ptx = model.device.type == "cuda"
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
         if tiles.persistent:
@@ -241,6 +220,8 @@ class FusedDecoder:
         else:  # Triton's interpreter runs programs one after another: one program does every item
             p = 1
         self.programs = p
+        # the L2 prefetches and the backoff are PTX: not in the CPU interpreter
+        self.ptx = m.device.type == "cuda"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
                 gated=False, head=False):
@@ -273,35 +254,6 @@ class FusedDecoder:
         fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
                                                   BN=bn, BK=bk, PREC=self.prec, TP=2, **launch)
-
-    def _ffn_parts(self, x, w, wd, y, cnt, res, wpost, wpre, hout):
-        """y = (gelu(x @ w[:F].T) * (x @ w[F:].T)) @ wd.T as slices of K (fused_kernels.gated_parts into
-        self.parts, then parts_norm), then linear_norm's tail: hout = res + norm(y) * wpost, self.xn =
-        norm(hout) * wpre. x [M <= MAX_ROWS, D]."""
-        t, M, K = self.tiles, x.shape[0], x.shape[1]
-        F, N = wd.shape[1], wd.shape[0]
-        bn, bk, launch = t.gemv(K, gated=True)
-        bnd = t.gemv(F)[0]
-        fk.gated_parts[(-(-F // bn), 1)](x, w, wd, self.parts, M, F, K, N, MP, 0.0, MP=MP, KP=_pow2(K), BN=bn, BK=bk,
-                                     BND=bnd, PREC=self.prec, NDP=_pow2(N), PF=t.parts_prefetch and self.ptx,
-                                     **launch)
-        self._parts_norm(-(-F // bn), y, cnt, res, wpost, wpre, hout)
-
-    def _parts_norm(self, n_parts, y, cnt, res, wpost, wpre, hout):
-        """y [M, N] = the sum of self.parts' first n_parts (fused_kernels.parts_norm), then linear_norm's
-        tail: hout = res + norm(y) * wpost, self.xn = norm(hout) * wpre."""
-        t, (M, N) = self.tiles, y.shape
-        bnd = t.gemv(self.model.cfg.ffn)[0]  # linear_parts' column tile (a tall matrix's)
-        fk.parts_norm[(-(-N // bnd), 1)](self.parts, y, M, N, MP, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
-                                         self.xn[:M], NPARTS=n_parts, MP=MP, NP=_pow2(N), RT=NORM_ROWS, BN=bnd,
-                                         num_warps=t.warps)
-
-    def _linear_parts(self, x, w, y):
-        """y = x @ w.T as _ffn_parts computes the down projection (fused_kernels.linear_parts)."""
-        t, (M, K), N = self.tiles, x.shape, w.shape[0]
-        bn = t.gemv(K)[0]
-        fk.linear_parts[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, 0.0, MP=MP, BN=bn, BC=t.bn_gated,
-                                                   PREC=self.prec, num_warps=t.warps_tall)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 logits [T, V] (a view of self.logits) of T <= MAX_ROWS rows x [T, D] after the final
@@ -403,49 +355,28 @@ class FusedDecoder:
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
                                         PREC=self.prec, num_warps=t.warps_attn)
-            grid = (min(T, self.block) * (H // HKV) * self.ds, HKV, n_blk)
+            fk.attn_combine[(min(T, self.block) * (H // HKV) * t.combine_split, HKV, n_blk)](
+                self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV, DH=DH, QR=QR,
+                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps)
             o = self.o[:T]
             gu = self.gu[:T]
-            if tails and self.o_parts:  # the merge with the o projection's parts, then their sum + tail
-                D = c.hidden
-                fk.attn_combine_parts[grid](self.op, self.mx, self.ls, pos, self.att, L["o"], self.parts, T, window,
-                                            n_ch, D, MP, 0.0, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                            CT=t.combine_chunks, DS=self.ds, MP=MP, BND=t.gemv(H * DH)[0],
-                                            PREC=self.prec, NDP=_pow2(D), PF=t.parts_prefetch and self.ptx,
-                                            num_warps=t.warps)
-                self._parts_norm(H * DH // t.bn_gated, o, self.count[i, 0], res[cur], L["post_attn_norm"],
-                                 L["ffn_norm"], res[1 - cur])
-            else:
-                fk.attn_combine[grid](self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV,
-                                      DH=DH, QR=QR, BS=t.block_keys, CT=t.combine_chunks, DS=self.ds,
-                                      num_warps=t.warps)
             if tails:
-                if not self.o_parts:
-                    self._linear_norm(self.att[:T].view(T, H * DH), L["o"], o, self.count[i, 0], res[cur],
-                                      L["post_attn_norm"], L["ffn_norm"], res[1 - cur])
-                if not self.ffn_parts:
-                    self._linear(self.xn[:T], L["gate_up"], gu, gated=True)
+                self._linear_norm(self.att[:T].view(T, H * DH), L["o"], o, self.count[i, 0], res[cur],
+                                  L["post_attn_norm"], L["ffn_norm"], res[1 - cur])
+                self._linear(self.xn[:T], L["gate_up"], gu, gated=True)
             else:
-                if self.o_parts:
-                    self._linear_parts(self.att[:T].view(T, H * DH), L["o"], o)
-                else:
-                    self._linear(self.att[:T].view(T, H * DH), L["o"], o)
+                self._linear(self.att[:T].view(T, H * DH), L["o"], o)
                 self._linear(res[cur], L["gate_up"], gu, pro=2, h=res[cur], delta=o, wpost=L["post_attn_norm"],
                              wpre=L["ffn_norm"], hout=res[1 - cur], gated=True)
             cur = 1 - cur
             delta = self.down[:T]
             if tails:  # the next layer's input norm (the last layer's: the final norm, into hidden)
                 last = i + 1 == c.n_layers
-                nxt = (res[cur], L["post_ffn_norm"], m.out_norm if last else m.layers[i + 1]["attn_norm"],
-                       self.hidden[:T] if last else res[1 - cur])
-                if self.ffn_parts:
-                    self._ffn_parts(self.xn[:T], L["gate_up"], L["down"], delta, self.count[i, 1], *nxt)
-                else:
-                    self._linear_norm(gu, L["down"], delta, self.count[i, 1], *nxt)
+                self._linear_norm(gu, L["down"], delta, self.count[i, 1], res[cur], L["post_ffn_norm"],
+                                  m.out_norm if last else m.layers[i + 1]["attn_norm"],
+                                  self.hidden[:T] if last else res[1 - cur])
                 if not last:
                     cur = 1 - cur
-            elif self.ffn_parts:
-                self._linear_parts(gu, L["down"], delta)
             else:
                 self._linear(gu, L["down"], delta)
         hidden = self.hidden[:T]

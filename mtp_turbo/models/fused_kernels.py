@@ -98,18 +98,6 @@ if triton is not None:
                   BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
         """linear's body (its docstring): the tile of output columns pid of row block b. CG: X read
         past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages)."""
-        acc = _gemv_acc(X, H, DELTA, WPOST, WPRE, HOUT, W, M, N, K, eps, pid, b, PRO, GATED, MP, KP, BN, BK, PREC,
-                        CG, ST)
-        rm = b * MP + tl.arange(0, MP)
-        rn = pid * BN + tl.arange(0, BN)
-        y_msk = (rm < M)[:, None] & (rn < N)[None, :]
-        tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
-
-    @triton.jit
-    def _gemv_acc(X, H, DELTA, WPOST, WPRE, HOUT, W, M, N, K, eps, pid, b,
-                  PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
-        # gemv_tile's arithmetic: the fp32 [MP, BN] tile it stores (GATED: the gated product)
         ACT: tl.constexpr = X.dtype.element_ty
         rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
@@ -139,7 +127,8 @@ if triton is not None:
             u = acc_u.to(ACT).to(tl.float32)
             gl = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
             acc = gl.to(ACT).to(tl.float32) * u
-        return acc
+        y_msk = m_mask[:, None] & n_mask[None, :]
+        tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
 
     @triton.jit(do_not_specialize=["M"])
     def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
@@ -185,15 +174,8 @@ if triton is not None:
                          BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
                          ST: tl.constexpr, TP: tl.constexpr):
         """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail (TP)."""
+        ACT: tl.constexpr = X.dtype.element_ty
         gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
-        _norm_tail(Y, M, N, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, b, n_tiles, MP, NP, RT, TP)
-
-    @triton.jit
-    def _norm_tail(Y, M, N, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, b, n_tiles,
-                   MP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr, TP: tl.constexpr):
-        # linear_norm's tail (its docstring): the norm of row block b's rows of Y [M, N] in the last
-        # of the block's n_tiles programs to arrive
-        ACT: tl.constexpr = Y.dtype.element_ty
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
@@ -202,85 +184,6 @@ if triton is not None:
                     _norm_rows(Y, Y, WPRE, WPRE, XOUT, XOUT, rm, m_mask, m_mask, N, eps, 1, NP, ACT, True)
                 else:
                     _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
-
-    @triton.jit
-    def _part_dot(x, w, zero, PREC: tl.constexpr):
-        # x [MP, BC] @ w [BN, BC].T -> fp32 [MP, BN], from a zero that is not a constant: after a
-        # constant zero accumulator Triton folds the `acc + dot` that follows into the dot's own
-        # accumulator (its Combine patterns), which rounds unlike the separate add parts_norm makes
-        return tl.dot(x, tl.trans(w), tl.zeros([x.shape[0], w.shape[0]], dtype=tl.float32) + zero,
-                      input_precision=PREC)
-
-    @triton.jit(do_not_specialize=["M"])
-    def gated_parts(X, W, WD, P, M, N, K, ND, R, zero,
-                    MP: tl.constexpr, KP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BND: tl.constexpr,
-                    PREC: tl.constexpr, NDP: tl.constexpr, PF: tl.constexpr):
-        """The gated GEMV (linear, PRO 0, GATED) with the next GEMV's products in its epilogue:
-        program (n, b) makes gu = gelu(x @ W[:N].T) * (x @ W[N:].T) for columns n * BN.. of row block
-        b, rounded as linear stores it, then part n of the down projection, P[n, rows, :] = gu @
-        WD[:, n * BN..].T (fp32, BND output columns a _part_dot), so that the down GEMV's weights
-        load beside gate|up's, over their 64 programs instead of 20. parts_norm adds the N / BN
-        parts in order; linear_parts makes the same sum without storing parts (prefill chunks).
-        W [2N, K]; WD [ND, N]; P [N / BN, R, ND] fp32. PF (CUDA only: PTX): the slice's ND rows asked
-        into L2 first (NDP = next power of two >= ND), so the epilogue's loads find them there."""
-        pid = tl.program_id(0)
-        b = tl.program_id(1)
-        if PF:  # one prefetch a row: a row's BN values are one aligned run inside a 128-byte line
-            off = tl.minimum(tl.arange(0, NDP), ND - 1) * N + pid * BN
-            tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [WD + off],
-                                      dtype=tl.int32, is_pure=False, pack=1)
-        gu = _gemv_acc(X, X, X, X, X, X, W, M, N, K, 0.0, pid, b, 0, True, MP, KP, BN, BK, PREC, False,
-                       None).to(X.dtype.element_ty)
-        rm = b * MP + tl.arange(0, MP)
-        m_mask = rm < M
-        rk = pid * BN + tl.arange(0, BN)
-        k_mask = rk < N
-        for n0 in tl.range(0, ND, BND):
-            rn = n0 + tl.arange(0, BND)
-            n_mask = rn < ND
-            wd = tl.load(WD + rn[:, None] * N + rk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            tl.store(P + (pid * R + rm)[:, None] * ND + rn[None, :], _part_dot(gu, wd, zero, PREC),
-                     mask=m_mask[:, None] & n_mask[None, :])
-
-    @triton.jit(do_not_specialize=["M"])
-    def linear_parts(X, W, Y, M, N, K, zero, MP: tl.constexpr, BN: tl.constexpr, BC: tl.constexpr,
-                     PREC: tl.constexpr):
-        """Y [M, N] = X [M, K] @ W [N, K].T as gated_parts + parts_norm compute it: one _part_dot a
-        BC-wide slice of K, the slices' fp32 products added in K order from zero, rounded once.
-        Program (n, b): columns n * BN.. of rows b * MP.. (BN, BC: parts_norm's BND and BN)."""
-        pid = tl.program_id(0)
-        rm = tl.program_id(1) * MP + tl.arange(0, MP)
-        m_mask = rm < M
-        rn = pid * BN + tl.arange(0, BN)
-        n_mask = rn < N
-        acc = tl.zeros([MP, BN], dtype=tl.float32)
-        for k0 in tl.range(0, K, BC):
-            rk = k0 + tl.arange(0, BC)
-            k_mask = rk < K
-            x = tl.load(X + rm[:, None] * K + rk[None, :], mask=m_mask[:, None] & k_mask[None, :], other=0.0)
-            w = tl.load(W + rn[:, None] * K + rk[None, :], mask=n_mask[:, None] & k_mask[None, :], other=0.0)
-            acc = acc + _part_dot(x, w, zero, PREC)
-        tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=m_mask[:, None] & n_mask[None, :])
-
-    @triton.jit(do_not_specialize=["M"])
-    def parts_norm(P, Y, M, N, R, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
-                   NPARTS: tl.constexpr, MP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr):
-        """Y [M, N] = the NPARTS parts of gated_parts (P [NPARTS, R, N] fp32) added in part order from
-        zero (as linear_parts adds its slices), rounded once; program (n, b): columns n * BN.. of row
-        block b, RT rows a pass with every part's load of the pass unrolled ahead of the adds. Then
-        linear_norm's TP 2 tail in the block's last program (_norm_tail; CNT as linear_norm's)."""
-        pid = tl.program_id(0)
-        b = tl.program_id(1)
-        rn = pid * BN + tl.arange(0, BN)
-        n_mask = rn < N
-        for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
-            rm = r0 + tl.arange(0, RT)
-            msk = (rm < M)[:, None] & n_mask[None, :]
-            acc = tl.zeros([RT, BN], dtype=tl.float32)
-            for j in tl.static_range(NPARTS):
-                acc = acc + tl.load(P + (j * R + rm)[:, None] * N + rn[None, :], mask=msk, other=0.0)
-            tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=msk)
-        _norm_tail(Y, M, N, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, b, tl.num_programs(0), MP, NP, RT, 2)
 
     @triton.jit(do_not_specialize=["M"])
     def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
@@ -460,79 +363,32 @@ if triton is not None:
         REP: tl.constexpr = H // HKV
         RB: tl.constexpr = QR // REP
         if b * RB + r // REP < M:  # a row of the block (the grid covers whole blocks)
-            o = _combine_row(OP, MX, LS, POS + b * RB, tl.minimum(M - b * RB, RB), window, S, r, d0, g, b, G,
-                             DH, QR, BS, CT, DS, CG)
+            POS += b * RB
+            OUT += b * RB * H * DH
+            M = tl.minimum(M - b * RB, RB)
+            c0, p_last = first_chunk(POS, M, window, BS)
+            c1 = p_last // BS
+            base = b * S * G
+            t0 = (c0 // CT) * CT
+            rt = tl.arange(0, CT)
+            m_all = float("-inf")
+            for t in range(t0, c1 + 1, CT):
+                j = t + rt
+                ok = (j >= c0) & (j <= c1)
+                slot = base + (j - c0) * G + g
+                m_all = tl.maximum(m_all, tl.max(ld(MX + slot * QR + r, ok, float("-inf"), CG), axis=0))
             rd = d0 + tl.arange(0, DH // DS)
-            tl.store(OUT + ((b * RB + r // REP) * H + g * REP + r % REP) * DH + rd, o.to(OUT.dtype.element_ty))
-
-    @triton.jit
-    def _combine_row(OP, MX, LS, POS, M, window, S, r, d0, g, b, G,
-                     DH: tl.constexpr, QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr,
-                     CG: tl.constexpr):
-        # query row r's merge over the chunks, dims d0.. (DH / DS of them): fp32 [DH / DS], not yet
-        # rounded. POS, M: the block's rows
-        c0, p_last = first_chunk(POS, M, window, BS)
-        c1 = p_last // BS
-        base = b * S * G
-        t0 = (c0 // CT) * CT
-        rt = tl.arange(0, CT)
-        m_all = float("-inf")
-        for t in range(t0, c1 + 1, CT):
-            j = t + rt
-            ok = (j >= c0) & (j <= c1)
-            slot = base + (j - c0) * G + g
-            m_all = tl.maximum(m_all, tl.max(ld(MX + slot * QR + r, ok, float("-inf"), CG), axis=0))
-        rd = d0 + tl.arange(0, DH // DS)
-        acc = tl.zeros([DH // DS], dtype=tl.float32)
-        l_all = 0.0
-        for t in range(t0, c1 + 1, CT):
-            j = t + rt
-            ok = (j >= c0) & (j <= c1)
-            slot = base + (j - c0) * G + g
-            # a chunk with no key for r (or none of the block's): exp(-inf) = 0
-            w = tl.exp(ld(MX + slot * QR + r, ok, float("-inf"), CG) - m_all)
-            op = ld(OP + (slot * QR + r)[:, None] * DH + rd[None, :], ok[:, None], 0.0, CG)
-            acc += tl.sum(w[:, None] * op, axis=0)
-            l_all += tl.sum(w * ld(LS + slot * QR + r, ok, 0.0, CG), axis=0)
-        return acc / l_all
-
-    @triton.jit(do_not_specialize=["M"])
-    def attn_combine_parts(OP, MX, LS, POS, OUT, WO, P, M, window, S, ND, R, zero,
-                           H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, QR: tl.constexpr,
-                           BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr, MP: tl.constexpr,
-                           BND: tl.constexpr, PREC: tl.constexpr, NDP: tl.constexpr, PF: tl.constexpr):
-        """attn_combine (same grid, same bits in OUT), then the o projection's part for the row's
-        slice: P[j, row, :] = OUT[row, slice j] @ WO[:, slice j].T, fp32, slice j = the (H DH) / DS
-        wide piece of K at h * DH + d0; the row alone in row 0 of an [MP, DH / DS] tile of
-        _part_dot, as linear_parts' row-blocked tiles give it (a row's products do not depend on
-        its place in the tile: the batch invariance the verify rows rest on). parts_norm adds the
-        H * DS parts in K order. WO [ND, H DH]; P [H DS, R, ND]. PF: gated_parts' prefetch."""
-        rd_id = tl.program_id(0)
-        g = tl.program_id(1)
-        b = tl.program_id(2)
-        r = rd_id // DS
-        d0 = (rd_id % DS) * (DH // DS)
-        REP: tl.constexpr = H // HKV
-        RB: tl.constexpr = QR // REP
-        BC: tl.constexpr = DH // DS
-        KO: tl.constexpr = H * DH
-        if b * RB + r // REP < M:
+            acc = tl.zeros([DH // DS], dtype=tl.float32)
+            l_all = 0.0
+            for t in range(t0, c1 + 1, CT):
+                j = t + rt
+                ok = (j >= c0) & (j <= c1)
+                slot = base + (j - c0) * G + g
+                # a chunk with no key for r (or none of the block's): exp(-inf) = 0
+                w = tl.exp(ld(MX + slot * QR + r, ok, float("-inf"), CG) - m_all)
+                op = ld(OP + (slot * QR + r)[:, None] * DH + rd[None, :], ok[:, None], 0.0, CG)
+                acc += tl.sum(w[:, None] * op, axis=0)
+                l_all += tl.sum(w * ld(LS + slot * QR + r, ok, 0.0, CG), axis=0)
+            m = r // REP
             h = g * REP + r % REP
-            rk = h * DH + d0 + tl.arange(0, BC)
-            if PF:  # the slice's rows of WO into L2 while the merge runs
-                off = tl.minimum(tl.arange(0, NDP), ND - 1) * KO + h * DH + d0
-                tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [WO + off],
-                                          dtype=tl.int32, is_pure=False, pack=1)
-            o = _combine_row(OP, MX, LS, POS + b * RB, tl.minimum(M - b * RB, RB), window, S, r, d0, g, b,
-                             tl.num_programs(1), DH, QR, BS, CT, DS, False).to(OUT.dtype.element_ty)
-            row = b * RB + r // REP
-            tl.store(OUT + row * KO + rk, o)
-            ra = tl.arange(0, MP)
-            a = tl.where(ra[:, None] == 0, o[None, :], 0.0).to(OUT.dtype.element_ty)  # [MP, BC]
-            j = (h * DH + d0) // BC
-            for n0 in tl.range(0, ND, BND):
-                rn = n0 + tl.arange(0, BND)
-                n_ok = rn < ND
-                w = tl.load(WO + rn[:, None] * KO + rk[None, :], mask=n_ok[:, None], other=0.0)
-                p = tl.sum(tl.where(ra[:, None] == 0, _part_dot(a, w, zero, PREC), 0.0), axis=0)  # row 0
-                tl.store(P + (j * R + row) * ND + rn, p, mask=n_ok)
+            tl.store(OUT + (m * H + h) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))

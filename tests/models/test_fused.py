@@ -233,9 +233,8 @@ def test_persistent_kernel_gives_the_kernel_per_stage_bits():
     # one) runs the same tile functions in the same order per row: the same logits, hidden rows and
     # K/V bit for bit, past the window and across key chunks; its counters end at zero, so a repeat
     # (a graph replay) finds them as the first forward did
-    # (the per-stage path with the down GEMV whole: the persistent kernel has no ffn_parts)
     model = tiny_model(seed=13)
-    (_, _, _), (fl, fh, kf), _ = run_both(model, 63, 4, tiles=fused.FusedTiles(ffn_parts=False))
+    (_, _, _), (fl, fh, kf), _ = run_both(model, 63, 4)
     (rl, _, _), (pl, ph, kp), dec = run_both(model, 63, 4, tiles=fused.FusedTiles(persistent=True))
     assert torch.equal(pl, fl) and torch.equal(ph, fh)
     assert torch.equal(kp.k, kf.k) and torch.equal(kp.v, kf.v)
