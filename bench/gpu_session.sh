@@ -138,6 +138,11 @@
 #   bench/gpu_session.sh s21-profile       device time per kernel per round (plain, MTP, n-gram at the default k); HumanEval
 #
 # Session 21 (the drafter on bf16 dense matrices and the main layers' tail kernels, attn_cells 64 cells a program):
+#   bench/gpu_session.sh s23-begin         (carry .carry .whl .pieces/p5) llama.cpp's build in the background; piece 5;
+#                                          step_bench: ffn_parts against the whole down GEMV, and bn_tall=16 ($AB)
+#   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
+#   bench/gpu_session.sh s23-check         join; GPU tests (models, spec); startup_order.py x 2 per order; ttft x 3
+#   then s22-before (carry .ab_before), s22-table, s22-depth, s22-profile as in session 21
 #   bench/gpu_session.sh s22-begin         (carry .carry .whl .pieces/p5) llama.cpp's build in the background; piece 5;
 #                                          the drafter-step GPU test; bench/experiments/draft_step_time.py (random weights)
 #   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
@@ -365,6 +370,21 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s23-begin)  # llama.cpp's build (background), piece 5; the step A/B on random weights: ffn_parts off (the old
+    # down GEMV with its tail), and the tall tile at 16 columns with the parts
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 300 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-ffn_parts=0;bn_tall=16}" \
+      --out "$OUT/step_parts.json" 2>&1 | grep -v Warn | tee "$OUT/step_parts.txt" | head -60 ;;
+  s23-check)  # (pieces copied) join; the GPU tests that need the model; start-up by order of its parts; time to first token
+    join_model || exit 1
+    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 300 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8
+    for o in thread serial none thread serial none; do
+      timeout 60 python3 bench/experiments/startup_order.py --model /tmp/gguf/model.gguf --order $o 2>&1 | tail -1
+    done | tee "$OUT/startup_order.txt"
+    for d in none none mtp; do timeout 60 python3 bench/ttft.py --model /tmp/gguf/model.gguf --draft $d 2>&1 | tail -1; done \
+      | tee "$OUT/ttft.txt" ;;
   s22-begin)  # llama.cpp's build (background), piece 5, the drafter step's GPU test and timing on random weights
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv

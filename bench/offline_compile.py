@@ -377,6 +377,12 @@ def wl_main(dry_all: bool):
     for dt in ("bfloat16", "float32"):
         with workload(f"main Gemma-3-270M shapes {dt} rows 1,4,8", dry=True):
             run(_real_cfg(), getattr(torch, dt), False, (1, 4, 8), 600, 2048)
+    # a prefill chunk (no head, the tails' work as kernels of their own) at the 270M shapes, 128 rows
+    with workload("main Gemma-3-270M shapes bfloat16, a 128-row prefill chunk", dry=True):
+        m = _gemma(_real_cfg(), torch.bfloat16, False)
+        kv = KVCache(m.cfg.n_layers, 2048, m.cfg.n_kv_heads, m.cfg.head_dim, "cpu", torch.bfloat16)
+        fused.FusedDecoder(m, kv, prefill_rows=128).forward(torch.zeros(128, dtype=torch.int64),
+                                                           torch.arange(600, 728), head=False)
     with workload("main Gemma-3-270M bfloat16, the split merge, the tails (tile options)", dry=True):
         for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
                   {"combine_split": 1, "combine_chunks": 16}, {"tails": False}):

@@ -13,7 +13,6 @@ a speculative round verifies against.
 from __future__ import annotations
 
 import dataclasses
-from concurrent.futures import ThreadPoolExecutor
 import math
 import sys
 import time
@@ -107,11 +106,8 @@ class Engine:
         if gguf is not None and Path(gguf.path).resolve() != path.resolve():
             raise ValueError(f"the opened model file {gguf.path} is not the configured {path}")
         self.gguf = gguf if gguf is not None else GGUFFile(path)
-        with ThreadPoolExecutor(1) as pool:  # the tokenizer's JSON parse (Rust) beside the weights' load
-            tokenizer = pool.submit(GGUFTokenizer, self.gguf)
-            # RoPE tables for the cache's positions only, not the model's whole context
-            self.model = load_gemma3(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size)
-            self.tokenizer = tokenizer.result()
+        # RoPE tables for the cache's positions only, not the model's whole context
+        self.model = load_gemma3(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size)
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
@@ -126,6 +122,10 @@ class Engine:
         # then room for a round's drafts
         self.tok_buf = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
         self.last_stats = Stats()
+        # Last, in this thread: `tokenizers` holds the GIL for its whole JSON parse (~1.2 s), so a
+        # thread beside the load only stalls it; here the device works through the weights' queued
+        # dequantization and the head's layout meanwhile (bench/experiments/startup_order.py)
+        self.tokenizer = GGUFTokenizer(self.gguf)
 
     @property
     def ctx_size(self) -> int:
