@@ -387,6 +387,8 @@ def wl_main(dry_all: bool):
         for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
                   {"combine_split": 1, "combine_chunks": 16}, {"tails": False}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
+        # the GEMVs' L2 prefetch of the next GEMV's weights: PTX, what a CUDA device launches
+        run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(l2_next=True), prefetch=True)
     # the Q8_0 head (FusedTiles.head_q8, the default where the model keeps the codes: CUDA): 1-4 rows
     # one frag8 launch, 5-8 rows two. Tiny: the CPU branch (x_frag8 interpreted, the emulation);
     # the 270M shapes: the CUDA branch (x_frag8 with PDL, then the Gluon gemv_frag8), dry. The head
