@@ -142,6 +142,8 @@
 #                                          step_bench: ffn_parts against the whole down GEMV, and bn_tall=16 ($AB)
 #   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
 #   bench/gpu_session.sh s23-check         join; GPU tests (models, spec); startup_order.py x 2 per order; ttft x 3
+#   bench/gpu_session.sh s23-tiles         (carry .carry .whl .pieces/p5) llama.cpp's build in the background;
+#                                          step_bench at 256 cells: the tall tile at BK 1024, stages, warps ($AB)
 #   then s22-before (carry .ab_before), s22-table, s22-depth, s22-profile as in session 21
 #   bench/gpu_session.sh s22-begin         (carry .carry .whl .pieces/p5) llama.cpp's build in the background; piece 5;
 #                                          the drafter-step GPU test; bench/experiments/draft_step_time.py (random weights)
@@ -385,6 +387,13 @@ case $step in
     done | tee "$OUT/startup_order.txt"
     for d in none none mtp; do timeout 60 python3 bench/ttft.py --model /tmp/gguf/model.gguf --draft $d 2>&1 | tail -1; done \
       | tee "$OUT/ttft.txt" ;;
+  s23-tiles)  # llama.cpp's build (background), piece 5; step_bench at 256 cells: tall / small / gated tiles
+    # not swept under the tails ($AB overrides)
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
+    ab="bk_tall=1024,stages_tall=2;bk_tall=1024,stages_tall=1;bk_tall=1024,stages_tall=1,warps_tall=8;bn_tall=16"
+    ab="$ab;bn_tall=16,bk_tall=1024,stages_tall=2;stages_tall=4;stages_small=2;stages_gated=2"
+    timeout 400 python3 bench/step_bench.py --positions 256 --prefill-rows 128 --ab "${AB:-$ab}" \
+      --out "$OUT/step_tiles.json" 2>&1 | grep -v Warn | tee "$OUT/step_tiles.txt" | grep "variant\|decode step" ;;
   s22-begin)  # llama.cpp's build (background), piece 5, the drafter step's GPU test and timing on random weights
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv

@@ -385,7 +385,11 @@ def wl_main(dry_all: bool):
                                                            torch.arange(600, 728), head=False)
     with workload("main Gemma-3-270M bfloat16, the split merge, the tails (tile options)", dry=True):
         for v in ({"combine_split": 4}, {"combine_split": 4, "combine_chunks": 64},
-                  {"combine_split": 1, "combine_chunks": 16}, {"tails": False}):
+                  {"combine_split": 1, "combine_chunks": 16}, {"tails": False},
+                  # gpu_session.sh s23-tiles' sweep
+                  {"bk_tall": 1024, "stages_tall": 2}, {"bk_tall": 1024, "stages_tall": 1},
+                  {"bk_tall": 1024, "stages_tall": 1, "warps_tall": 8}, {"bn_tall": 16, "bk_tall": 1024, "stages_tall": 2},
+                  {"stages_tall": 4}, {"stages_small": 2}, {"stages_gated": 2}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
         # the GEMVs' L2 prefetch of the next GEMV's weights: PTX, what a CUDA device launches
         run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(l2_next=True), prefetch=True)
