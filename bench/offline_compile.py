@@ -391,8 +391,6 @@ def wl_main(dry_all: bool):
                   {"bk_tall": 1024, "stages_tall": 1, "warps_tall": 8}, {"bn_tall": 16, "bk_tall": 1024, "stages_tall": 2},
                   {"stages_tall": 4}, {"stages_small": 2}, {"stages_gated": 2}):
             run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
-        # the GEMVs' L2 prefetch of the next GEMV's weights: PTX, what a CUDA device launches
-        run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(l2_next=True), prefetch=True)
     # the Q8_0 head (FusedTiles.head_q8, the default where the model keeps the codes: CUDA): 1-4 rows
     # one frag8 launch, 5-8 rows two. Tiny: the CPU branch (x_frag8 interpreted, the emulation);
     # the 270M shapes: the CUDA branch (x_frag8 with PDL, then the Gluon gemv_frag8), dry. The head

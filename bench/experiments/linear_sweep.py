@@ -62,8 +62,7 @@ def sweep(name: str, l2: bool = False) -> list[dict]:
 
     def launch(w, M, bn, bk, warps, stages):
         fk.linear[(-(-N // bn), 1)](x, x, x, x, x, x, w, y, M, N, K, 1e-6, PRO=0, GATED=gated, MP=16, KP=KP,
-                                    BN=bn, BK=bk, PREC="tf32", NW=x, NWL=0, PF=False, num_warps=warps,
-                                    num_stages=stages)
+                                    BN=bn, BK=bk, PREC="tf32", num_warps=warps, num_stages=stages)
 
     def time_cfg(M, cfg, resident=False):
         for w in ws[:2]:

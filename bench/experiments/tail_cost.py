@@ -62,11 +62,11 @@ def main() -> int:
 
         def lin():
             fk.linear[grid](x, x, x, x, x, x, w, y, M, N, K, eps, PRO=0, GATED=False, MP=MP, KP=kp, BN=bn, BK=bk,
-                            PREC="tf32", NW=x, NWL=0, PF=False, **launch)
+                            PREC="tf32", **launch)
 
         def lin_norm():
             fk.linear_norm[grid](x, w, y, M, N, K, eps, cnt, res, wpost, wpre, hout, xout, MP=MP, KP=kp, NP=np_,
-                                 RT=NORM_ROWS, BN=bn, BK=bk, PREC="tf32", TP=2, NW=x, NWL=0, PF=False, **launch)
+                                 RT=NORM_ROWS, BN=bn, BK=bk, PREC="tf32", TP=2, **launch)
 
         def lin_kernel():
             lin()

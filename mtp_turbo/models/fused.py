@@ -102,9 +102,6 @@ class FusedTiles:
     # the LM head from the file's Q8_0 bytes (Gemma3.head_q8, kept on CUDA) through the int8 frag8
     # GEMV: 178 MB a step instead of the bf16 embedding's 335 (off: the fused GEMV on the embedding)
     head_q8: bool = True
-    # each GEMV of a forward of <= MAX_ROWS rows asks the next GEMV's weights into L2 (its programs
-    # a share each: fused_kernels.l2_share), so that GEMV reads them from L2 (CUDA)
-    l2_next: bool = False
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -178,8 +175,6 @@ class FusedDecoder:
         if tiles.tails:
             bn = tiles.gemv(D)[0]
             assert DH % bn == 0, f"the qkv tile ({bn} columns) must divide head_dim {DH}"
-        # the L2 prefetches (and the persistent kernel's backoff) are PTX: not in the CPU interpreter
-        self.ptx = model.device.type == "cuda"
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
         if tiles.persistent:
@@ -225,17 +220,12 @@ class FusedDecoder:
         else:  # Triton's interpreter runs programs one after another: one program does every item
             p = 1
         self.programs = p
-
-    def _next(self, nw):
-        """The prefetch arguments (NW, NWL, PF) of the next GEMV's weights nw (None: no prefetch)."""
-        if nw is None or not (self.tiles.l2_next and self.ptx):
-            return {"NW": self.xn, "NWL": 0, "PF": False}
-        return {"NW": nw, "NWL": -(-nw.numel() * nw.element_size() // 128), "PF": True}
+        # the L2 prefetches and the backoff are PTX: not in the CPU interpreter
+        self.ptx = m.device.type == "cuda"
 
     def _linear(self, x, w, y, pro=0, h=None, delta=None, wpost=None, wpre=None, hout=None,
-                gated=False, head=False, nw=None):
-        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]; nw: the next
-        GEMV's weights, asked into L2 (FusedTiles.l2_next)."""
+                gated=False, head=False):
+        """y[:M] = per `pro`/`gated` (see fused_kernels.linear); x/h/delta [M, K]."""
         t = self.tiles
         M, K = x.shape
         N = w.shape[0] // 2 if gated else w.shape[0]
@@ -246,25 +236,24 @@ class FusedDecoder:
                                                     wpost if wpost is not None else wpre, wpre,
                                                     hout if hout is not None else xn, xn, M, K, self.model.cfg.eps,
                                                     PRO=pro, KP=_pow2(K), RT=NORM_ROWS, num_warps=t.warps)
-            return self._linear(xn, w, y, gated=gated, head=head, nw=nw)
+            return self._linear(xn, w, y, gated=gated, head=head)
         bn, bk, launch = t.gemv(K, gated, head)
         dummy = x
         fk.linear[(-(-N // bn), -(-M // MP))](
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **self._next(nw), **launch)
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
 
-    def _linear_norm(self, x, w, y, cnt, res, wpost, wpre, hout, nw=None):
+    def _linear_norm(self, x, w, y, cnt, res, wpost, wpre, hout):
         """y = x @ w.T, then (last program of each row block) hout = res + norm(y) * wpost and
-        self.xn = norm(hout) * wpre: the next GEMV's input (fused_kernels.linear_norm); nw: the
-        next GEMV's weights (FusedTiles.l2_next)."""
+        self.xn = norm(hout) * wpre: the next GEMV's input (fused_kernels.linear_norm)."""
         M, K = x.shape
         N = w.shape[0]
         bn, bk, launch = self.tiles.gemv(K)
         fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
-                                                  BN=bn, BK=bk, PREC=self.prec, TP=2, **self._next(nw), **launch)
+                                                  BN=bn, BK=bk, PREC=self.prec, TP=2, **launch)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 logits [T, V] (a view of self.logits) of T <= MAX_ROWS rows x [T, D] after the final
@@ -350,7 +339,7 @@ class FusedDecoder:
                 fk.linear_rope[(-(-qkv.shape[1] // bn), -(-T // MP))](
                     self.xn[:T], L["qkv"], qkv, T, qkv.shape[1], c.hidden, eps, self.count[i, 2], pos,
                     L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, H=H, HKV=HKV, DH=DH, MP=MP,
-                    KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **self._next(L["o"]), **launch)
+                    KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
             else:
                 if delta is None:
                     self._linear(res[cur], L["qkv"], qkv, pro=1, wpre=L["attn_norm"])
@@ -373,8 +362,8 @@ class FusedDecoder:
             gu = self.gu[:T]
             if tails:
                 self._linear_norm(self.att[:T].view(T, H * DH), L["o"], o, self.count[i, 0], res[cur],
-                                  L["post_attn_norm"], L["ffn_norm"], res[1 - cur], nw=L["gate_up"])
-                self._linear(self.xn[:T], L["gate_up"], gu, gated=True, nw=L["down"])
+                                  L["post_attn_norm"], L["ffn_norm"], res[1 - cur])
+                self._linear(self.xn[:T], L["gate_up"], gu, gated=True)
             else:
                 self._linear(self.att[:T].view(T, H * DH), L["o"], o)
                 self._linear(res[cur], L["gate_up"], gu, pro=2, h=res[cur], delta=o, wpost=L["post_attn_norm"],
@@ -385,8 +374,7 @@ class FusedDecoder:
                 last = i + 1 == c.n_layers
                 self._linear_norm(gu, L["down"], delta, self.count[i, 1], res[cur], L["post_ffn_norm"],
                                   m.out_norm if last else m.layers[i + 1]["attn_norm"],
-                                  self.hidden[:T] if last else res[1 - cur],
-                                  nw=None if last else m.layers[i + 1]["qkv"])
+                                  self.hidden[:T] if last else res[1 - cur])
                 if not last:
                     cur = 1 - cur
             else:

@@ -131,18 +131,15 @@ if triton is not None:
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, NW, NWL,
+    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
         W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
-        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits).
-        NW, NWL, PF: the next GEMV's weights (l2_share)."""
-        l2_share(NW, NWL, tl.program_id(1) * tl.num_programs(0) + tl.program_id(0),
-                 tl.num_programs(0) * tl.num_programs(1), PF)
+        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
         gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, tl.program_id(0), tl.program_id(1),
                   PRO, GATED, MP, KP, BN, BK, PREC, False, None)
 
@@ -157,32 +154,17 @@ if triton is not None:
             tl.store(CNT, 0)
         return last
 
-    @triton.jit
-    def l2_share(NW, NWL, pid, n_prog, PF: tl.constexpr):
-        """PF: program pid's share (of n_prog) of the NWL 128-byte lines at NW asked into L2, one
-        prefetch a line (FusedTiles.l2_next: the next GEMV's weights, fetched while this kernel
-        and the launches between run). PF False (the CPU interpreter: no PTX) does nothing."""
-        if PF:
-            WL: tl.constexpr = 1024 // NW.dtype.element_ty.primitive_bitwidth  # elements a 128-byte line
-            per = tl.cdiv(NWL, n_prog)
-            for l0 in range(pid * per, tl.minimum(pid * per + per, NWL), 128):
-                off = tl.minimum(l0 + tl.arange(0, 128), NWL - 1) * WL
-                tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [NW + off],
-                                          dtype=tl.int32, is_pure=False, pack=1)
-
     @triton.jit(do_not_specialize=["M"])
-    def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, NW, NWL,
+    def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
                     MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr, PF: tl.constexpr):
+                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr):
         """Y = X @ W.T (linear, PRO 0), then the norm after it in the program of each row block
         that finishes last (FusedTiles.tails). TP 2, the sandwich norm: HOUT = RES + rmsnorm(Y) *
         WPOST, XOUT = rmsnorm(HOUT) * WPRE; TP 1 (the MTP head's fc, whose output is the residual
         itself): XOUT = rmsnorm(Y) * WPRE (RES, WPOST, HOUT unused). Over the block's rows, RT rows a
         pass (residual_norm's arithmetic on the same [RT, NP] tiles, so a row's bits do not depend
         on which kernel or block ran it). CNT: int32 [row blocks], zero before the launch and after
-        it. Y/RES/HOUT/XOUT [M, N]. NW, NWL, PF: the next GEMV's weights (l2_share)."""
-        l2_share(NW, NWL, tl.program_id(1) * tl.num_programs(0) + tl.program_id(0),
-                 tl.num_programs(0) * tl.num_programs(1), PF)
+        it. Y/RES/HOUT/XOUT [M, N]."""
         linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
                          tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None, TP)
 
@@ -204,17 +186,14 @@ if triton is not None:
                     _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, NW, NWL,
+    def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
                     H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-                    RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PF: tl.constexpr):
+                    RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
         """The qkv GEMV (linear, PRO 0; Y [M, (H + 2 HKV) DH]), then qk_rope_write's work for each
         head in the program that finishes that head's DH / BN column tiles of a row block last
         (FusedTiles.tails): query heads normed + roped into QOUT, K heads normed + roped and V
         heads copied into the cache cells at POS, RT rows a pass (_rope_rows: the same arithmetic
-        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after. NW, NWL, PF:
-        the next GEMV's weights (l2_share)."""
-        l2_share(NW, NWL, tl.program_id(1) * tl.num_programs(0) + tl.program_id(0),
-                 tl.num_programs(0) * tl.num_programs(1), PF)
+        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after."""
         linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
                          tl.program_id(1), H, HKV, DH, MP, KP, RT, BN, BK, PREC, False, None)
 

@@ -146,7 +146,7 @@ class FusedMTPStep:
         N = w.shape[0] // 2 if gated else w.shape[0]
         bn, bk, launch = t.gemv(K, gated, head)
         fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
-                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, NW=x, NWL=0, PF=False, **launch)
+                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
         return y
 
     def _linear_norm(self, x, w, y, i, wpre, res=None, wpost=None, hout=None):
@@ -159,8 +159,7 @@ class FusedMTPStep:
         fk.linear_norm[(-(-N // bn), 1)](x, w, y, M, N, K, self.head.cfg.eps, self.cnt[i], y if res is None else res,
                                          wpre if wpost is None else wpost, wpre, y if hout is None else hout,
                                          self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS, BN=bn, BK=bk,
-                                         PREC=self.prec, TP=1 if res is None else 2, NW=x, NWL=0, PF=False,
-                                         **launch)
+                                         PREC=self.prec, TP=1 if res is None else 2, **launch)
         return y[:M]
 
     def _norm(self, h, delta, wpost, wpre, hout, xout):
@@ -193,8 +192,7 @@ class FusedMTPStep:
             fk.linear_rope[(-(-N // bn), 1)](self.xn[:n], self.qkv, self.qkv_out, n, N, c.hidden, c.eps, self.cnt[1],
                                              pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache,
                                              self.v_cache, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, MP=MP,
-                                             KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, NW=self.qkv,
-                                             NWL=0, PF=False, **launch)
+                                             KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
             return self.q[:n]
         self._norm(x, None, None, nm["attn_norm"], None, self.xn[:n])
         if isinstance(self.qkv, tuple):
