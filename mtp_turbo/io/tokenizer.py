@@ -1,18 +1,24 @@
-"""The tokenizer a GGUF file describes, built in memory with the `tokenizers` library.
+"""The tokenizer a GGUF file describes, as a SentencePiece BPE model built from its metadata.
 
 Owns: turning `tokenizer.ggml.*` metadata of a SentencePiece-style vocabulary ("llama" model:
-pieces + scores + token types, no merges) into a byte-fallback BPE `tokenizers.Tokenizer` that
-encodes exactly like transformers' GGUF conversion (GemmaTokenizer for the Gemma family), BOS/EOS
-and stop ids, incremental UTF-8-safe decoding (control tokens silent unless asked for), Gemma's
-chat format, the file's own chat template (`tokenizer.chat_template`, Jinja, rendered sandboxed),
-and the plain-text rendering of messages for a model whose file has no template (a base model).
-Ignores: byte-level (gpt2) and unigram vocabularies (refused with ModelFileError), any on-disk
-caching.
+pieces + scores + token types, no merges) into a SentencePiece ModelProto (byte fallback, the
+pieces' scores as merge priorities: Gemma's file order, control tokens matched whole in raw text)
+that encodes exactly like transformers' GGUF conversion (GemmaTokenizer for the Gemma family), a
+serialized copy of it in the user's cache, decoding on the piece table (byte fallback as
+`tokenizers` decodes it), BOS/EOS and stop ids, incremental UTF-8-safe decoding (control tokens
+silent unless asked for), Gemma's chat format, the file's own chat template
+(`tokenizer.chat_template`, Jinja, rendered sandboxed), and the plain-text rendering of messages for
+a model whose file has no template (a base model).
+Ignores: byte-level (gpt2) and unigram vocabularies (refused with ModelFileError).
+Why SentencePiece: it loads the 262 144-piece Gemma model in ~0.1 s where `tokenizers` parsed its
+merges for 1.6 s (start-up, issue 20; bench/RESULTS.md session 22).
 """
 
 from __future__ import annotations
 
 import codecs
+import hashlib
+import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -20,11 +26,12 @@ from typing import Any
 
 from mtp_turbo.errors import ConfigError, ModelFileError
 
-# llama.cpp token types (tokenizer.ggml.token_type).
+# llama.cpp token types (tokenizer.ggml.token_type); SentencePiece's ModelProto uses the same numbers.
 TOKEN_NORMAL, TOKEN_UNKNOWN, TOKEN_CONTROL, TOKEN_USER_DEFINED, TOKEN_UNUSED, TOKEN_BYTE = 1, 2, 3, 4, 5, 6
 SPIECE_SPACE = "\u2581"  # '▁', SentencePiece's visible space
 _TAG = re.compile(r"<[^<>\s]+>|\[[^\[\]\s]+\]")  # '<start_of_image>', '[multimodal]'
 _GEMMA_ARCHS = ("gemma", "gemma2", "gemma3")
+CACHE_VERSION = 2  # bump when build_model_proto changes what it builds
 
 
 def _byte_of(piece: str) -> int | None:
@@ -37,68 +44,20 @@ def _byte_of(piece: str) -> int | None:
     return None
 
 
-def _merges(tokens: list[str], rank_of: dict[str, float], unique_ranks: bool) -> list[tuple[str, str]]:
-    """Every (left, right) split of a vocabulary piece into two pieces, best merge first.
+def build_model_proto(metadata: dict[str, Any]) -> bytes:
+    """The serialized SentencePiece BPE ModelProto of a GGUF's "llama" vocabulary.
 
-    The list transformers' generate_merges(vocab, rank_of) makes: sorted by (rank of the piece,
-    len(left), len(right)), highest first, stable. With one rank per piece (Gemma: file order)
-    that is one pass over the pieces in rank order, longer left part first, with no big sort.
+    Gemma files store pieces of 2+ spaces with real spaces and their scores do not follow the
+    merge order, the file order does: respelled with '▁' and ranked by position, the two fixes
+    transformers' GemmaTokenizer conversion makes. Control tokens become user-defined pieces, which
+    SentencePiece matches whole in the text (longest first) and never merges, as `tokenizers` and
+    transformers match special tokens.
     """
-    vocab = {t: i for i, t in enumerate(tokens)}
-    if unique_ranks:
-        merges: list[tuple[str, str]] = []
-        append = merges.append
-        for piece in sorted(rank_of, key=rank_of.__getitem__, reverse=True):
-            for cut in range(len(piece) - 1, 0, -1):
-                left, right = piece[:cut], piece[cut:]
-                if left in vocab and right in vocab:
-                    append((left, right))
-        return merges
-    scored = []
-    for piece, rank in rank_of.items():
-        local = [(piece[:c], piece[c:]) for c in range(1, len(piece)) if piece[:c] in vocab and piece[c:] in vocab]
-        local.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
-        scored.extend((rank, len(lt), len(rt), lt, rt) for lt, rt in local)
-    scored.sort(key=lambda m: m[:3], reverse=True)
-    return [(lt, rt) for _, _, _, lt, rt in scored]
-
-
-def _cached_tokenizer(path, metadata: dict[str, Any]) -> Any:
-    """build_tokenizer(metadata), through a JSON copy in the user's cache (written once per file)."""
-    import hashlib
-    import os
-
-    from tokenizers import Tokenizer
-
-    st = os.stat(path)
-    key = hashlib.sha256(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{CACHE_VERSION}".encode()).hexdigest()
-    root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-turbo", "tokenizers")
-    file = os.path.join(root, key[:32] + ".json")
-    try:
-        return Tokenizer.from_file(file)
-    except Exception:  # absent or unreadable: build it (and try to keep it)
-        tok = build_tokenizer(metadata)
-        try:
-            os.makedirs(root, exist_ok=True)
-            tmp = f"{file}.{os.getpid()}.tmp"
-            tok.save(tmp)
-            os.replace(tmp, file)
-        except OSError:
-            pass  # a read-only cache costs time, never the answer
-        return tok
-
-
-CACHE_VERSION = 1  # bump when build_tokenizer changes what it builds
-
-
-def build_tokenizer(metadata: dict[str, Any]) -> Any:
-    """A tokenizers.Tokenizer (no post-processor: BOS is added by GGUFTokenizer.encode)."""
-    from tokenizers import AddedToken, Tokenizer, decoders, normalizers, pre_tokenizers
-    from tokenizers.models import BPE
-
     model = metadata.get("tokenizer.ggml.model")
     if model != "llama":
         raise ModelFileError(f"unsupported tokenizer model {model!r} (only SentencePiece 'llama' vocabularies)")
+    from sentencepiece import sentencepiece_model_pb2 as pb
+
     tokens = list(metadata["tokenizer.ggml.tokens"])
     n = len(tokens)
     types = metadata.get("tokenizer.ggml.token_type")
@@ -107,41 +66,71 @@ def build_tokenizer(metadata: dict[str, Any]) -> Any:
         raise ModelFileError(f"tokenizer.ggml.token_type has {len(types)} entries for {n} tokens")
     gemma = metadata.get("general.architecture") in _GEMMA_ARCHS
     if gemma:
-        # Gemma files store tokens of 2+ spaces with real spaces; the normalizer turns text spaces
-        # into '▁', so they are respelled to match. Gemma's scores do not follow its merge order,
-        # the file order does (transformers' gemma_tokenizer makes the same two fixes).
-        tokens = [SPIECE_SPACE * len(t) if " " in t and not t.strip() else t for t in tokens]
-        rank_of = {t: -i for i, t in enumerate(tokens)}
+        spaces = [" " in t and not t.strip() for t in tokens]
+        tokens = [SPIECE_SPACE * len(t) if sp else t for t, sp in zip(tokens, spaces)]
+        # a respelled run is user-defined in the file but not matched whole (transformers' BPE forms
+        # it by merges: 40 spaces are 15 + 15 + 10, not 31 + 9)
+        types = [TOKEN_NORMAL if sp else k for k, sp in zip(types, spaces)]
+        scores = [-float(i) for i in range(n)]
     else:
         scores = metadata.get("tokenizer.ggml.scores")
         if scores is None or len(scores) != n:
             raise ModelFileError("tokenizer.ggml.scores is missing or does not match the vocabulary")
-        rank_of = {t: float(s) for t, s in zip(tokens, scores)}
-    vocab = {t: i for i, t in enumerate(tokens)}
+        scores = [float(s) for s in scores]
     unk_id = int(metadata.get("tokenizer.ggml.unknown_token_id", 0))
-    bpe = BPE(vocab=vocab, merges=_merges(tokens, rank_of, unique_ranks=gemma), unk_token=tokens[unk_id],
-              fuse_unk=True, byte_fallback=True, dropout=None)
-    tok = Tokenizer(bpe)
-    steps = [decoders.Replace(SPIECE_SPACE, " "), decoders.ByteFallback(), decoders.Fuse()]
-    if gemma:  # GemmaTokenizer: spaces become '▁', no dummy prefix (Gemma-3: add_space_prefix False)
-        tok.normalizer = normalizers.Replace(" ", SPIECE_SPACE)
-        tok.pre_tokenizer = pre_tokenizers.Split(" ", behavior="merged_with_previous")
-    else:  # LlamaTokenizer: Metaspace, with a dummy prefix that decoding strips again
-        prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
-        tok.pre_tokenizer = pre_tokenizers.Metaspace(
-            replacement=SPIECE_SPACE, prepend_scheme="first" if prefix else "never", split=False)
-        if prefix:
-            steps.append(decoders.Strip(content=" ", left=1))
-    tok.decoder = decoders.Sequence(steps)
-    # Control tokens are special and matched whole in raw text; user-defined ones (Gemma's runs of
-    # newlines/tabs, '[multimodal]') are matched whole too but are ordinary text.
-    control = [AddedToken(t, normalized=False, special=True) for t, k in zip(tokens, types) if k == TOKEN_CONTROL]
-    tok.add_special_tokens(control)
-    # (a respelled space run is not added: the file's spelling "  " is no longer a piece, as in transformers)
-    original = metadata["tokenizer.ggml.tokens"]
-    tok.add_tokens([AddedToken(t, normalized=False, special=False)
-                    for t, o, k in zip(tokens, original, types) if k == TOKEN_USER_DEFINED and t == o])
-    return tok
+    if not 0 <= unk_id < n:
+        raise ModelFileError(f"unknown token id {unk_id} is outside the vocabulary")
+    m = pb.ModelProto()
+    add = m.pieces.add
+    for i, (t, k, s) in enumerate(zip(tokens, types, scores)):
+        # one <unk> (SentencePiece wants exactly one); other unknown / unused pieces are ordinary
+        # pieces, as in transformers' conversion, where BPE may form them
+        kind = TOKEN_UNKNOWN if i == unk_id else TOKEN_USER_DEFINED if k == TOKEN_CONTROL else \
+            TOKEN_NORMAL if k in (TOKEN_UNKNOWN, TOKEN_UNUSED) else k
+        add(piece=t, score=s, type=kind)
+    ts = m.trainer_spec
+    ts.model_type = pb.TrainerSpec.BPE
+    ts.vocab_size = n
+    # byte fallback needs all 256 '<0xXX>' pieces; without them an unknown character is <unk>
+    ts.byte_fallback = len({b for t, k in zip(tokens, types) if k == TOKEN_BYTE and (b := _byte_of(t)) is not None}) == 256
+    ts.unk_id = unk_id
+    ts.bos_id = ts.eos_id = ts.pad_id = -1  # ids come from the metadata, never from SentencePiece
+    ns = m.normalizer_spec
+    ns.name = "identity"
+    ns.add_dummy_prefix = False  # GGUFTokenizer.encode adds it where transformers' Metaspace does
+    ns.remove_extra_whitespaces = False
+    ns.escape_whitespaces = True
+    return m.SerializeToString()
+
+
+def _cached_proto(path, metadata: dict[str, Any]) -> bytes:
+    """build_model_proto(metadata), through a copy in the user's cache (written once per file):
+    building it walks the vocabulary in Python (~0.7 s for Gemma's), loading it takes ~0.1 s."""
+    st = os.stat(path)
+    key = hashlib.sha256(f"{os.path.abspath(path)}|{st.st_size}|{st.st_mtime_ns}|{CACHE_VERSION}".encode()).hexdigest()
+    root = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "mtp-turbo", "tokenizers")
+    file = os.path.join(root, key[:32] + ".model")
+    try:
+        with open(file, "rb") as f:
+            return f.read()
+    except OSError:  # absent or unreadable: build it (and try to keep it)
+        proto = build_model_proto(metadata)
+        try:
+            os.makedirs(root, exist_ok=True)
+            tmp = f"{file}.{os.getpid()}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(proto)
+            os.replace(tmp, file)
+        except OSError:
+            pass  # a read-only cache costs time, never the answer
+        return proto
+
+
+def _bytes_text(run: bytes) -> str:
+    try:
+        return run.decode("utf-8")
+    except UnicodeDecodeError:
+        return "\ufffd" * len(run)
 
 
 class GGUFTokenizer:
@@ -153,12 +142,19 @@ class GGUFTokenizer:
         metadata = source.metadata if hasattr(source, "metadata") else source
         self._name = str(getattr(source, "path", "metadata"))
         try:
-            self._tok = _cached_tokenizer(source.path, metadata) if cache and hasattr(source, "path") else \
-                build_tokenizer(metadata)
+            proto = _cached_proto(source.path, metadata) if cache and hasattr(source, "path") else \
+                build_model_proto(metadata)
         except KeyError as e:
             raise ModelFileError(f"{self._name}: tokenizer metadata lacks {e.args[0]}") from None
         except ModelFileError as e:
             raise ModelFileError(f"{self._name}: {e}") from None
+        import sentencepiece
+
+        self._sp = sentencepiece.SentencePieceProcessor()
+        try:
+            self._sp.LoadFromSerializedProto(proto)
+        except RuntimeError as e:  # e.g. a piece twice in the vocabulary
+            raise ModelFileError(f"{self._name}: SentencePiece refused the vocabulary: {e}") from None
         self._pieces: list[str] = list(metadata["tokenizer.ggml.tokens"])
         types = metadata.get("tokenizer.ggml.token_type")
         types = [] if types is None else [int(k) for k in types]
@@ -171,6 +167,10 @@ class GGUFTokenizer:
         # Non-Gemma SentencePiece vocabularies get a dummy '▁' prefix that decoding strips again.
         self.strips_first_space = (metadata.get("general.architecture") not in _GEMMA_ARCHS
                                    and bool(metadata.get("tokenizer.ggml.add_space_prefix", True)))
+        # The prefix goes where transformers' Metaspace ("first") puts it: before text that starts
+        # neither with a space (' ' or '▁') nor with a piece matched whole (control / user-defined).
+        self._whole = tuple(self._pieces[i] for i, k in enumerate(types) if k in (TOKEN_CONTROL, TOKEN_USER_DEFINED)) \
+            if self.strips_first_space else ()
         self.vocab_size = len(self._pieces)
         self.bos_id = int(metadata.get("tokenizer.ggml.bos_token_id", -1))
         self.eos_id = int(metadata.get("tokenizer.ggml.eos_token_id", -1))
@@ -182,17 +182,17 @@ class GGUFTokenizer:
         eot = metadata.get("tokenizer.ggml.eot_token_id")
         if eot is not None and 0 <= int(eot) < self.vocab_size:
             stops.append(int(eot))
-        end_of_turn = self._tok.token_to_id("<end_of_turn>")
+        end_of_turn = self.token_to_id("<end_of_turn>")
         if end_of_turn is not None:
             stops.append(end_of_turn)
         self.stop_ids: tuple[int, ...] = tuple(dict.fromkeys(stops))
         template = metadata.get("tokenizer.chat_template")
         self.chat_template: str | None = str(template) if template else None  # the file's Jinja, if any
 
-    @property
-    def backend(self) -> Any:
-        """The underlying tokenizers.Tokenizer."""
-        return self._tok
+    def token_to_id(self, piece: str) -> int | None:
+        """The id of a piece as encode spells it ('▁' for a space), None if the vocabulary lacks it."""
+        i = self._sp.piece_to_id(piece)
+        return i if self._sp.id_to_piece(i) == piece else None
 
     def token_str(self, token_id: int) -> str:
         """The piece as the vocabulary spells it ('▁' for a space, '<0x0A>' for a byte)."""
@@ -200,22 +200,42 @@ class GGUFTokenizer:
 
     def encode(self, text: str, add_bos: bool = True) -> list[int]:
         """Token ids of `text`; BOS first when add_bos and the file says to add it."""
-        ids = self._tok.encode(text, add_special_tokens=False).ids
+        ids = self._sp.encode(self._prefixed(text)) if text else []
         return [self.bos_id, *ids] if add_bos and self.add_bos else ids
 
     def encode_batch(self, texts: Sequence[str], add_bos: bool = True) -> list[list[int]]:
-        out = [e.ids for e in self._tok.encode_batch(list(texts), add_special_tokens=False)]
+        out = self._sp.encode([self._prefixed(t) for t in texts]) if texts else []
         return [[self.bos_id, *ids] for ids in out] if add_bos and self.add_bos else out
+
+    def _prefixed(self, text: str) -> str:
+        if not self.strips_first_space or not text or text.startswith((" ", SPIECE_SPACE)) or text.startswith(self._whole):
+            return text
+        return " " + text
 
     def decode(self, ids: Iterable[int], skip_special: bool = False) -> str:
         """Text of `ids`. A leading BOS (what encode adds) is dropped, so decode(encode(x)) == x;
-        with skip_special every markup token (is_markup) is dropped."""
+        with skip_special every markup token (is_markup) is dropped. A run of byte pieces that is
+        not valid UTF-8 gives one U+FFFD per byte, as `tokenizers`' ByteFallback decoder writes."""
         ids = [int(i) for i in ids]
         if ids and ids[0] == self.bos_id:
             ids = ids[1:]
-        if skip_special:
-            ids = [i for i in ids if i not in self._markup]
-        return self._tok.decode(ids, skip_special_tokens=skip_special)
+        out: list[str] = []
+        run = bytearray()  # consecutive byte pieces, decoded together
+        for i in ids:
+            if skip_special and i in self._markup:
+                continue
+            b = _byte_of(self._pieces[i])
+            if b is not None:
+                run.append(b)
+                continue
+            if run:
+                out.append(_bytes_text(run))
+                run.clear()
+            out.append(self._pieces[i].replace(SPIECE_SPACE, " "))
+        if run:
+            out.append(_bytes_text(run))
+        text = "".join(out)
+        return text[1:] if self.strips_first_space and text.startswith(" ") else text
 
     def piece_bytes(self, token_id: int) -> bytes:
         """The bytes one id contributes to the text (one byte for a byte-fallback piece)."""
