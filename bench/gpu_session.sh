@@ -155,6 +155,12 @@
 #   bench/gpu_session.sh s22-profile       device time per kernel per round (plain, MTP, n-gram at the default k); HumanEval
 #   bench/gpu_session.sh s22-krange        (a second lease: recv p0 + p5, p1..p4, then this) join; MT-Bench plain / MTP
 #                                          k = 1..4; adaptive K = 4; with SPLIT=1 k = 2 and 3 with the round's draft / verify / accept split
+#
+# Session 23 (the tokenizer on SentencePiece):
+#   bench/gpu_session.sh s24-begin         (carry .whl .ab_before .pieces/p5) piece 5; sentencepiece / protobuf import
+#   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
+#   bench/gpu_session.sh s24-check         join; time to first token before (tokenizers) / after (SentencePiece) x 3;
+#                                          startup_order.py serial / none x 2; GPU tests (models, spec)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -372,6 +378,30 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s24-begin)  # piece 5; the carried sentencepiece / protobuf imported; the tokenizer's model built from piece 5's
+    # metadata is not possible (the header is in p0), so only the import is checked here
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import sentencepiece, google.protobuf; from sentencepiece import sentencepiece_model_pb2; print('sentencepiece', sentencepiece.__version__, 'protobuf', google.protobuf.__version__)" ;;
+  s24-check)  # (pieces copied) join; GPU tests (models, spec); time to first token, the session's start (.ab_before:
+    # tokenizers) and this tree (SentencePiece) alternately, after one warm-up run each (Triton cache, tokenizer cache)
+    join_model || exit 1
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/* /tmp/before/ && cp -r mtp_turbo/data /tmp/before/mtp_turbo/
+    for t in after before; do
+      d=$PWD; [ $t = before ] && d=/tmp/before
+      (cd $d && PYTHONPATH=/tmp/site:$d timeout 90 python3 bench/ttft.py --model /tmp/gguf/model.gguf 2>&1 | tail -1 | sed "s/^/warm-up $t: /")
+    done | tee "$OUT/ttft_warmup.txt"
+    for i in 1 2 3; do for t in after before; do
+      d=$PWD; [ $t = before ] && d=/tmp/before
+      (cd $d && PYTHONPATH=/tmp/site:$d timeout 60 python3 bench/ttft.py --model /tmp/gguf/model.gguf 2>&1 | tail -1 | sed "s/^/$t: /")
+    done; done | tee "$OUT/ttft_ab.txt"
+    for d in mtp mtp; do timeout 60 python3 bench/ttft.py --model /tmp/gguf/model.gguf --draft $d 2>&1 | tail -1; done \
+      | tee "$OUT/ttft_mtp.txt"
+    for o in serial none serial none; do
+      timeout 60 python3 bench/experiments/startup_order.py --model /tmp/gguf/model.gguf --order $o 2>&1 | tail -1
+    done | tee "$OUT/startup_order.txt"
+    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 300 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8 ;;
   s23-begin)  # llama.cpp's build (background), piece 5; the step A/B on random weights: ffn_parts off (the old
     # down GEMV with its tail), and the tall tile at 16 columns with the parts
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
