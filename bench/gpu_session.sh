@@ -161,6 +161,7 @@
 #   bench/gpu_session.sh recv .pieces/pN   one call a piece (carry .pieces/pN), N = 0..4, back to back
 #   bench/gpu_session.sh s24-check         join; time to first token before (tokenizers) / after (SentencePiece) x 3;
 #                                          startup_order.py serial / none x 2; GPU tests (models, spec)
+#   bench/gpu_session.sh s24-ab            (carry .whl .ab_before) step_bench before / after x 2, outputs compared bitwise
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -378,6 +379,23 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s24-ab)  # (carry .whl .ab_before) bench/step_bench.py on the session's start (.ab_before, 327c78d) and this tree,
+    # alternated twice; the outputs of both compared bit for bit; the fused step's GPU tests (random weights)
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/* /tmp/before/ && cp bench/step_bench.py /tmp/before/bench/
+    for i in 1 2; do for t in before after; do
+      d=$PWD; [ $t = before ] && d=/tmp/before
+      echo "== $t $i"
+      (cd $d && PYTHONPATH=/tmp/site:$d timeout 240 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+        --ab "" --save "$OUT/step_$t$i.pt" --out "$OUT/step_$t$i.json" 2>&1 | grep -v Warn > "$OUT/step_$t$i.txt")
+      grep "position\|prefill chunk\|replayed" "$OUT/step_$t$i.txt"
+    done; done
+    python3 -c "
+import torch
+a, b = torch.load('$OUT/step_before1.pt'), torch.load('$OUT/step_after1.pt')
+print('outputs bit for bit equal, before vs after:', {k: torch.equal(a[k], b[k]) for k in a})"
+    grep -A8 "eager 1-row step at 256" "$OUT/step_before2.txt" "$OUT/step_after2.txt"
+    timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -p no:cacheprovider -rf 2>&1 | grep -v Warning \
+      | tee "$OUT/pytest_fused_gpu.txt" | tail -3 ;;
   s24-begin)  # piece 5; the carried sentencepiece / protobuf imported; the tokenizer's model built from piece 5's
     # metadata is not possible (the header is in p0), so only the import is checked here
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/

@@ -166,8 +166,13 @@ def main() -> int:
                     help="tile variants (FusedTiles fields, ';' between variants) whose 1-row step is timed "
                          "beside the default's at each position, bitwise logits compared")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--save", default=None, metavar="PT",
+                    help="torch.save the default step's outputs (1-row and 4-row logits, the chunk's hidden rows "
+                         "at each position) for a bitwise comparison with another tree's run")
     a = ap.parse_args()
     assert torch.cuda.is_available(), "needs CUDA"
+    torch.manual_seed(0)  # the cache's random cells: the same in every run (--save)
+    saved = {}
     m = random_model(CFG, torch.device("cuda"))
     kv = KVCache(CFG.n_layers, 8192, CFG.n_kv_heads, CFG.head_dim, "cuda", torch.bfloat16)
     kv.k.normal_(0, 1)
@@ -182,6 +187,7 @@ def main() -> int:
         row = {"pos": pos, "floor_ms": floor}
         for rows in (1, 4, 8):
             row[f"ms{rows}"], out = time_step(step, rows, pos)
+            saved[f"logits{rows}_pos{pos}"] = out.cpu()
             if rows == 4:  # verify rows = one-row steps, bit for bit (the cells below hold what the 4 rows wrote)
                 with torch.inference_mode():
                     row["bitwise_verify_rows"] = all(
@@ -198,6 +204,7 @@ def main() -> int:
             _, h1 = step.forward(torch.tensor([100 + P - 1], device="cuda"), torch.tensor([pos + P - 1], device="cuda"))
             same = bool(torch.equal(h1[0], hid[P - 1]))  # the cells before it hold what the chunk wrote
             row[f"prefill{P}_ms"], row[f"prefill{P}_bitwise_last_row"] = ms, same
+            saved[f"prefill{P}_hidden_pos{pos}"] = hid.cpu()
             print(f"  prefill chunk of {P} rows: {ms * 1e3:.1f} us = {P / ms * 1e3:.0f} tok/s "
                   f"({row['ms8'] * P / 8 / ms:.2f}x 8-row steps); last row's hidden = a 1-row step's: {same}",
                   flush=True)
@@ -228,6 +235,8 @@ def main() -> int:
                   f"bitwise verify rows {ab['bitwise_verify_rows']}, prefill last row "
                   f"{ab['bitwise_prefill_last_row']}", flush=True)
         res["rows"].append(row)
+    if a.save:
+        torch.save(saved, a.save)
     try:
         res["gaps_pos256"] = gp = gaps(step, 256)
         print(f"replayed 1-row step at 256: {gp['kernels_per_step']} kernels, {gp['kernel_us']:.1f} us in kernels, "

@@ -76,19 +76,25 @@ if triton is not None:
         msk = m_mask[:, None] & ka_mask[None, :]
         off = rm[:, None] * K + rka[None, :]
         rd = tl.zeros(rm.shape, dtype=tl.float32)
+        # Every load first: they are independent of one another, and a row sum below is a barrier
+        # that no load is moved across, so loads after it would be memory round trips of their own
+        # in a tail's chain (one here instead of three).
         if PRO == 1:
             hf = tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
         else:
             d = tl.load(DELTA + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
-            rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
+            hin = tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
             wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
+        if STORE_X:
+            wpre = tl.load(WPRE + rka, mask=ka_mask, other=0.0).to(tl.float32)
+        if PRO == 2:
+            rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
             dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
-            h = (tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32) + dn).to(ACT)
+            h = (hin + dn).to(ACT)
             tl.store(HOUT + off, h, mask=msk & h_mask[:, None])
             hf = h.to(tl.float32)
         rstd = 1.0 / tl.sqrt(tl.sum(hf * hf, axis=1) / K + eps)
         if STORE_X:
-            wpre = tl.load(WPRE + rka, mask=ka_mask, other=0.0).to(tl.float32)
             tl.store(XOUT + off, (hf * rstd[:, None] * wpre[None, :]).to(ACT), mask=msk)
         return rd, rstd
 
@@ -322,6 +328,8 @@ if triton is not None:
             k_ok = rs <= p_last
             kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
             k = ld(KC + kv_off, k_ok[:, None], 0.0, CG)
+            # V beside K: after the softmax's row max (a barrier) its load would wait a round trip more
+            v = ld(VC + kv_off, k_ok[:, None], 0.0, CG)
             sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
             ok = q_ok[:, None] & k_ok[None, :] & (rs[None, :] <= qpos[:, None])
             ok = ok & ((window == 0) | (qpos[:, None] - rs[None, :] < window))
@@ -329,7 +337,6 @@ if triton is not None:
             mx = tl.max(sc, axis=1)
             mx_safe = tl.where(mx == float("-inf"), 0.0, mx)
             p = tl.where(ok, tl.exp(sc - mx_safe[:, None]), 0.0).to(KC.dtype.element_ty)
-            v = ld(VC + kv_off, k_ok[:, None], 0.0, CG)
             o = tl.dot(p, v, input_precision=PREC)  # [QR, DH] fp32
             slot = (b * S + s) * G + g
             # only the block's rows: the padding rows would write 8x the bytes of a 1-row decode
@@ -371,16 +378,27 @@ if triton is not None:
             base = b * S * G
             t0 = (c0 // CT) * CT
             rt = tl.arange(0, CT)
-            m_all = float("-inf")
-            for t in range(t0, c1 + 1, CT):
+            rd = d0 + tl.arange(0, DH // DS)
+            # The first tile's partials load beside its maxima: a context of one tile (<= CT
+            # chunks) waits one memory round trip here, not two (its max is a barrier).
+            j = t0 + rt
+            ok = (j >= c0) & (j <= c1)
+            slot = base + (j - c0) * G + g
+            mx0 = ld(MX + slot * QR + r, ok, float("-inf"), CG)
+            op0 = ld(OP + (slot * QR + r)[:, None] * DH + rd[None, :], ok[:, None], 0.0, CG)
+            ls0 = ld(LS + slot * QR + r, ok, 0.0, CG)
+            m_all = tl.maximum(float("-inf"), tl.max(mx0, axis=0))
+            for t in range(t0 + CT, c1 + 1, CT):
                 j = t + rt
                 ok = (j >= c0) & (j <= c1)
                 slot = base + (j - c0) * G + g
                 m_all = tl.maximum(m_all, tl.max(ld(MX + slot * QR + r, ok, float("-inf"), CG), axis=0))
-            rd = d0 + tl.arange(0, DH // DS)
+            w0 = tl.exp(mx0 - m_all)
             acc = tl.zeros([DH // DS], dtype=tl.float32)
+            acc += tl.sum(w0[:, None] * op0, axis=0)
             l_all = 0.0
-            for t in range(t0, c1 + 1, CT):
+            l_all += tl.sum(w0 * ls0, axis=0)
+            for t in range(t0 + CT, c1 + 1, CT):
                 j = t + rt
                 ok = (j >= c0) & (j <= c1)
                 slot = base + (j - c0) * G + g
