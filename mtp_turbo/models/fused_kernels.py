@@ -65,41 +65,28 @@ if triton is not None:
         return x
 
     @triton.jit
-    def _norm_weights(WPOST, WPRE, K, PRO: tl.constexpr, KP: tl.constexpr, STORE_X: tl.constexpr):
-        # The norm weights _norm_rows reads, [KP] fp32: WPOST for PRO 2, WPRE with STORE_X (zeros
-        # where unused). A tail loads them before its arrival, where they wait in flight beside
-        # its barrier and atomic instead of after them (norm weights come from DRAM: a step's other
-        # weights pushed them out of L2).
-        rka = tl.arange(0, KP)
-        ka_mask = rka < K
-        wpost = tl.zeros([KP], dtype=tl.float32)
-        wpre = tl.zeros([KP], dtype=tl.float32)
-        if PRO == 2:
-            wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
-        if STORE_X:
-            wpre = tl.load(WPRE + rka, mask=ka_mask, other=0.0).to(tl.float32)
-        return wpost, wpre
-
-    @triton.jit
-    def _norm_rows(H, DELTA, wpost, wpre, HOUT, XOUT, rm, m_mask, h_mask, K, eps,
+    def _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, h_mask, K, eps,
                    PRO: tl.constexpr, KP: tl.constexpr, ACT: tl.constexpr, STORE_X: tl.constexpr):
-        # Rows rm ([R], m_mask) of the sandwich norm over K columns: PRO 1: x = rmsnorm(H) * wpre;
-        # PRO 2: h = H + rmsnorm(DELTA) * wpost (stored into HOUT where h_mask), x = rmsnorm(h) *
-        # wpre; STORE_X: x stored into XOUT. wpost, wpre: _norm_weights'. -> (rd, rstd) [R] fp32:
-        # the inverse RMS of DELTA and of the norm input. Loads bypass L1 (.cg): a tail reads what
-        # other programs just stored.
+        # Rows rm ([R], m_mask) of the sandwich norm over K columns: PRO 1: x = rmsnorm(H) * WPRE;
+        # PRO 2: h = H + rmsnorm(DELTA) * WPOST (stored into HOUT where h_mask), x = rmsnorm(h) *
+        # WPRE; STORE_X: x stored into XOUT. -> (rd, rstd) [R] fp32: the inverse RMS of DELTA and
+        # of the norm input. Loads bypass L1 (.cg): a tail reads what other programs just stored.
         rka = tl.arange(0, KP)
         ka_mask = rka < K
         msk = m_mask[:, None] & ka_mask[None, :]
         off = rm[:, None] * K + rka[None, :]
         rd = tl.zeros(rm.shape, dtype=tl.float32)
-        # Both loads first: a row sum below is a barrier that no load is moved across, so a load
-        # after it would be a memory round trip of its own in a tail's chain.
+        # Every load first: they are independent of one another, and a row sum below is a barrier
+        # that no load is moved across, so loads after it would be memory round trips of their own
+        # in a tail's chain (one here instead of three).
         if PRO == 1:
             hf = tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
         else:
             d = tl.load(DELTA + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
             hin = tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
+            wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
+        if STORE_X:
+            wpre = tl.load(WPRE + rka, mask=ka_mask, other=0.0).to(tl.float32)
         if PRO == 2:
             rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
             dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
@@ -123,11 +110,9 @@ if triton is not None:
         rd = tl.zeros([MP], dtype=tl.float32)
         rstd = tl.zeros([MP], dtype=tl.float32)
         if PRO == 1:  # per-row inverse RMS of the norm inputs, over the whole row
-            wpost, wpre = _norm_weights(X, X, K, 1, KP, False)
-            rd, rstd = _norm_rows(X, X, wpost, wpre, X, X, rm, m_mask, m_mask, K, eps, 1, KP, ACT, False)
+            rd, rstd = _norm_rows(X, X, X, X, X, X, rm, m_mask, m_mask, K, eps, 1, KP, ACT, False)
         elif PRO == 2:  # program 0 also stores the new residual
-            wpost, wpre = _norm_weights(WPOST, WPRE, K, 2, KP, False)
-            rd, rstd = _norm_rows(H, DELTA, wpost, wpre, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
+            rd, rstd = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
                                   2, KP, ACT, False)
         rn = pid * BN + tl.arange(0, BN)
         n_mask = rn < N
@@ -197,19 +182,14 @@ if triton is not None:
         """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail (TP)."""
         ACT: tl.constexpr = X.dtype.element_ty
         gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
-        # every program loads the norm weights, so that the last one has them when it gets in
-        if TP == 1:
-            wpost, wpre = _norm_weights(WPRE, WPRE, N, 1, NP, True)
-        else:
-            wpost, wpre = _norm_weights(WPOST, WPRE, N, 2, NP, True)
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
                 m_mask = rm < M
                 if TP == 1:
-                    _norm_rows(Y, Y, wpost, wpre, XOUT, XOUT, rm, m_mask, m_mask, N, eps, 1, NP, ACT, True)
+                    _norm_rows(Y, Y, WPRE, WPRE, XOUT, XOUT, rm, m_mask, m_mask, N, eps, 1, NP, ACT, True)
                 else:
-                    _norm_rows(RES, Y, wpost, wpre, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
+                    _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
 
     @triton.jit(do_not_specialize=["M"])
     def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
@@ -232,15 +212,10 @@ if triton is not None:
         ACT: tl.constexpr = KC.dtype.element_ty
         gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
         j = pid * BN // DH
-        # every program loads the first pass's positions, cos / sin rows and norm weights, so that
-        # the last one has them when it gets in; each pass then loads the next one's
-        p, cos, sin, wlo, whi = _rope_inputs(POS, QN, KN, COS, SIN, b * MP + tl.arange(0, RT), M, j, H, HKV, DH)
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
-                _rope_rows(Y, p, cos, sin, wlo, whi, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
+                _rope_rows(Y, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
                            H, HKV, DH, ACT)
-                p, cos, sin, wlo, whi = _rope_inputs(POS, QN, KN, COS, SIN, r0 + RT + tl.arange(0, RT), M, j,
-                                                     H, HKV, DH)
 
     @triton.jit(do_not_specialize=["M"])
     def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, M, K, eps, PRO: tl.constexpr, KP: tl.constexpr,
@@ -252,8 +227,7 @@ if triton is not None:
         ACT: tl.constexpr = XOUT.dtype.element_ty
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
         m_mask = rm < M
-        wpost, wpre = _norm_weights(WPOST, WPRE, K, PRO, KP, True)
-        _norm_rows(H, DELTA, wpost, wpre, HOUT, XOUT, rm, m_mask, m_mask, K, eps, PRO, KP, ACT, True)
+        _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, K, eps, PRO, KP, ACT, True)
 
     @triton.jit
     def _norm_rope(lo, hi, wlo, whi, cos, sin, eps, DH: tl.constexpr, ACT: tl.constexpr):
@@ -266,41 +240,29 @@ if triton is not None:
         return (nlo * cos - nhi * sin).to(ACT), (nhi * cos + nlo * sin).to(ACT)
 
     @triton.jit
-    def _rope_inputs(POS, QN, KN, COS, SIN, rm, M, j, H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr):
-        # What head j's norm + RoPE of rows rm [R] (< M) reads besides the QKV rows: positions [R],
-        # cos / sin rows [R, DH/2] at them and the norm weight's halves [1, DH/2] (zeros for a V head).
-        ok = rm < M
-        rh = tl.arange(0, DH // 2)
-        rope = rh * 0 + j < H + HKV  # [DH/2]: a query or K head
-        p = tl.load(POS + rm, mask=ok, other=0)
-        cos = tl.load(COS + p[:, None] * DH + rh[None, :], mask=ok[:, None] & rope[None, :], other=0.0)
-        sin = tl.load(SIN + p[:, None] * DH + rh[None, :], mask=ok[:, None] & rope[None, :], other=0.0)
-        if j < H:
-            wn = QN
-        else:
-            wn = KN
-        wlo = tl.load(wn + rh, mask=rope, other=0.0)[None, :].to(tl.float32)
-        whi = tl.load(wn + DH // 2 + rh, mask=rope, other=0.0)[None, :].to(tl.float32)
-        return p, cos, sin, wlo, whi
-
-    @triton.jit
-    def _rope_rows(QKV, p, cos, sin, wlo, whi, QOUT, KC, VC, rm, M, j, eps,
+    def _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, j, eps,
                    H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, ACT: tl.constexpr):
         # Head j of rows rm [R] (< M) of QKV [M, (H + 2 HKV) DH]: j < H a query head into QOUT
-        # [M, H, DH] (normed, roped); j < H + HKV a K head (normed, roped) into KC's cells at
-        # positions p; else a V head copied into VC's (p, cos, sin, wlo, whi: _rope_inputs' for
-        # rm). Loads bypass L1 (.cg): linear_rope's tail reads what other programs just stored.
+        # [M, H, DH] (normed, roped); j < H + HKV a K head (normed, roped) into KC's cells at POS;
+        # else a V head copied into VC's. Loads bypass L1 (.cg): linear_rope's tail reads what
+        # other programs just stored.
         ok = rm < M
         rh = tl.arange(0, DH // 2)
+        p = tl.load(POS + rm, mask=ok, other=0)
         src = QKV + (rm * (H + 2 * HKV) + j)[:, None] * DH + rh[None, :]
         lo = tl.load(src, mask=ok[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
         hi = tl.load(src + DH // 2, mask=ok[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
         if j < H + HKV:
+            cos = tl.load(COS + p[:, None] * DH + rh[None, :], mask=ok[:, None], other=0.0)
+            sin = tl.load(SIN + p[:, None] * DH + rh[None, :], mask=ok[:, None], other=0.0)
             if j < H:
+                wn = QN
                 out = QOUT + (rm * H + j)[:, None] * DH + rh[None, :]
             else:
+                wn = KN
                 out = KC + (p * HKV + j - H)[:, None] * DH + rh[None, :]
-            olo, ohi = _norm_rope(lo, hi, wlo, whi, cos, sin, eps, DH, ACT)
+            olo, ohi = _norm_rope(lo, hi, tl.load(wn + rh)[None, :].to(tl.float32),
+                                  tl.load(wn + DH // 2 + rh)[None, :].to(tl.float32), cos, sin, eps, DH, ACT)
             tl.store(out, olo, mask=ok[:, None])
             tl.store(out + DH // 2, ohi, mask=ok[:, None])
         else:
@@ -318,9 +280,8 @@ if triton is not None:
         another: bench/RESULTS.md); the same [RT]-row tiles as linear_rope's tail. COS/SIN [n_pos,
         DH] fp32 tables (both halves equal: rotate-half RoPE)."""
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
-        j = tl.program_id(1)
-        p, cos, sin, wlo, whi = _rope_inputs(POS, QN, KN, COS, SIN, rm, M, j, H, HKV, DH)
-        _rope_rows(QKV, p, cos, sin, wlo, whi, QOUT, KC, VC, rm, M, j, eps, H, HKV, DH, KC.dtype.element_ty)
+        _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, tl.program_id(1), eps, H, HKV, DH,
+                   KC.dtype.element_ty)
 
     @triton.jit
     def first_chunk(POS, M, window, BS: tl.constexpr):
