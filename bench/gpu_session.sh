@@ -162,6 +162,9 @@
 #   bench/gpu_session.sh s24-check         join; time to first token before (tokenizers) / after (SentencePiece) x 3;
 #                                          startup_order.py serial / none x 2; GPU tests (models, spec)
 #   bench/gpu_session.sh s24-ab            (carry .whl .ab_before) step_bench before / after x 2, outputs compared bitwise
+#   bench/gpu_session.sh s25-begin         (carry .carry .whl .ab_before .ab_a .pieces/p5) llama.cpp's build in the
+#                                          background; piece 5; step_bench on 327c78d, 43deda1 and this tree x 2, bitwise
+#   then recv .pieces/p0..p4, s24-check's GPU tests (s25-tests), s22-table
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -379,6 +382,25 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s25-begin)  # (carry .carry .whl .ab_before .ab_a .pieces/p5) llama.cpp's build in the background; piece 5;
+    # bench/step_bench.py on 327c78d (.ab_before), 43deda1 (.ab_a) and this tree, alternated twice, outputs compared
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
+    for t in before a; do
+      rm -rf /tmp/$t && mkdir -p /tmp/$t && cp -r .ab_$t/* /tmp/$t/ && cp bench/step_bench.py /tmp/$t/bench/
+    done
+    for i in 1 2; do for t in before a after; do
+      d=$PWD; [ $t != after ] && d=/tmp/$t
+      echo "== $t $i"
+      (cd $d && PYTHONPATH=/tmp/site:$d timeout 240 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+        --ab "" --save "/tmp/step_$t$i.pt" --out "$OUT/step_$t$i.json" 2>&1 | grep -v Warn > "$OUT/step_$t$i.txt")
+      grep "position\|prefill chunk\|replayed" "$OUT/step_$t$i.txt"
+    done; done
+    python3 -c "
+import torch
+r = {t: torch.load(f'/tmp/step_{t}1.pt') for t in ('before', 'a', 'after')}
+for t in ('a', 'after'):
+    print(f'outputs bit for bit equal, before vs {t}:', {k: torch.equal(r['before'][k], r[t][k]) for k in r['before']})"
+    grep -h -A7 "eager 1-row step at 256" "$OUT/step_before2.txt" "$OUT/step_a2.txt" "$OUT/step_after2.txt" ;;
   s24-ab)  # (carry .whl .ab_before) bench/step_bench.py on the session's start (.ab_before, 327c78d) and this tree,
     # alternated twice; the outputs of both compared bit for bit; the fused step's GPU tests (random weights)
     rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/* /tmp/before/ && cp bench/step_bench.py /tmp/before/bench/
@@ -396,6 +418,10 @@ print('outputs bit for bit equal, before vs after:', {k: torch.equal(a[k], b[k])
     grep -A8 "eager 1-row step at 256" "$OUT/step_before2.txt" "$OUT/step_after2.txt"
     timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -p no:cacheprovider -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_fused_gpu.txt" | tail -3 ;;
+  s25-tests)  # (pieces copied) join; the GPU tests that need the model
+    join_model || exit 1
+    timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
+      -p no:cacheprovider --timeout 300 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu.txt" | tail -8 ;;
   s24-begin)  # piece 5; the carried sentencepiece / protobuf imported; the tokenizer's model built from piece 5's
     # metadata is not possible (the header is in p0), so only the import is checked here
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/
