@@ -164,7 +164,9 @@
 #   bench/gpu_session.sh s24-ab            (carry .whl .ab_before) step_bench before / after x 2, outputs compared bitwise
 #   bench/gpu_session.sh s25-begin         (carry .carry .whl .ab_before .ab_a .pieces/p5) llama.cpp's build in the
 #                                          background; piece 5; step_bench on 327c78d, 43deda1 and this tree x 2, bitwise
-#   then recv .pieces/p0..p4, s24-check's GPU tests (s25-tests), s22-table
+#   bench/gpu_session.sh s25-lease         (carry .carry .whl .pieces/p5) llama-bench's build in the background; piece 5
+#   then recv .pieces/p0..p4, s25-tests (join; GPU tests that need the model), s25-table (MT-Bench plain / MTP beside
+#   llama-bench tg128 / pp512)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -418,6 +420,17 @@ print('outputs bit for bit equal, before vs after:', {k: torch.equal(a[k], b[k])
     grep -A8 "eager 1-row step at 256" "$OUT/step_before2.txt" "$OUT/step_after2.txt"
     timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -p no:cacheprovider -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_fused_gpu.txt" | tail -3 ;;
+  s25-lease)  # (carry .carry .whl .pieces/p5) llama-bench's build in the background (16 jobs, llama-bench only); piece 5
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 16 llama-bench || exit 1; echo building ;;
+  s25-table)  # (llama-bench built) MT-Bench plain / MTP, k = 2 and 3, temp 0 and 0.6, pp512, beside llama-bench
+    # tg128 / pp512 (-fa 1 -ngl 99 -r 5) in the same call
+    L=/tmp/llama.cpp/build/bin; M=/tmp/gguf/model.gguf
+    for i in $(seq 80); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    timeout 60 $L/llama-bench -m $M -fa 1 -ngl 99 -p 512 -n 128 -r 5 -o json > "$OUT/llama_bench.json" 2> "$OUT/llama_bench.err"
+    python3 -c "import json; [print('llama-bench', r['n_prompt'], r['n_gen'], round(r['avg_ts'], 1), '+-', round(r['stddev_ts'], 1)) for r in json.load(open('$OUT/llama_bench.json'))]"
+    timeout 240 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp --temps 0,0.6 --draft-tokens 2,3 \
+      --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --json "$OUT/bench_mtbench.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_mtbench.txt" | tail -16 ;;
   s25-tests)  # (pieces copied) join; the GPU tests that need the model
     join_model || exit 1
     timeout 330 python3 -m pytest -q -m gpu tests/models tests/spec -n 4 --model-path /tmp/gguf/model.gguf \
