@@ -8,7 +8,8 @@ import warnings
 import pytest
 
 from mtp_turbo.errors import ConfigError, ModelFileError
-from mtp_turbo.io.tokenizer import PLAIN_CHAT_STOPS, GGUFTokenizer, StreamDecoder, build_model_proto, plain_chat
+from mtp_turbo.io.tokenizer import (PLAIN_CHAT_STOPS, GGUFTokenizer, StreamDecoder, build_model_proto, cache_file,
+                                   plain_chat)
 
 _MODULES = ["os", "re", "json", "collections", "itertools", "functools", "inspect", "string", "textwrap",
             "pathlib", "argparse", "logging", "subprocess", "unicodedata", "datetime", "decimal", "fractions",
@@ -192,6 +193,31 @@ def test_non_sentencepiece_vocabulary_is_refused(model):
         GGUFTokenizer(md)
     with pytest.raises(ModelFileError, match="unsupported tokenizer model"):
         build_model_proto({"tokenizer.ggml.model": "t5"})
+
+
+def test_the_model_is_cached_and_a_damaged_copy_is_built_again(model, tok, monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    file = cache_file(model.path)
+    assert str(file).startswith(str(tmp_path))
+    text = "Cached tokenizers give the same ids: <start_of_turn>user\n  two spaces 😀<end_of_turn>"
+    first = GGUFTokenizer(model)
+    with open(file, "rb") as f:
+        assert f.read() == build_model_proto(model.metadata)
+    assert GGUFTokenizer(model).encode(text) == first.encode(text) == tok.encode(text)
+    with open(file, "wb") as f:
+        f.write(b"not a SentencePiece model")
+    assert GGUFTokenizer(model).encode(text) == tok.encode(text)
+    with open(file, "rb") as f:
+        assert f.read() == build_model_proto(model.metadata)  # written again
+
+
+def test_a_piece_twice_is_a_model_file_error():
+    md = {"general.architecture": "llama", "tokenizer.ggml.model": "llama",
+          "tokenizer.ggml.tokens": ["<unk>", "<s>", "</s>", "a", "b", "a"], "tokenizer.ggml.scores": [0.0] * 6,
+          "tokenizer.ggml.token_type": [2, 3, 3, 1, 1, 1], "tokenizer.ggml.bos_token_id": 1,
+          "tokenizer.ggml.eos_token_id": 2, "tokenizer.ggml.unknown_token_id": 0}
+    with pytest.raises(ModelFileError, match="SentencePiece refused the vocabulary"):
+        GGUFTokenizer(md)
 
 
 def test_llama_style_vocabulary_matches_transformers():
