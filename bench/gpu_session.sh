@@ -183,6 +183,28 @@ llama_build() {  # JOBS [TARGETS]: unpack .carry/llama.tar.gz, build llama-bench
     > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target ${2:-llama-bench llama-completion} \
     >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
 }
+step_trees() {  # NAME... (the last: this tree): bench/step_bench.py on .ab_NAME's package for each other NAME and on
+  # this tree, alternated twice; each tree's outputs compared bit for bit with the first's
+  local t d i all="$*" last=${@: -1}
+  for t in "$@"; do
+    [ $t = $last ] && continue
+    rm -rf /tmp/$t && mkdir -p /tmp/$t && cp -r .ab_$t/* /tmp/$t/ && cp bench/step_bench.py /tmp/$t/bench/
+  done
+  for i in 1 2; do for t in "$@"; do
+    d=$PWD; [ $t != $last ] && d=/tmp/$t
+    echo "== $t $i"
+    (cd $d && PYTHONPATH=/tmp/site:$d timeout 240 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+      --ab "" --save "/tmp/step_$t$i.pt" --out "$OUT/step_$t$i.json" 2>&1 | grep -v Warn > "$OUT/step_$t$i.txt")
+    grep "position\|prefill chunk\|replayed" "$OUT/step_$t$i.txt"
+  done; done
+  python3 -c "
+import torch
+names = '$all'.split()
+r = {t: torch.load(f'/tmp/step_{t}1.pt') for t in names}
+for t in names[1:]:
+    print(f'outputs bit for bit equal, {names[0]} vs {t}:', {k: torch.equal(r[names[0]][k], r[t][k]) for k in r[names[0]]})"
+  for t in "$@"; do grep -h -A7 "eager 1-row step at 256" "$OUT/step_${t}2.txt"; done
+}
 join_model() {  # the pieces joined into /tmp/gguf/model.gguf, its SHA-256 checked
   cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
   echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c -
@@ -387,37 +409,10 @@ case $step in
   s25-begin)  # (carry .carry .whl .ab_before .ab_a .pieces/p5) llama.cpp's build in the background; piece 5;
     # bench/step_bench.py on 327c78d (.ab_before), 43deda1 (.ab_a) and this tree, alternated twice, outputs compared
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
-    for t in before a; do
-      rm -rf /tmp/$t && mkdir -p /tmp/$t && cp -r .ab_$t/* /tmp/$t/ && cp bench/step_bench.py /tmp/$t/bench/
-    done
-    for i in 1 2; do for t in before a after; do
-      d=$PWD; [ $t != after ] && d=/tmp/$t
-      echo "== $t $i"
-      (cd $d && PYTHONPATH=/tmp/site:$d timeout 240 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-        --ab "" --save "/tmp/step_$t$i.pt" --out "$OUT/step_$t$i.json" 2>&1 | grep -v Warn > "$OUT/step_$t$i.txt")
-      grep "position\|prefill chunk\|replayed" "$OUT/step_$t$i.txt"
-    done; done
-    python3 -c "
-import torch
-r = {t: torch.load(f'/tmp/step_{t}1.pt') for t in ('before', 'a', 'after')}
-for t in ('a', 'after'):
-    print(f'outputs bit for bit equal, before vs {t}:', {k: torch.equal(r['before'][k], r[t][k]) for k in r['before']})"
-    grep -h -A7 "eager 1-row step at 256" "$OUT/step_before2.txt" "$OUT/step_a2.txt" "$OUT/step_after2.txt" ;;
+    step_trees before a after ;;
   s24-ab)  # (carry .whl .ab_before) bench/step_bench.py on the session's start (.ab_before, 327c78d) and this tree,
     # alternated twice; the outputs of both compared bit for bit; the fused step's GPU tests (random weights)
-    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/* /tmp/before/ && cp bench/step_bench.py /tmp/before/bench/
-    for i in 1 2; do for t in before after; do
-      d=$PWD; [ $t = before ] && d=/tmp/before
-      echo "== $t $i"
-      (cd $d && PYTHONPATH=/tmp/site:$d timeout 240 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
-        --ab "" --save "$OUT/step_$t$i.pt" --out "$OUT/step_$t$i.json" 2>&1 | grep -v Warn > "$OUT/step_$t$i.txt")
-      grep "position\|prefill chunk\|replayed" "$OUT/step_$t$i.txt"
-    done; done
-    python3 -c "
-import torch
-a, b = torch.load('$OUT/step_before1.pt'), torch.load('$OUT/step_after1.pt')
-print('outputs bit for bit equal, before vs after:', {k: torch.equal(a[k], b[k]) for k in a})"
-    grep -A8 "eager 1-row step at 256" "$OUT/step_before2.txt" "$OUT/step_after2.txt"
+    step_trees before after
     timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -p no:cacheprovider -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_fused_gpu.txt" | tail -3 ;;
   s25-lease)  # (carry .carry .whl .pieces/p5) llama-bench's build in the background (16 jobs, llama-bench only); piece 5
