@@ -394,6 +394,7 @@ if triton is not None:
                 slot = base + (j - c0) * G + g
                 m_all = tl.maximum(m_all, tl.max(ld(MX + slot * QR + r, ok, float("-inf"), CG), axis=0))
             w0 = tl.exp(mx0 - m_all)
+            # zero plus the first tile, as the loop before 43deda1 summed it (0 + -0 is +0: same bits)
             acc = tl.zeros([DH // DS], dtype=tl.float32)
             acc += tl.sum(w0[:, None] * op0, axis=0)
             l_all = 0.0
