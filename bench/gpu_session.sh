@@ -167,6 +167,10 @@
 #   bench/gpu_session.sh s25-lease         (carry .carry .whl .pieces/p5) llama-bench's build in the background; piece 5
 #   then recv .pieces/p0..p4, s25-tests (join; GPU tests that need the model), s25-table (MT-Bench plain / MTP beside
 #   llama-bench tg128 / pp512)
+#
+# Session 24 (programmatic dependent launch again; the reverted hoist's bits):
+#   bench/gpu_session.sh s26-ab            (carry .whl .ab_a .ab_h) step_bench with the PDL variants; 43deda1 and 013813e
+#                                          (twice) at 256 cells, outputs and K/V cells compared bit for bit
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -410,6 +414,41 @@ case $step in
     # bench/step_bench.py on 327c78d (.ab_before), 43deda1 (.ab_a) and this tree, alternated twice, outputs compared
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1
     step_trees before a after ;;
+  s26-ab)  # (carry .whl .ab_a .ab_h) this tree's step with the PDL variants beside its default (step_bench --ab); then
+    # 43deda1 (.ab_a) once and 013813e (.ab_h) twice at 256 cells: outputs and K/V cells compared bit for bit
+    timeout 300 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 \
+      --ab "pdl=1;pdl=2;pdl=1,pdl_w0=1;pdl_w0=1" --save /tmp/step_after1.pt --out "$OUT/step_pdl.json" 2>&1 \
+      | grep -v Warn > "$OUT/step_pdl.txt"; grep "position\|prefill chunk\|variant\|replayed" "$OUT/step_pdl.txt"
+    grep -A8 "eager 1-row step at 256" "$OUT/step_pdl.txt"
+    for t in a h h; do
+      [ -d /tmp/$t ] || { mkdir -p /tmp/$t && cp -r .ab_$t/* /tmp/$t/ && cp bench/step_bench.py /tmp/$t/bench/; }
+      n=1; [ -f /tmp/step_${t}1.pt ] && n=2
+      (cd /tmp/$t && PYTHONPATH=/tmp/site:/tmp/$t timeout 150 python3 bench/step_bench.py --positions 256 --prefill-rows 128 \
+        --ab "" --save /tmp/step_$t$n.pt --out "$OUT/step_$t$n.json" 2>&1 | grep -v Warn > "$OUT/step_$t$n.txt")
+      echo "== $t $n"; grep "position\|prefill chunk" "$OUT/step_$t$n.txt"
+    done
+    python3 - <<'PY' 2>&1 | tee "$OUT/bits.txt"
+import torch
+r = {n: torch.load(f"/tmp/step_{n}.pt") for n in ("after1", "a1", "h1", "h2")}
+def cmp(x, y):
+    out = {}
+    for k in r[x]:
+        if k not in r[y]:
+            continue
+        a, b = r[x][k], r[y][k]
+        if torch.equal(a, b):
+            out[k] = True
+        elif k[0] in "kv" and a.dim() == 4:  # [layers, rows, HKV, DH]: the first layer and rows that differ
+            bad = [(i, j) for i in range(a.shape[0]) for j in range(a.shape[1]) if not torch.equal(a[i, j], b[i, j])]
+            out[k] = f"differ from layer {bad[0][0]} ({len(bad)} cells, rows {sorted({j for _, j in bad})})"
+        else:
+            rows = [j for j in range(a.shape[0]) if not torch.equal(a[j], b[j])]
+            out[k] = f"differ in rows {rows}"
+    return out
+for x, y in (("a1", "after1"), ("a1", "h1"), ("h1", "h2")):
+    print(f"{x} vs {y}:", cmp(x, y))
+PY
+    ;;
   s24-ab)  # (carry .whl .ab_before) bench/step_bench.py on the session's start (.ab_before, 327c78d) and this tree,
     # alternated twice; the outputs of both compared bit for bit; the fused step's GPU tests (random weights)
     step_trees before after

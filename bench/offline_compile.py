@@ -414,6 +414,20 @@ def wl_main(dry_all: bool):
         from mtp_turbo.models.greedy import GreedyPick
         for T, V in ((1, 262144), (4, 262144), (8, 262144), (1, 32768)):
             GreedyPick("triton")(torch.zeros(T, V))
+    # programmatic dependent launch (FusedTiles.pdl, pdl_w0): CUDA sm_90+ only, so the decoder is told
+    # it runs there (launch_pdl in the recorded options, PDL in the constexprs)
+    with workload("main Gemma-3-270M bfloat16, programmatic dependent launch (tile options)", dry=True):
+        real = fused.fk.pdl_supported
+        fused.fk.pdl_supported = lambda device: True
+        try:
+            for v in ({"pdl": 1}, {"pdl": 2}, {"pdl": 1, "pdl_w0": True}, {"pdl_w0": True}):
+                run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
+            m = _gemma(_real_cfg(), torch.bfloat16, False)
+            kv = KVCache(m.cfg.n_layers, 2048, m.cfg.n_kv_heads, m.cfg.head_dim, "cpu", torch.bfloat16)
+            fused.FusedDecoder(m, kv, fused.FusedTiles(pdl=1, pdl_w0=True), prefill_rows=128).forward(
+                torch.zeros(128, dtype=torch.int64), torch.arange(600, 728), head=False)
+        finally:
+            fused.fk.pdl_supported = real
     variants = _decode_bench_tiles()
     with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True):
         for v in variants:

@@ -188,12 +188,16 @@ def main() -> int:
         for rows in (1, 4, 8):
             row[f"ms{rows}"], out = time_step(step, rows, pos)
             saved[f"logits{rows}_pos{pos}"] = out.cpu()
+            # the K/V cells the rows wrote, every layer: where two trees' outputs differ, the first
+            # layer whose cells differ says which kernel did
+            saved[f"k{rows}_pos{pos}"] = kv.k[:, pos:pos + rows].cpu()
+            saved[f"v{rows}_pos{pos}"] = kv.v[:, pos:pos + rows].cpu()
             if rows == 4:  # verify rows = one-row steps, bit for bit (the cells below hold what the 4 rows wrote)
                 with torch.inference_mode():
-                    row["bitwise_verify_rows"] = all(
-                        torch.equal(step.forward(torch.tensor([100 + j], device="cuda"),
-                                                 torch.tensor([pos + j], device="cuda"))[0][0], out[j])
-                        for j in range(4))
+                    ones = [step.forward(torch.tensor([100 + j], device="cuda"),
+                                         torch.tensor([pos + j], device="cuda"))[0][0].clone() for j in range(4)]
+                row["bitwise_verify_rows"] = all(torch.equal(o, out[j]) for j, o in enumerate(ones))
+                saved[f"logits1x4_pos{pos}"] = torch.stack(ones).cpu()
         print(f"position {pos}: floor {floor * 1e3:.0f} us ({nbytes / 2**20:.1f} MiB at {bw:.0f} GB/s); "
               f"decode step 1 row {row['ms1'] * 1e3:.1f} us, 4 rows {row['ms4'] * 1e3:.1f} us "
               f"(4/1 {row['ms4'] / row['ms1']:.3f}), 8 rows {row['ms8'] * 1e3:.1f} us = "

@@ -102,6 +102,12 @@ class FusedTiles:
     # the LM head from the file's Q8_0 bytes (Gemma3.head_q8, kept on CUDA) through the int8 frag8
     # GEMV: 178 MB a step instead of the bf16 embedding's 335 (off: the fused GEMV on the embedding)
     head_q8: bool = True
+    # programmatic dependent launch (fused_kernels.pdl_enter; sm_90+ with a Triton that has it,
+    # ignored elsewhere): 0 off; 1 each kernel lets the next launch once its producer is done, so
+    # the next is resident and waiting while it runs; 2 lets it launch before that
+    pdl: int = 0
+    # each GEMV program loads its first weight chunk before it waits (with pdl: beside the kernel before)
+    pdl_w0: bool = False
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -177,6 +183,11 @@ class FusedDecoder:
             assert DH % bn == 0, f"the qkv tile ({bn} columns) must divide head_dim {DH}"
         # fp32 weights (CPU interpreter checks) take exact fp32 dots; bf16 ones ignore the setting
         self.prec = "ieee" if act == torch.float32 else "tf32"
+        assert tiles.pdl in (0, 1, 2), f"pdl {tiles.pdl}: 0, 1 or 2"
+        pdl = tiles.pdl if fk.pdl_supported(dev) else 0
+        # the launch option goes with the kernels' PDL (a kernel launched so must wait in pdl_enter)
+        self.go = {"PDL": pdl, **({"launch_pdl": True} if pdl else {})}
+        self.gemv_go = {**self.go, "W0": tiles.pdl_w0}
         if tiles.persistent:
             self._init_persistent()
         # the head's Q8_0 PackedWeight when the head runs on the file's bytes, else None (the embedding)
@@ -235,7 +246,8 @@ class FusedDecoder:
             fk.residual_norm[(-(-M // NORM_ROWS),)](x if pro == 1 else h, delta if delta is not None else x,
                                                     wpost if wpost is not None else wpre, wpre,
                                                     hout if hout is not None else xn, xn, M, K, self.model.cfg.eps,
-                                                    PRO=pro, KP=_pow2(K), RT=NORM_ROWS, num_warps=t.warps)
+                                                    PRO=pro, KP=_pow2(K), RT=NORM_ROWS, num_warps=t.warps,
+                                                    **self.go)
             return self._linear(xn, w, y, gated=gated, head=head)
         bn, bk, launch = t.gemv(K, gated, head)
         dummy = x
@@ -243,7 +255,7 @@ class FusedDecoder:
             x, h if h is not None else dummy, delta if delta is not None else dummy,
             wpost if wpost is not None else dummy, wpre if wpre is not None else dummy,
             hout if hout is not None else dummy, w, y, M, N, K, self.model.cfg.eps,
-            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
+            PRO=pro, GATED=gated, MP=MP, KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch, **self.gemv_go)
 
     def _linear_norm(self, x, w, y, cnt, res, wpost, wpre, hout):
         """y = x @ w.T, then (last program of each row block) hout = res + norm(y) * wpost and
@@ -253,7 +265,7 @@ class FusedDecoder:
         bn, bk, launch = self.tiles.gemv(K)
         fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.model.cfg.eps, cnt, res, wpost, wpre, hout,
                                                   self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS,
-                                                  BN=bn, BK=bk, PREC=self.prec, TP=2, **launch)
+                                                  BN=bn, BK=bk, PREC=self.prec, TP=2, **launch, **self.gemv_go)
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
         """fp32 logits [T, V] (a view of self.logits) of T <= MAX_ROWS rows x [T, D] after the final
@@ -324,7 +336,7 @@ class FusedDecoder:
         if tails:  # layer 0's norm alone; every later one is the tail of the GEMV before it
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[0], res[0], m.layers[0]["attn_norm"], m.layers[0]["attn_norm"],
                                                     self.xn, self.xn, T, c.hidden, eps, PRO=1, KP=_pow2(c.hidden),
-                                                    RT=NORM_ROWS, num_warps=t.warps)
+                                                    RT=NORM_ROWS, num_warps=t.warps, **self.go)
         persistent = tails and t.persistent  # every layer in one launch; the loop below runs none
         if persistent:
             self._layers_persistent(T, pos)
@@ -339,7 +351,7 @@ class FusedDecoder:
                 fk.linear_rope[(-(-qkv.shape[1] // bn), -(-T // MP))](
                     self.xn[:T], L["qkv"], qkv, T, qkv.shape[1], c.hidden, eps, self.count[i, 2], pos,
                     L["q_norm"], L["k_norm"], cos, sin, self.q, kc, vc, H=H, HKV=HKV, DH=DH, MP=MP,
-                    KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
+                    KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch, **self.gemv_go)
             else:
                 if delta is None:
                     self._linear(res[cur], L["qkv"], qkv, pro=1, wpre=L["attn_norm"])
@@ -349,15 +361,15 @@ class FusedDecoder:
                     cur = 1 - cur
                 fk.qk_rope_write[(-(-T // NORM_ROWS), H + 2 * HKV)](qkv, pos, L["q_norm"], L["k_norm"], cos, sin, self.q,
                                                                     kc, vc, T, eps, H=H, HKV=HKV, DH=DH, RT=NORM_ROWS,
-                                                                    num_warps=t.warps)
+                                                                    num_warps=t.warps, **self.go)
             window = 0 if glob else c.sliding_window
             n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                        PREC=self.prec, num_warps=t.warps_attn)
+                                        PREC=self.prec, num_warps=t.warps_attn, **self.go)
             fk.attn_combine[(min(T, self.block) * (H // HKV) * t.combine_split, HKV, n_blk)](
                 self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV, DH=DH, QR=QR,
-                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps)
+                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps, **self.go)
             o = self.o[:T]
             gu = self.gu[:T]
             if tails:
@@ -388,7 +400,7 @@ class FusedDecoder:
             # kernel the dense head's prologue is), then the Q8_0 head on its normed rows
             fk.residual_norm[(-(-T // NORM_ROWS),)](res[cur], delta, m.layers[-1]["post_ffn_norm"], m.out_norm, hidden,
                                                     self.xn[:T], T, c.hidden, eps, PRO=2, KP=_pow2(c.hidden),
-                                                    RT=NORM_ROWS, num_warps=t.warps)
+                                                    RT=NORM_ROWS, num_warps=t.warps, **self.go)
             return (self.head(self.xn[:T]) if head else None), hidden
         logits = self.logits[:T]
         self._linear(res[cur], m.embed, logits, pro=2, h=res[cur], delta=delta,

@@ -25,6 +25,20 @@ try:  # the module imports without Triton; fused.available() says whether it can
     import triton.language as tl
 except ImportError:
     triton = None
+try:  # grid dependency control (programmatic dependent launch, sm_90+): Triton >= 3.4
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:
+    gdc_wait = gdc_launch_dependents = None
+
+
+def pdl_supported(device) -> bool:
+    """True when the kernels here can be launched with programmatic dependent launch on `device`
+    (FusedTiles.pdl): CUDA of compute capability 9.0 or more, and a Triton with grid dependency control."""
+    import torch
+
+    return (triton is not None and gdc_wait is not None and device.type == "cuda"
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
 
 if triton is not None:
 
@@ -33,6 +47,19 @@ if triton is not None:
         # tl has no tanh in every backend (the interpreter included): 1 - 2 / (e^{2z} + 1) saturates
         # correctly at both ends in fp32
         return 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)
+
+    @triton.jit
+    def pdl_enter(PDL: tl.constexpr):
+        # Launched with programmatic dependent launch a kernel may start before the one before it
+        # ends; nothing it reads or writes before this is written by that kernel. PDL 1: wait for it
+        # (its writes and its producers' visible), then let the next kernel launch, so that one is
+        # resident and waiting while this one runs; 2: let the next launch first, then wait.
+        if PDL == 1:
+            gdc_wait()
+            gdc_launch_dependents()
+        elif PDL == 2:
+            gdc_launch_dependents()
+            gdc_wait()
 
     @triton.jit
     def ld(P, mask, other, CG: tl.constexpr):
@@ -101,10 +128,24 @@ if triton is not None:
     @triton.jit
     def gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, pid, b,
                   PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
+                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr,
+                  PDL: tl.constexpr = 0, W0: tl.constexpr = False):
         """linear's body (its docstring): the tile of output columns pid of row block b. CG: X read
-        past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages)."""
+        past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages); PDL: see
+        pdl_enter, which this runs before its first input is read; W0: the first BK columns of the
+        weight tile loaded before that (constant: the launch's DRAM round trip overlaps the kernel
+        before it), their product taken before the loop (the same products in the same order)."""
         ACT: tl.constexpr = X.dtype.element_ty
+        rn = pid * BN + tl.arange(0, BN)
+        n_mask = rn < N
+        if W0:
+            rk0 = tl.arange(0, BK)
+            w0_msk = n_mask[:, None] & (rk0 < K)[None, :]
+            w0 = tl.load(W + rn[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)  # [BN, BK]
+            wu0 = w0
+            if GATED:
+                wu0 = tl.load(W + (rn + N)[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)
+        pdl_enter(PDL)
         rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
         rd = tl.zeros([MP], dtype=tl.float32)
@@ -114,11 +155,16 @@ if triton is not None:
         elif PRO == 2:  # program 0 also stores the new residual
             rd, rstd = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
                                   2, KP, ACT, False)
-        rn = pid * BN + tl.arange(0, BN)
-        n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
         acc_u = tl.zeros([MP, BN], dtype=tl.float32)
-        for k0 in tl.range(0, K, BK, num_stages=ST):
+        K0: tl.constexpr = BK if W0 else 0
+        if W0:  # the loop's first step, on the weights loaded above
+            rk0 = tl.arange(0, BK)
+            x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk0, rk0 < K, K, rd, rstd, PRO, ACT, CG)
+            acc = tl.dot(x, tl.trans(w0), acc, input_precision=PREC)
+            if GATED:
+                acc_u = tl.dot(x, tl.trans(wu0), acc_u, input_precision=PREC)
+        for k0 in tl.range(K0, K, BK, num_stages=ST):
             rk = k0 + tl.arange(0, BK)
             k_mask = rk < K
             x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT, CG)
@@ -139,15 +185,17 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
                PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0,
+               W0: tl.constexpr = False):
         """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
         x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
         W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
-        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits)."""
+        PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits).
+        PDL, W0: see gemv_tile (FusedTiles.pdl, pdl_w0)."""
         gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, tl.program_id(0), tl.program_id(1),
-                  PRO, GATED, MP, KP, BN, BK, PREC, False, None)
+                  PRO, GATED, MP, KP, BN, BK, PREC, False, None, PDL, W0)
 
     @triton.jit
     def last_arrival(CNT, n):
@@ -163,25 +211,27 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
                     MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
-                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr):
+                    BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr,
+                    PDL: tl.constexpr = 0, W0: tl.constexpr = False):
         """Y = X @ W.T (linear, PRO 0), then the norm after it in the program of each row block
         that finishes last (FusedTiles.tails). TP 2, the sandwich norm: HOUT = RES + rmsnorm(Y) *
         WPOST, XOUT = rmsnorm(HOUT) * WPRE; TP 1 (the MTP head's fc, whose output is the residual
         itself): XOUT = rmsnorm(Y) * WPRE (RES, WPOST, HOUT unused). Over the block's rows, RT rows a
         pass (residual_norm's arithmetic on the same [RT, NP] tiles, so a row's bits do not depend
         on which kernel or block ran it). CNT: int32 [row blocks], zero before the launch and after
-        it. Y/RES/HOUT/XOUT [M, N]."""
+        it. Y/RES/HOUT/XOUT [M, N]. PDL, W0: see gemv_tile."""
         linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
-                         tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None, TP)
+                         tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None, TP,
+                         PDL, W0)
 
     @triton.jit
     def linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, pid, b, n_tiles,
                          MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
                          BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
-                         ST: tl.constexpr, TP: tl.constexpr):
+                         ST: tl.constexpr, TP: tl.constexpr, PDL: tl.constexpr = 0, W0: tl.constexpr = False):
         """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail (TP)."""
         ACT: tl.constexpr = X.dtype.element_ty
-        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
+        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST, PDL, W0)
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
@@ -194,23 +244,26 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
                     H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-                    RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr):
+                    RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+                    PDL: tl.constexpr = 0, W0: tl.constexpr = False):
         """The qkv GEMV (linear, PRO 0; Y [M, (H + 2 HKV) DH]), then qk_rope_write's work for each
         head in the program that finishes that head's DH / BN column tiles of a row block last
         (FusedTiles.tails): query heads normed + roped into QOUT, K heads normed + roped and V
         heads copied into the cache cells at POS, RT rows a pass (_rope_rows: the same arithmetic
-        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after."""
+        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after. PDL, W0: see
+        gemv_tile."""
         linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
-                         tl.program_id(1), H, HKV, DH, MP, KP, RT, BN, BK, PREC, False, None)
+                         tl.program_id(1), H, HKV, DH, MP, KP, RT, BN, BK, PREC, False, None, PDL, W0)
 
     @triton.jit
     def linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
                          H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
                          KP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                         PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr):
+                         PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr, PDL: tl.constexpr = 0,
+                         W0: tl.constexpr = False):
         """linear_rope's body: column tile pid of row block b, then the tail of its head."""
         ACT: tl.constexpr = KC.dtype.element_ty
-        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST)
+        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST, PDL, W0)
         j = pid * BN // DH
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
@@ -219,11 +272,12 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["M"])
     def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, M, K, eps, PRO: tl.constexpr, KP: tl.constexpr,
-                      RT: tl.constexpr):
+                      RT: tl.constexpr, PDL: tl.constexpr = 0):
         """Program b: rows b * RT.. (< M) of the GEMV prologue as its own kernel
         (FusedTiles.split_norm): PRO 1: XOUT = rmsnorm(H) * WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) *
         WPOST, then XOUT = rmsnorm(HOUT) * WPRE. Same rounding points as linear's prologue; the
-        same [RT, KP] tiles as linear_norm's tail."""
+        same [RT, KP] tiles as linear_norm's tail. PDL: see pdl_enter."""
+        pdl_enter(PDL)
         ACT: tl.constexpr = XOUT.dtype.element_ty
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
         m_mask = rm < M
@@ -272,13 +326,15 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["M"])
     def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, M, eps,
-                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, RT: tl.constexpr):
+                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, RT: tl.constexpr,
+                      PDL: tl.constexpr = 0):
         """Program (b, j) of a (row tiles, H + 2 HKV) grid: rows b * RT.. (< M) of QKV [M, (H + 2 HKV)
         DH] -> for j < H query head j into QOUT [M, H, DH] (normed, roped); else K head j - H
         (normed, roped) or V head j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at POS.
         One head a program, so the heads' loads go out together (4 us a launch one head after
         another: bench/RESULTS.md); the same [RT]-row tiles as linear_rope's tail. COS/SIN [n_pos,
-        DH] fp32 tables (both halves equal: rotate-half RoPE)."""
+        DH] fp32 tables (both halves equal: rotate-half RoPE). PDL: see pdl_enter."""
+        pdl_enter(PDL)
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
         _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, tl.program_id(1), eps, H, HKV, DH,
                    KC.dtype.element_ty)
@@ -294,13 +350,14 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr):
+                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0):
         """Program (s, g, b): key chunk c0 + s (BS cells) against the query rows of KV group g of
         row block b (rows b * QR/REP.., at most QR/REP of the M; c0 from the block's first row).
         Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer. Writes unnormalised
         O [QR, DH], row max and row sum into OP/MX/LS slot ((b * S + s) * G + g).
         P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
-        the row sum is taken over the rounded P, so the weights stay normalised."""
+        the row sum is taken over the rounded P, so the weights stay normalised. PDL: see pdl_enter."""
+        pdl_enter(PDL)
         attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, tl.program_id(0), tl.program_id(1),
                           tl.program_id(2), tl.num_programs(0), tl.num_programs(1), H, HKV, DH, QR, BS, PREC, False)
 
@@ -347,7 +404,8 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_combine(OP, MX, LS, POS, OUT, M, window, S,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr):
+                     QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr,
+                     PDL: tl.constexpr = 0):
         """Program (r * DS + d, g, b): merge query row r of group g of row block b (attn_partial's
         blocks) over the chunks into OUT [M, H, DH] (activation dtype), its d-th of DS slices of
         DH (the same weights in every slice: more programs for a deep context, each reading 1/DS of
@@ -356,7 +414,8 @@ if triton is not None:
         c0 depends on its first row; the tiles do not): a chunk with no key for a row, or outside
         the block's range, adds exact zeros, so a row's sum has the same terms in the same tree
         whatever its block. CT chunks a load: at 7000 cells a global layer's 219 chunks are 14
-        loads instead of 219 dependent ones (bench/RESULTS.md)."""
+        loads instead of 219 dependent ones (bench/RESULTS.md). PDL: see pdl_enter."""
+        pdl_enter(PDL)
         attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, tl.program_id(0), tl.program_id(1), tl.program_id(2),
                           tl.num_programs(1), H, HKV, DH, QR, BS, CT, DS, False)
 

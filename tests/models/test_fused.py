@@ -228,6 +228,22 @@ def test_merge_split_over_head_dim_gives_the_same_bits(n_prefill, T):
         fused.FusedDecoder(model, kf, fused.FusedTiles(combine_split=3))
 
 
+@pytest.mark.parametrize("tails", [True, False])
+def test_first_weight_chunk_before_the_wait_gives_the_same_bits(tails):
+    # pdl_w0 takes each GEMV's first K step out of its loop (its weights loaded before the PDL wait):
+    # the same products in the same order, so the same bits, with 16-wide K steps so that the loop
+    # still runs after it; pdl itself needs CUDA (sm_90+) and is ignored here
+    model = tiny_model(seed=19)
+    small = dict(bk_small=16, bk_gated=16, bk_tall=16, tails=tails)
+    (rl, _, _), (fl, fh, kf), _ = run_both(model, 40, 4, tiles=fused.FusedTiles(**small))
+    (_, _, _), (wl, wh, kw), _ = run_both(model, 40, 4, tiles=fused.FusedTiles(pdl=1, pdl_w0=True, **small))
+    assert torch.equal(wl, fl) and torch.equal(wh, fh)
+    assert torch.equal(kw.k, kf.k) and torch.equal(kw.v, kf.v)
+    assert rel(wl, rl) < 1e-4
+    with pytest.raises(AssertionError, match="pdl 3"):
+        fused.FusedDecoder(model, kf, fused.FusedTiles(pdl=3))
+
+
 def test_persistent_kernel_gives_the_kernel_per_stage_bits():
     # every layer in one persistent kernel (one program here: the interpreter runs programs one by
     # one) runs the same tile functions in the same order per row: the same logits, hidden rows and
