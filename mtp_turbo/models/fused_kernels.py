@@ -136,15 +136,14 @@ if triton is not None:
         weight tile loaded before that (constant: the launch's DRAM round trip overlaps the kernel
         before it), their product taken before the loop (the same products in the same order)."""
         ACT: tl.constexpr = X.dtype.element_ty
-        rn = pid * BN + tl.arange(0, BN)
-        n_mask = rn < N
         if W0:
+            rn0 = pid * BN + tl.arange(0, BN)
             rk0 = tl.arange(0, BK)
-            w0_msk = n_mask[:, None] & (rk0 < K)[None, :]
-            w0 = tl.load(W + rn[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)  # [BN, BK]
+            w0_msk = (rn0 < N)[:, None] & (rk0 < K)[None, :]
+            w0 = tl.load(W + rn0[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)  # [BN, BK]
             wu0 = w0
             if GATED:
-                wu0 = tl.load(W + (rn + N)[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)
+                wu0 = tl.load(W + (rn0 + N)[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)
         pdl_enter(PDL)
         rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
@@ -155,6 +154,8 @@ if triton is not None:
         elif PRO == 2:  # program 0 also stores the new residual
             rd, rstd = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
                                   2, KP, ACT, False)
+        rn = pid * BN + tl.arange(0, BN)
+        n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
         acc_u = tl.zeros([MP, BN], dtype=tl.float32)
         K0: tl.constexpr = BK if W0 else 0
