@@ -152,7 +152,8 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
 
 
 
-@pytest.mark.parametrize("tiles", [{"combine_split": 4, "combine_chunks": 64}, {"tails": False}, {"persistent": True}])
+@pytest.mark.parametrize("tiles", [{"combine_split": 4, "combine_chunks": 64}, {"tails": False}, {"persistent": True},
+                                   {"pdl": 1, "pdl_w0": True}])
 def test_tile_options_keep_rows_batch_invariant_in_graphs(cuda_engine, tiles):
     # tile options besides the defaults (a wider split merge; no GEMV tails, the norms and RoPE as
     # kernels of their own; every layer in one persistent kernel), replayed from CUDA graphs: 4 verify rows = 4 one-row steps bit for
@@ -185,6 +186,40 @@ def test_tile_options_keep_rows_batch_invariant_in_graphs(cuda_engine, tiles):
         _, chunk = dec.forward(toks[696:705], torch.arange(696, 705, device="cuda"), head=False)
     assert torch.equal(out[4][0][0], out[1][0][0])
     assert torch.equal(chunk[0], out[1][1][0])
+
+
+def test_programmatic_dependent_launch_keeps_the_bits(cuda_engine):
+    # launched with PDL (each kernel resident and waiting before its producer ends; with pdl_w0
+    # the first weight chunk loaded before the wait) a forward's logits, hidden rows and K/V are
+    # those of plain launches bit for bit, eager and replayed from a graph, 1 and 4 rows
+    from mtp_turbo.cache.kv import KVCache
+    from mtp_turbo.models import fused_kernels
+    from mtp_turbo.models.fused import FusedDecoder, FusedTiles
+
+    if not fused_kernels.pdl_supported(torch.device("cuda")):
+        pytest.skip("programmatic dependent launch needs sm_90+ and a Triton with grid dependency control")
+    e = cuda_engine
+    m, c = e.model, e.model.cfg
+    ids = e.tokenizer.encode(" ".join(PROMPTS * 80))[:604]
+    toks = torch.tensor(ids, device="cuda")
+    res = {}
+    for name, tiles in (("plain", FusedTiles(pdl=0)), ("pdl", FusedTiles(pdl=1)), ("pdl_w0", FusedTiles(pdl=1, pdl_w0=True))):
+        kv = KVCache(c.n_layers, 1024, c.n_kv_heads, c.head_dim, "cuda", m.dtype)
+        dec = FusedDecoder(m, kv, tiles)
+        with torch.inference_mode():
+            for s in range(0, 512, 128):
+                dec.forward(toks[s:s + 128], torch.arange(s, s + 128, device="cuda"), head=False)
+            dec.forward(toks[512:600], torch.arange(512, 600, device="cuda"), head=False)
+            lo4, h4 = (t.clone() for t in dec.forward(toks[600:604], torch.arange(600, 604, device="cuda")))
+            tk, ps = toks[600:601].clone(), torch.arange(600, 601, device="cuda")
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                lo1, _ = dec.forward(tk, ps)
+            g.replay()
+            torch.cuda.synchronize()
+        res[name] = lo4, h4, lo1.clone(), kv.k[:, :604].clone(), kv.v[:, :604].clone()
+    for name in ("pdl", "pdl_w0"):
+        assert all(torch.equal(a, b) for a, b in zip(res[name], res["plain"])), name
 
 
 @pytest.mark.parametrize("draft", ["none", "ngram"])
