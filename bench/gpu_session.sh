@@ -171,6 +171,9 @@
 # Session 24 (programmatic dependent launch again; the reverted hoist's bits):
 #   bench/gpu_session.sh s26-ab            (carry .whl .ab_a .ab_h) step_bench with the PDL variants; 43deda1 and 013813e
 #                                          (twice) at 256 cells, outputs and K/V cells compared bit for bit
+#   bench/gpu_session.sh s26-early         (carry .carry .whl .pieces/p5) llama-bench's build (background), piece 5,
+#                                          step_bench: pdl_early beside the default; then recv .pieces/p0..p4,
+#                                          s25-tests, s25-table
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -449,6 +452,12 @@ for x, y in (("a1", "after1"), ("a1", "h1"), ("h1", "h2")):
     print(f"{x} vs {y}:", cmp(x, y))
 PY
     ;;
+  s26-early)  # (carry .carry .whl .pieces/p5) llama-bench's build in the background; piece 5; step_bench: the default
+    # (pdl 1 + pdl_w0) beside pdl_early (the attention kernels' positions and older cells before the wait)
+    mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 16 llama-bench > /dev/null 2>&1 < /dev/null || exit 1
+    timeout 200 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "pdl_early=1" \
+      --out "$OUT/step_early.json" 2>&1 | grep -v Warn > "$OUT/step_early.txt"
+    grep "position\|prefill chunk\|variant\|replayed" "$OUT/step_early.txt" ;;
   s24-ab)  # (carry .whl .ab_before) bench/step_bench.py on the session's start (.ab_before, 327c78d) and this tree,
     # alternated twice; the outputs of both compared bit for bit; the fused step's GPU tests (random weights)
     step_trees before after
