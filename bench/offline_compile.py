@@ -420,12 +420,11 @@ def wl_main(dry_all: bool):
         real = fused.fk.pdl_supported
         fused.fk.pdl_supported = lambda device: True
         try:
-            for v in ({"pdl": 1}, {"pdl": 2}, {"pdl": 1, "pdl_w0": True}, {"pdl_w0": True},
-                      {"pdl": 1, "pdl_w0": True, "pdl_early": True}):
+            for v in ({"pdl": 1}, {"pdl": 2}, {"pdl": 1, "pdl_w0": True}, {"pdl_w0": True}):
                 run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(**v))
             m = _gemma(_real_cfg(), torch.bfloat16, False)
             kv = KVCache(m.cfg.n_layers, 2048, m.cfg.n_kv_heads, m.cfg.head_dim, "cpu", torch.bfloat16)
-            fused.FusedDecoder(m, kv, fused.FusedTiles(pdl=1, pdl_w0=True, pdl_early=True), prefill_rows=128).forward(
+            fused.FusedDecoder(m, kv, fused.FusedTiles(pdl=1, pdl_w0=True), prefill_rows=128).forward(
                 torch.zeros(128, dtype=torch.int64), torch.arange(600, 728), head=False)
         finally:
             fused.fk.pdl_supported = real

@@ -112,9 +112,6 @@ class FusedTiles:
     # each GEMV program loads its first weight chunk before it waits (with pdl: beside the kernel
     # before; without pdl it only costs: 657 us)
     pdl_w0: bool = True
-    # the attention kernels read the positions, and the partials the cache cells before the
-    # forward's first row, before they wait (no kernel of a forward writes either)
-    pdl_early: bool = False
 
     def gemv(self, K: int, gated: bool = False, head: bool = False) -> tuple[int, int, dict]:
         """(BN, BK, launch options) of a GEMV over K inputs: the head's, gate|up's, a tall
@@ -195,7 +192,6 @@ class FusedDecoder:
         # the launch option goes with the kernels' PDL (a kernel launched so must wait in pdl_enter)
         self.go = {"PDL": pdl, **({"launch_pdl": True} if pdl else {})}
         self.gemv_go = {**self.go, "W0": tiles.pdl_w0}
-        self.attn_go = {**self.go, "EARLY": tiles.pdl_early}
         if tiles.persistent:
             self._init_persistent()
         # the head's Q8_0 PackedWeight when the head runs on the file's bytes, else None (the embedding)
@@ -374,10 +370,10 @@ class FusedDecoder:
             n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                         c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                        PREC=self.prec, num_warps=t.warps_attn, **self.attn_go)
+                                        PREC=self.prec, num_warps=t.warps_attn, **self.go)
             fk.attn_combine[(min(T, self.block) * (H // HKV) * t.combine_split, HKV, n_blk)](
                 self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV, DH=DH, QR=QR,
-                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps, **self.attn_go)
+                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps, **self.go)
             o = self.o[:T]
             gu = self.gu[:T]
             if tails:

@@ -351,34 +351,24 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0,
-                     EARLY: tl.constexpr = False):
+                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0):
         """Program (s, g, b): key chunk c0 + s (BS cells) against the query rows of KV group g of
         row block b (rows b * QR/REP.., at most QR/REP of the M; c0 from the block's first row).
         Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer. Writes unnormalised
         O [QR, DH], row max and row sum into OP/MX/LS slot ((b * S + s) * G + g).
         P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
-        the row sum is taken over the rounded P, so the weights stay normalised. PDL: see pdl_enter;
-        EARLY: see attn_partial_tile."""
-        if not EARLY:
-            pdl_enter(PDL)
+        the row sum is taken over the rounded P, so the weights stay normalised. PDL: see pdl_enter."""
+        pdl_enter(PDL)
         attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, tl.program_id(0), tl.program_id(1),
-                          tl.program_id(2), tl.num_programs(0), tl.num_programs(1), H, HKV, DH, QR, BS, PREC, False,
-                          PDL, EARLY)
+                          tl.program_id(2), tl.num_programs(0), tl.num_programs(1), H, HKV, DH, QR, BS, PREC, False)
 
     @triton.jit
     def attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, s, g, b, S, G,
                           H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                          QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
-                          PDL: tl.constexpr = 0, EARLY: tl.constexpr = False):
-        """attn_partial's body: chunk s of S, KV group g of G, row block b (CG: see ld). EARLY: the
-        positions and the cache cells before the forward's first row (no kernel of a forward
-        writes them) are loaded before pdl_enter(PDL) here, the rest after it."""
+                          QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr):
+        """attn_partial's body: chunk s of S, KV group g of G, row block b (CG: see ld)."""
         REP: tl.constexpr = H // HKV
         RB: tl.constexpr = QR // REP  # rows a block
-        p0 = 0
-        if EARLY:
-            p0 = tl.load(POS)  # the forward's first row: the cells before it are older than the forward
         POS += b * RB
         Q += b * RB * H * DH
         M = tl.minimum(M - b * RB, RB)
@@ -391,26 +381,13 @@ if triton is not None:
             qh = g * REP + rq % REP
             qpos = tl.load(POS + qm, mask=q_ok, other=0)
             rd = tl.arange(0, DH)
-            if EARLY:
-                rs = start + tl.arange(0, BS)
-                k_ok = rs <= p_last
-                kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
-                old = k_ok & (rs < p0)
-                k = ld(KC + kv_off, old[:, None], 0.0, CG)
-                v = ld(VC + kv_off, old[:, None], 0.0, CG)
-                pdl_enter(PDL)
-                new = k_ok & (rs >= p0)  # this forward's cells: written by the kernel before
-                k = tl.where(new[:, None], ld(KC + kv_off, new[:, None], 0.0, CG), k)
-                v = tl.where(new[:, None], ld(VC + kv_off, new[:, None], 0.0, CG), v)
-                q = ld(Q + (qm * H + qh)[:, None] * DH + rd[None, :], q_ok[:, None], 0.0, CG)
-            else:
-                q = ld(Q + (qm * H + qh)[:, None] * DH + rd[None, :], q_ok[:, None], 0.0, CG)
-                rs = start + tl.arange(0, BS)
-                k_ok = rs <= p_last
-                kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
-                k = ld(KC + kv_off, k_ok[:, None], 0.0, CG)
-                # V beside K: after the softmax's row max (a barrier) its load would wait a round trip more
-                v = ld(VC + kv_off, k_ok[:, None], 0.0, CG)
+            q = ld(Q + (qm * H + qh)[:, None] * DH + rd[None, :], q_ok[:, None], 0.0, CG)
+            rs = start + tl.arange(0, BS)
+            k_ok = rs <= p_last
+            kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
+            k = ld(KC + kv_off, k_ok[:, None], 0.0, CG)
+            # V beside K: after the softmax's row max (a barrier) its load would wait a round trip more
+            v = ld(VC + kv_off, k_ok[:, None], 0.0, CG)
             sc = tl.dot(q, tl.trans(k), input_precision=PREC) * scale  # [QR, BS]
             ok = q_ok[:, None] & k_ok[None, :] & (rs[None, :] <= qpos[:, None])
             ok = ok & ((window == 0) | (qpos[:, None] - rs[None, :] < window))
@@ -429,7 +406,7 @@ if triton is not None:
     def attn_combine(OP, MX, LS, POS, OUT, M, window, S,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
                      QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr,
-                     PDL: tl.constexpr = 0, EARLY: tl.constexpr = False):
+                     PDL: tl.constexpr = 0):
         """Program (r * DS + d, g, b): merge query row r of group g of row block b (attn_partial's
         blocks) over the chunks into OUT [M, H, DH] (activation dtype), its d-th of DS slices of
         DH (the same weights in every slice: more programs for a deep context, each reading 1/DS of
@@ -438,20 +415,16 @@ if triton is not None:
         c0 depends on its first row; the tiles do not): a chunk with no key for a row, or outside
         the block's range, adds exact zeros, so a row's sum has the same terms in the same tree
         whatever its block. CT chunks a load: at 7000 cells a global layer's 219 chunks are 14
-        loads instead of 219 dependent ones (bench/RESULTS.md). PDL: see pdl_enter; EARLY: the
-        positions read before it (attn_combine_tile)."""
-        if not EARLY:
-            pdl_enter(PDL)
+        loads instead of 219 dependent ones (bench/RESULTS.md). PDL: see pdl_enter."""
+        pdl_enter(PDL)
         attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, tl.program_id(0), tl.program_id(1), tl.program_id(2),
-                          tl.num_programs(1), H, HKV, DH, QR, BS, CT, DS, False, PDL, EARLY)
+                          tl.num_programs(1), H, HKV, DH, QR, BS, CT, DS, False)
 
     @triton.jit
     def attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, rd_id, g, b, G,
                           H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, QR: tl.constexpr,
-                          BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr, CG: tl.constexpr,
-                          PDL: tl.constexpr = 0, EARLY: tl.constexpr = False):
-        """attn_combine's body: (row, slice) rd_id = r * DS + d of group g (of G), row block b.
-        EARLY: pdl_enter(PDL) here, after the positions are read (no kernel of a forward writes them)."""
+                          BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr, CG: tl.constexpr):
+        """attn_combine's body: (row, slice) rd_id = r * DS + d of group g (of G), row block b."""
         r = rd_id // DS
         d0 = (rd_id % DS) * (DH // DS)
         REP: tl.constexpr = H // HKV
@@ -461,8 +434,6 @@ if triton is not None:
             OUT += b * RB * H * DH
             M = tl.minimum(M - b * RB, RB)
             c0, p_last = first_chunk(POS, M, window, BS)
-            if EARLY:
-                pdl_enter(PDL)
             c1 = p_last // BS
             base = b * S * G
             t0 = (c0 // CT) * CT
