@@ -14,6 +14,10 @@ does not depend on how many rows are present (rows are padded to a fixed 16 / 32
 count is never specialised), so a k+1-row verify gives bit-identical logits to k+1 one-row
 decodes. That is what makes the speculative output equal the plain output on the GPU too.
 
+Launch order: a kernel launched with programmatic dependent launch (FusedTiles.pdl) waits for the
+kernel before it in pdl_enter, before it reads anything a forward writes; only constant weights
+(gemv_tile's W0) are read ahead of that.
+
 Rounding follows the torch forward in gemma3.py: norms in fp32 rounded to the activation dtype,
 residual adds rounded to it, matmuls accumulated in fp32.
 """
