@@ -141,8 +141,7 @@ def sweep_tiles(eng, variants, pos=256, iters=100) -> list[dict]:
 TILE_VARIANTS = [
     {}, {"warps_small": 4}, {"bn_small": 32}, {"bk_small": 256}, {"bk_small": 64}, {"bk_tall": 128},
     {"bk_tall": 512}, {"warps_head": 8}, {"bn_head": 64}, {"bn_head": 256, "warps_head": 8}, {"block_keys": 16},
-    {"block_keys": 64}, {"warps_attn": 8}, {"warps_attn": 2}, {"split_norm": True},
-    {"split_norm": True, "bk_small": 256}, {"split_norm": True, "warps_small": 4},
+    {"block_keys": 64}, {"warps_attn": 8}, {"warps_attn": 2}, {"tails": False},
     {"head_q8": False},  # the bf16 head (the *_head tiles above apply only to it)
 ]
 
@@ -219,9 +218,9 @@ def profile_step(eng, rows=1, pos=256) -> list[tuple[str, float, int]]:
 def hf_generate(eng, prompt, n) -> dict:
     """transformers' Gemma3ForCausalLM on the same dequantized weights, bf16, generate()."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "models"))
-    from hf_reference import build_hf_gemma3
+    from hf_reference import build_hf
 
-    hf = build_hf_gemma3(eng.model, attn_implementation=None)  # as measured: the library default
+    hf = build_hf(eng.model, attn_implementation=None)  # as measured: the library default
     ids = torch.tensor([eng.tokenizer.encode(prompt)], device=eng.device)
     res = {}
     for label, kw in (("dynamic", {}), ("static", {"cache_implementation": "static"})):

@@ -11,26 +11,28 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
-from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
+from mtp_turbo.models.arch import ModelConfig, Rope, layer_tensors
+from mtp_turbo.models.decoder import Decoder  # noqa: E402
 from mtp_turbo.models.step import StepRunner  # noqa: E402
 
-cfg = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
-                   eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
+cfg = ModelConfig(family="gemma3", vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
+                   eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=512, sliding_pattern=6,
                    query_scale=256**-0.5, context_length=32768)
 dev = torch.device("cuda")
 g = torch.Generator(device="cpu").manual_seed(0)
 shapes = {"q": (1024, 640), "k": (256, 640), "v": (256, 640), "o": (640, 1024), "gate": (2048, 640),
           "up": (2048, 640), "down": (640, 2048), "q_norm": (256,), "k_norm": (256,)}
-W = {"token_embd": torch.randn(262144, 640, generator=g) * 0.03, "output_norm": 1 + 0.1 * torch.randn(640, generator=g)}
+W = {"token_embd.weight": torch.randn(262144, 640, generator=g) * 0.03,
+     "output_norm.weight": 1 + 0.1 * torch.randn(640, generator=g)}
 for i in range(cfg.n_layers):
-    for k, name in LAYER_TENSORS.items():
+    for k, name in layer_tensors(cfg).items():
         shp = shapes.get(k, (640,))
         W[f"blk.{i}.{name}"] = (1 + 0.1 * torch.randn(shp, generator=g)) if k.endswith("norm") else torch.randn(shp, generator=g) * 0.04
 
 
 def build(compile_):
-    Wd = {k: v.to(dev, torch.float32 if k.endswith("norm") else torch.bfloat16) for k, v in W.items()}
-    m = Gemma3(cfg, Wd, dev, torch.bfloat16)
+    Wd = {k: v.to(dev, torch.float32 if v.dim() == 1 else torch.bfloat16) for k, v in W.items()}
+    m = Decoder(cfg, Wd, dev, torch.bfloat16)
     kv = KVCache(cfg.n_layers, 4096, 1, 256, dev, torch.bfloat16)
     return m, kv, StepRunner(m, kv, use_graphs=True, compile=compile_)
 

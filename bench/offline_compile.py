@@ -292,12 +292,13 @@ def gemv_cuda_branch():
 # ---------------------------------------------------------------------------- workloads
 
 def _gemma(cfg, dtype, random: bool, seed: int = 0, head_q8: bool = False):
-    """A Gemma3 with random (tiny) or uninitialised (dry, real sizes) weights: matrices in dtype,
+    """A Gemma-3 Decoder with random (tiny) or uninitialised (dry, real sizes) weights: matrices in dtype,
     norms fp32 (as models/load.py); head_q8: the embedding's Q8_0 codes and scales kept (as the
     loader does on CUDA; the fused step's head then runs the frag8 GEMV on them)."""
     import torch
 
-    from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3
+    from mtp_turbo.models.arch import layer_tensors
+    from mtp_turbo.models.decoder import Decoder
 
     g = torch.Generator().manual_seed(seed)
     D, F, DH = cfg.hidden, cfg.ffn, cfg.head_dim
@@ -313,40 +314,40 @@ def _gemma(cfg, dtype, random: bool, seed: int = 0, head_q8: bool = False):
         t = torch.randn(*shape, generator=g) * scale
         return (1 + t if norm else t).to(dt)
 
-    w = {"token_embd": mk((cfg.vocab_size, D), False, 1.0), "output_norm": mk((D,), True)}
+    w = {"token_embd.weight": mk((cfg.vocab_size, D), False, 1.0), "output_norm.weight": mk((D,), True)}
     for i in range(cfg.n_layers):
-        for k, name in LAYER_TENSORS.items():
+        for k, name in layer_tensors(cfg).items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"))
     q8 = None
     if head_q8 and random:
         from mtp_turbo.quant.repack import PackedWeight
 
-        pw = PackedWeight.from_dense(w["token_embd"].float(), "q8_0")
-        q8, w["token_embd"] = (pw.qs, pw.scales), pw.dequantize().to(dtype)
+        pw = PackedWeight.from_dense(w["token_embd.weight"].float(), "q8_0")
+        q8, w["token_embd.weight"] = (pw.qs, pw.scales), pw.dequantize().to(dtype)
     elif head_q8:
         q8 = (torch.zeros(cfg.vocab_size, D, dtype=torch.int8),
               torch.zeros(cfg.vocab_size, D // 32, dtype=torch.float16))
-    return Gemma3(cfg, w, "cpu", dtype, head_q8=q8)
+    return Decoder(cfg, w, "cpu", dtype, head_q8=q8)
 
 
 def _tiny_cfg(**kw):
-    from mtp_turbo.models.gemma3 import Gemma3Config
+    from mtp_turbo.models.arch import ModelConfig, Rope
 
     # tests/models/test_fused.py tiny_model: hidden/ffn/vocab not powers of two nor tile multiples
     c = dict(vocab_size=300, hidden=48, n_layers=6, n_heads=4, n_kv_heads=1, head_dim=32, ffn=80, eps=1e-6,
-             rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=3, query_scale=32 ** -0.5,
+             rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=16, sliding_pattern=3, query_scale=32 ** -0.5,
              context_length=256)
     c.update(kw)
-    return Gemma3Config(**c)
+    return ModelConfig(family="gemma3", **c)
 
 
 def _real_cfg(layers=6, vocab=262144, ctx=4096):
-    from mtp_turbo.models.gemma3 import Gemma3Config
+    from mtp_turbo.models.arch import ModelConfig, Rope
 
     # Gemma-3-270M (the default model; the MTP head's tensors in mtp_turbo/data have these sizes);
     # layers cut to 6 (5 sliding + 1 global: the launch signatures are per kind, not per layer)
-    return Gemma3Config(vocab_size=vocab, hidden=640, n_layers=layers, n_heads=4, n_kv_heads=1, head_dim=256,
-                        ffn=2048, eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
+    return ModelConfig(family="gemma3", vocab_size=vocab, hidden=640, n_layers=layers, n_heads=4, n_kv_heads=1, head_dim=256,
+                        ffn=2048, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=512, sliding_pattern=6,
                         query_scale=256 ** -0.5, context_length=ctx)
 
 
@@ -356,12 +357,10 @@ def wl_main(dry_all: bool):
     from mtp_turbo.cache.kv import KVCache
     from mtp_turbo.models import fused
 
-    def run(cfg, dtype, random, rows, n_prefill, capacity, tiles=None, prefetch=False, head_q8=False):
+    def run(cfg, dtype, random, rows, n_prefill, capacity, tiles=None, head_q8=False):
         m = _gemma(cfg, dtype, random, head_q8=head_q8)
         kv = KVCache(cfg.n_layers, capacity, cfg.n_kv_heads, cfg.head_dim, "cpu", dtype)
         dec = fused.FusedDecoder(m, kv, **({"tiles": tiles} if tiles else {}))
-        if prefetch:  # what a CUDA device would launch (dry: recorded, not run)
-            dec.ptx = True
         g = torch.Generator().manual_seed(1)
         for T in rows:
             toks = torch.randint(0, cfg.vocab_size, (T,), generator=g)
@@ -370,8 +369,6 @@ def wl_main(dry_all: bool):
     for dt in ("float32", "bfloat16"):
         with workload(f"main tiny {dt} rows 1,4", dry=dry_all):
             run(_tiny_cfg(), getattr(torch, dt), True, (1, 4), 40, 96)
-    with workload("main tiny float32 split_norm=False (tile option)", dry=dry_all):
-        run(_tiny_cfg(), torch.float32, True, (1, 4), 40, 96, fused.FusedTiles(split_norm=False, tails=False, block_keys=16))
     with workload("main tiny bfloat16 without tails (tile option)", dry=dry_all):
         run(_tiny_cfg(), torch.bfloat16, True, (1, 4), 40, 96, fused.FusedTiles(tails=False))
     for dt in ("bfloat16", "float32"):
@@ -404,12 +401,6 @@ def wl_main(dry_all: bool):
             run(_real_cfg(vocab=32768), getattr(torch, dt), False, (1, 2, 3, 4, 5, 8), 600, 2048, head_q8=True)
         run(_real_cfg(vocab=32768), torch.bfloat16, False, (1, 5), 600, 2048, fused.FusedTiles(tails=False),
             head_q8=True)
-    with workload("main tiny float32 / Gemma-3-270M bfloat16, the persistent kernel (tile option)", dry=dry_all):
-        run(_tiny_cfg(), torch.float32, True, (1, 4), 40, 96, fused.FusedTiles(persistent=True))
-    with workload("main Gemma-3-270M bfloat16, the persistent kernel with its L2 prefetches", dry=True):
-        for v in ({}, {"prefetch": False}, {"persistent_backoff": 64}):
-            run(_real_cfg(), torch.bfloat16, False, (1, 4), 600, 2048, fused.FusedTiles(persistent=True, **v),
-                prefetch=True)
     with workload("main the greedy pick on the head's logits (1, 4, 8 rows of 262144; 1 of 32768)", dry=True):
         from mtp_turbo.models.greedy import GreedyPick
         for T, V in ((1, 262144), (4, 262144), (8, 262144), (1, 32768)):

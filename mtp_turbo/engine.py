@@ -26,9 +26,10 @@ from tqdm import tqdm
 from .cache.kv import KVCache
 from .engine_config import EngineConfig
 from .errors import ConfigError, ModelFileError, MtpTurboError
-from .io.gguf_file import GGUFFile, default_model_path
+from .io.gguf_file import GGUFFile
+from .io.registry import resolve_model
 from .io.tokenizer import GGUFTokenizer
-from .models.load import load_gemma3
+from .models.load import load_model
 from .models.step import StepRunner
 from .sampling.chain import sample_dist
 from .sampling.config import SamplerConfig
@@ -102,12 +103,12 @@ class Engine:
         which must be cfg's."""
         self.cfg = cfg
         self.device = pick_device(cfg.device)
-        path = Path(cfg.model) if cfg.model else default_model_path()
+        path = resolve_model(cfg.model)
         if gguf is not None and Path(gguf.path).resolve() != path.resolve():
             raise ValueError(f"the opened model file {gguf.path} is not the configured {path}")
         self.gguf = gguf if gguf is not None else GGUFFile(path)
         # RoPE tables for the cache's positions only, not the model's whole context
-        self.model = load_gemma3(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size)
+        self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size)
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)

@@ -42,3 +42,25 @@ def engine(model_path):
     from mtp_turbo.engine import Engine, EngineConfig
 
     return Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False))
+
+
+def _registry_model(name):
+    """A registry model's file; not installed is a failure (not a skip) that says how to install it."""
+    from mtp_turbo.errors import ModelFileError
+    from mtp_turbo.io.registry import resolve_model
+
+    try:
+        return resolve_model(name)
+    except ModelFileError as e:
+        problem = str(e)  # failed outside the except: no "during handling" chain in the report
+    pytest.fail(f"{problem} (the README's test command installs it)", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def smollm2_path():
+    return _registry_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen05_path():
+    return _registry_model("qwen2.5-coder-0.5b-instruct")

@@ -198,24 +198,25 @@ def test_floor_counts_each_byte_a_plain_step_reads_once(monkeypatch):
     import torch
 
     from mtp_turbo.benchmark import run
-    from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config
+    from mtp_turbo.models.arch import ModelConfig, Rope, layer_tensors
+    from mtp_turbo.models.decoder import Decoder
     from mtp_turbo.quant.kernels.frag8 import counters, for_weight8
     from mtp_turbo.quant.repack import PackedWeight
 
     V, D, DH, F, n_layers, window = 200, 64, 32, 96, 4, 16
-    cfg = Gemma3Config(vocab_size=V, hidden=D, n_layers=n_layers, n_heads=2, n_kv_heads=1, head_dim=DH, ffn=F,
-                       eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=window, sliding_pattern=2,
-                       query_scale=DH ** -0.5, context_length=128)
+    cfg = ModelConfig(family="gemma3", vocab_size=V, hidden=D, n_layers=n_layers, n_heads=2, n_kv_heads=1, head_dim=DH,
+                      ffn=F, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=window,
+                      sliding_pattern=2, query_scale=DH ** -0.5, context_length=128)
     shapes = {"attn_norm": (D,), "q": (2 * DH, D), "k": (DH, D), "v": (DH, D), "q_norm": (DH,), "k_norm": (DH,),
               "o": (D, 2 * DH), "post_attn_norm": (D,), "ffn_norm": (D,), "gate": (F, D), "up": (F, D),
               "down": (D, F), "post_ffn_norm": (D,)}
     w = {f"blk.{i}.{name}": torch.ones(shapes[k]) if k.endswith("norm") else torch.randn(shapes[k]).bfloat16()
-         for i in range(n_layers) for k, name in LAYER_TENSORS.items()}
+         for i in range(n_layers) for k, name in layer_tensors(cfg).items()}
     pw = PackedWeight.from_dense(torch.randn(V, D), "q8_0")
-    w |= {"output_norm": torch.ones(D), "token_embd": pw.dequantize().bfloat16()}
+    w |= {"output_norm.weight": torch.ones(D), "token_embd.weight": pw.dequantize().bfloat16()}
     file_bytes = {n: t.numel() * t.element_size() for n, t in w.items()}
-    layers = sum(file_bytes.values()) - file_bytes["token_embd"]
-    m = Gemma3(cfg, w, "cpu", torch.bfloat16, head_q8=(pw.qs, pw.scales))
+    layers = sum(file_bytes.values()) - file_bytes["token_embd.weight"]
+    m = Decoder(cfg, w, "cpu", torch.bfloat16, head_q8=(pw.qs, pw.scales))
     kv = SimpleNamespace(**{n: torch.zeros(2, 8, 1, DH, dtype=torch.bfloat16) for n in ("k", "v")})
     monkeypatch.setattr(run, "copy_bandwidth", lambda dev: 1.0)  # GB/s
     context = 40
@@ -223,7 +224,7 @@ def test_floor_counts_each_byte_a_plain_step_reads_once(monkeypatch):
     for q8 in (False, True):
         runner = SimpleNamespace(fused=SimpleNamespace(head_w=m.head_packed() if q8 else None))
         eng = SimpleNamespace(model=m, kv=kv, device=torch.device("cpu"), runner=runner)
-        head = pw.qs.nbytes + pw.scales.nbytes + D * 2 if q8 else file_bytes["token_embd"]
+        head = pw.qs.nbytes + pw.scales.nbytes + D * 2 if q8 else file_bytes["token_embd.weight"]
         f = run.bandwidth_floor(eng, context)
         assert (f["weight_bytes"], f["kv_bytes"], f["head"]) == (layers + head, kv_bytes, "q8_0" if q8 else "dense")
         assert f["tps"] == pytest.approx(1e9 / (layers + head + kv_bytes))

@@ -50,23 +50,23 @@ def test_truncated_gguf(capsys, tmp_path, model_path):
 def test_unsupported_architecture(capsys, tmp_path):
     from mtp_turbo.io.gguf_write import write_gguf
 
-    p = tmp_path / "llama.gguf"
+    p = tmp_path / "mamba.gguf"
     emb = np.zeros((8, 32), dtype=np.float32)
-    write_gguf(p, "llama", {"llama.context_length": 64}, {"token_embd.weight": (emb.view(np.uint8).ravel(), 0, (8, 32))})
+    write_gguf(p, "mamba", {"mamba.context_length": 64}, {"token_embd.weight": (emb.view(np.uint8).ravel(), 0, (8, 32))})
     rc, _, err = run(capsys, "generate", "hi", "--model", str(p), "--device", "cpu")
     assert rc != 0
-    one_line_error(err, "unsupported architecture", "llama")
+    one_line_error(err, "unsupported architecture", "mamba", "gemma3, llama, qwen2")
 
 
 def test_unsupported_tensor_type(model_path):
     from mtp_turbo.io.gguf_file import GGUFFile
-    from mtp_turbo.models.load import load_gemma3
+    from mtp_turbo.models.load import load_model
 
     gf = GGUFFile(model_path)
     name = "blk.3.ffn_up.weight"
     gf.tensors[name] = dataclasses.replace(gf.tensors[name], ggml_type=16)  # IQ2_XXS
     with pytest.raises(ModelFileError, match="blk.3.ffn_up.weight.*IQ2_XXS"):
-        load_gemma3(gf, device=__import__("torch").device("cpu"), progress=False)
+        load_model(gf, device=__import__("torch").device("cpu"), progress=False)
 
 
 @pytest.mark.parametrize("flags,words", [
@@ -189,7 +189,7 @@ def no_model(monkeypatch):
         raise AssertionError("the model was loaded")
 
     monkeypatch.setattr("mtp_turbo.engine.Engine", boom)
-    monkeypatch.setattr("mtp_turbo.models.load.load_gemma3", boom)
+    monkeypatch.setattr("mtp_turbo.models.load.load_model", boom)
 
 
 @pytest.mark.parametrize("argv,words", [

@@ -210,13 +210,13 @@ def copy_bandwidth(device: torch.device) -> float:
 
 
 def step_weight_bytes(m, q8_head: bool) -> int:
-    """Weight bytes a plain 1-row step of the main model m (a Gemma3) reads, each byte once: every
-    layer's matrices and norms (q / k / v and gate / up are views of the fused qkv / gate_up, those
-    views of one stacked storage a kind: counted as the memory they span), the final norm, one
-    embedding row, and the LM head: the file's Q8_0 codes and scales where the step's head reads
-    them (q8_head), else the dense embedding (which holds that row)."""
+    """Weight bytes a plain 1-row step of the main model m (a Decoder) reads, each byte once: every
+    layer's matrices, norms and biases (q / k / v and gate / up are views of the fused qkv / gate_up:
+    counted as the memory they span), the final norm, one embedding row, and the LM head: the file's
+    Q8_0 codes and scales where the step's head reads them (q8_head), else the dense head (the
+    embedding when tied, which holds that row)."""
     tensors = [m.out_norm, *(t for L in m.layers for t in L.values())]
-    tensors += [m.embed[0], *m.head_q8] if q8_head else [m.embed]
+    tensors += [m.embed[0], *m.head_q8] if q8_head else [m.embed[0], m.head_weight]
     return _span_bytes(tensors)
 
 
@@ -250,7 +250,7 @@ def bandwidth_floor(eng, context: int) -> dict | None:
         weights = step_weight_bytes(m, step_reads_q8_head(eng))
         c, kv = m.cfg, eng.kv
         cell = 2 * c.n_kv_heads * c.head_dim * kv.k.element_size()
-        window = getattr(c, "sliding_window", context)
+        window = c.sliding_window or context
         kv_bytes = sum(cell * (context if c.is_global(i) else min(context, window)) for i in range(c.n_layers))
     except (AttributeError, TypeError):
         return None  # the model's layout changed: no floor rather than a wrong one

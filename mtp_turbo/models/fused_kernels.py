@@ -1,13 +1,16 @@
 """Triton kernels of the fused few-row decode step (decode 1 row, verify k+1 rows).
 
-Owns: the kernels of the fused few-row steps and nothing else: `linear` (GEMV for up to 16 rows
-with the sandwich norms and the residual add folded into its prologue and GELU-gating into its
-epilogue), `residual_norm` (that prologue as its own kernel), `qk_rope_write` (q/k RMSNorm + RoPE,
-K/V written into the cache), `linear_norm` / `linear_rope` (a GEMV whose last program per row block
-then runs residual_norm's / qk_rope_write's work on its output: FusedTiles.tails), `attn_partial`
-(one chunk of keys per program, flash-decoding style) and `attn_combine`; each kernel's body as a
-`*_tile` function with explicit program ids, which persistent_kernels.py runs too. Ignores: buffers,
-shapes and launch order (fused.py, mtp_step.py), the MTP head's own kernels (mtp_kernels.py).
+Owns: the kernels of the fused few-row steps and nothing else: `linear` (GEMV for up to 16 rows,
+a bias or the MLP's gating (GeGLU or SwiGLU) in its epilogue), `residual_norm` (the residual add,
+with Gemma's sandwich norm of the sub-block's output or without it, and the next RMSNorm),
+`qk_rope_write` (q/k RMSNorm where the family has it, RoPE, K/V written into the cache),
+`linear_norm` / `linear_rope` (a GEMV whose last program per row block then runs residual_norm's /
+qk_rope_write's work on its output: FusedTiles.tails), `attn_partial` (one chunk of keys per
+program, flash-decoding style) and `attn_combine`; each kernel's body as a `*_tile` function with
+explicit program ids. The family's traits are compile-time switches (POST: sandwich norms; QKN:
+q/k norms; SILU: SwiGLU; HAS_BIAS), so each family's kernels compile to its own straight-line code.
+Ignores: buffers, shapes and launch order (fused.py, mtp_step.py), the MTP head's own kernels
+(mtp_kernels.py).
 
 Batch invariance: every kernel computes each row from that row's inputs alone, in an order that
 does not depend on how many rows are present (rows are padded to a fixed 16 / 32 and the row
@@ -18,8 +21,8 @@ Launch order: a kernel launched with programmatic dependent launch (FusedTiles.p
 kernel before it in pdl_enter, before it reads anything a forward writes; only constant weights
 (gemv_tile's W0) are read ahead of that.
 
-Rounding follows the torch forward in gemma3.py: norms in fp32 rounded to the activation dtype,
-residual adds rounded to it, matmuls accumulated in fp32.
+Rounding follows the torch forward (block.py): norms in fp32 rounded to the activation dtype,
+residual adds rounded to it, matmuls accumulated in fp32 (a bias added there before the rounding).
 """
 
 from __future__ import annotations
@@ -67,41 +70,22 @@ if triton is not None:
 
     @triton.jit
     def ld(P, mask, other, CG: tl.constexpr):
-        """tl.load; CG: bypassing L1 (.cg), for what other programs of the same launch stored (a
-        persistent kernel's earlier stages: L1 is not coherent between SMs)."""
+        """tl.load; CG: bypassing L1 (.cg), for what other programs of the same launch stored (L1
+        is not coherent between SMs)."""
         if CG:
             return tl.load(P, mask=mask, other=other, cache_modifier=".cg")
         else:
             return tl.load(P, mask=mask, other=other)
 
     @triton.jit
-    def _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd,
-                 PRO: tl.constexpr, ACT: tl.constexpr, CG: tl.constexpr):
-        # The GEMV input for columns rk of rows rm, [MP, BK] in ACT: PRO 0 = X as is (CG: see ld);
-        # 1 = rmsnorm(X) * WPRE; 2 = rmsnorm(H + rmsnorm(DELTA) * WPOST) * WPRE.
-        msk = m_mask[:, None] & k_mask[None, :]
-        off = rm[:, None] * K + rk[None, :]
-        if PRO == 0:
-            x = ld(X + off, msk, 0.0, CG).to(ACT)
-        else:
-            wpre = tl.load(WPRE + rk, mask=k_mask, other=0.0).to(tl.float32)
-            if PRO == 1:
-                hf = tl.load(X + off, mask=msk, other=0.0).to(tl.float32)
-            else:
-                d = tl.load(DELTA + off, mask=msk, other=0.0).to(tl.float32)
-                wpost = tl.load(WPOST + rk, mask=k_mask, other=0.0).to(tl.float32)
-                dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
-                hf = (tl.load(H + off, mask=msk, other=0.0).to(tl.float32) + dn).to(ACT).to(tl.float32)
-            x = (hf * rstd[:, None] * wpre[None, :]).to(ACT)
-        return x
-
-    @triton.jit
     def _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, h_mask, K, eps,
-                   PRO: tl.constexpr, KP: tl.constexpr, ACT: tl.constexpr, STORE_X: tl.constexpr):
-        # Rows rm ([R], m_mask) of the sandwich norm over K columns: PRO 1: x = rmsnorm(H) * WPRE;
-        # PRO 2: h = H + rmsnorm(DELTA) * WPOST (stored into HOUT where h_mask), x = rmsnorm(h) *
-        # WPRE; STORE_X: x stored into XOUT. -> (rd, rstd) [R] fp32: the inverse RMS of DELTA and
-        # of the norm input. Loads bypass L1 (.cg): a tail reads what other programs just stored.
+                   PRO: tl.constexpr, KP: tl.constexpr, ACT: tl.constexpr, STORE_X: tl.constexpr,
+                   POST: tl.constexpr = True):
+        # Rows rm ([R], m_mask) of the residual norm over K columns: PRO 1: x = rmsnorm(H) * WPRE;
+        # PRO 2: h = H + rmsnorm(DELTA) * WPOST (POST: Gemma's sandwich norm) or h = H + DELTA
+        # (pre-norm families), stored into HOUT where h_mask, x = rmsnorm(h) * WPRE; STORE_X: x
+        # stored into XOUT. -> (rd, rstd) [R] fp32: the inverse RMS of DELTA (POST) and of the norm
+        # input. Loads bypass L1 (.cg): a tail reads what other programs just stored.
         rka = tl.arange(0, KP)
         ka_mask = rka < K
         msk = m_mask[:, None] & ka_mask[None, :]
@@ -115,12 +99,16 @@ if triton is not None:
         else:
             d = tl.load(DELTA + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
             hin = tl.load(H + off, mask=msk, other=0.0, cache_modifier=".cg").to(tl.float32)
-            wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
+            if POST:
+                wpost = tl.load(WPOST + rka, mask=ka_mask, other=0.0).to(tl.float32)
         if STORE_X:
             wpre = tl.load(WPRE + rka, mask=ka_mask, other=0.0).to(tl.float32)
         if PRO == 2:
-            rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
-            dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
+            if POST:
+                rd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / K + eps)
+                dn = (d * rd[:, None] * wpost[None, :]).to(ACT).to(tl.float32)
+            else:
+                dn = d
             h = (hin + dn).to(ACT)
             tl.store(HOUT + off, h, mask=msk & h_mask[:, None])
             hf = h.to(tl.float32)
@@ -130,10 +118,15 @@ if triton is not None:
         return rd, rstd
 
     @triton.jit
-    def gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, pid, b,
-                  PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-                  BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr,
-                  PDL: tl.constexpr = 0, W0: tl.constexpr = False):
+    def silu(z):
+        # z * sigmoid(z) as torch computes it in fp32: z / (1 + e^-z)
+        return z / (1.0 + tl.exp(-z))
+
+    @triton.jit
+    def gemv_tile(X, W, Y, BIAS, M, N, K, pid, b,
+                  GATED: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr, PDL: tl.constexpr = 0,
+                  W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, SILU: tl.constexpr = False):
         """linear's body (its docstring): the tile of output columns pid of row block b. CG: X read
         past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages); PDL: see
         pdl_enter, which this runs before its first input is read; W0: the first BK columns of the
@@ -151,13 +144,6 @@ if triton is not None:
         pdl_enter(PDL)
         rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
-        rd = tl.zeros([MP], dtype=tl.float32)
-        rstd = tl.zeros([MP], dtype=tl.float32)
-        if PRO == 1:  # per-row inverse RMS of the norm inputs, over the whole row
-            rd, rstd = _norm_rows(X, X, X, X, X, X, rm, m_mask, m_mask, K, eps, 1, KP, ACT, False)
-        elif PRO == 2:  # program 0 also stores the new residual
-            rd, rstd = _norm_rows(H, DELTA, WPOST, WPRE, HOUT, HOUT, rm, m_mask, m_mask & (rm * 0 + pid == 0), K, eps,
-                                  2, KP, ACT, False)
         rn = pid * BN + tl.arange(0, BN)
         n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
@@ -165,42 +151,47 @@ if triton is not None:
         K0: tl.constexpr = BK if W0 else 0
         if W0:  # the loop's first step, on the weights loaded above
             rk0 = tl.arange(0, BK)
-            x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk0, rk0 < K, K, rd, rstd, PRO, ACT, CG)
+            x = ld(X + rm[:, None] * K + rk0[None, :], m_mask[:, None] & (rk0 < K)[None, :], 0.0, CG).to(ACT)
             acc = tl.dot(x, tl.trans(w0), acc, input_precision=PREC)
             if GATED:
                 acc_u = tl.dot(x, tl.trans(wu0), acc_u, input_precision=PREC)
         for k0 in tl.range(K0, K, BK, num_stages=ST):
             rk = k0 + tl.arange(0, BK)
             k_mask = rk < K
-            x = _x_chunk(X, H, DELTA, WPOST, WPRE, rm, m_mask, rk, k_mask, K, rd, rstd, PRO, ACT, CG)
+            x = ld(X + rm[:, None] * K + rk[None, :], m_mask[:, None] & k_mask[None, :], 0.0, CG).to(ACT)
             w_msk = n_mask[:, None] & k_mask[None, :]
             w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
             if GATED:
                 wu = tl.load(W + (rn + N)[:, None] * K + rk[None, :], mask=w_msk, other=0.0)
                 acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
+        if HAS_BIAS:
+            acc += tl.load(BIAS + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         if GATED:
             g = acc.to(ACT).to(tl.float32)
             u = acc_u.to(ACT).to(tl.float32)
-            gl = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+            if SILU:
+                gl = silu(g)
+            else:
+                gl = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
             acc = gl.to(ACT).to(tl.float32) * u
         y_msk = m_mask[:, None] & n_mask[None, :]
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps,
-               PRO: tl.constexpr, GATED: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0,
-               W0: tl.constexpr = False):
-        """Y[M, N] = x[M, K] @ W[:N].T (GATED: gelu_tanh(x @ W[:N].T) * (x @ W[N:2N].T)).
-        x per PRO (see _x_chunk); with PRO 2 programs (0, b) also store the new residual into HOUT.
-        W [N or 2N, K] row-major in the activation dtype (X's); X/H/DELTA/HOUT [M, K]; Y [M, N].
+    def linear(X, W, Y, BIAS, M, N, K,
+               GATED: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
+               PDL: tl.constexpr = 0, W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False,
+               SILU: tl.constexpr = False):
+        """Y[M, N] = X[M, K] @ W[:N].T (+ BIAS[N] with HAS_BIAS); GATED: act(X @ W[:N].T) * (X @
+        W[N:2N].T), act GELU (tanh) or SiLU (SILU), each product rounded to the activation dtype
+        first. W [N or 2N, K] row-major in the activation dtype (X's); Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
-        stored): a row's arithmetic is the same whatever b and M; KP = next power of two >= K.
+        stored): a row's arithmetic is the same whatever b and M.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits).
         PDL, W0: see gemv_tile (FusedTiles.pdl, pdl_w0)."""
-        gemv_tile(X, H, DELTA, WPOST, WPRE, HOUT, W, Y, M, N, K, eps, tl.program_id(0), tl.program_id(1),
-                  PRO, GATED, MP, KP, BN, BK, PREC, False, None, PDL, W0)
+        gemv_tile(X, W, Y, BIAS, M, N, K, tl.program_id(0), tl.program_id(1), GATED, MP, BN, BK, PREC, False,
+                  None, PDL, W0, HAS_BIAS, SILU)
 
     @triton.jit
     def last_arrival(CNT, n):
@@ -215,28 +206,29 @@ if triton is not None:
 
     @triton.jit(do_not_specialize=["M"])
     def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
-                    MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
+                    MP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
                     BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr,
-                    PDL: tl.constexpr = 0, W0: tl.constexpr = False):
-        """Y = X @ W.T (linear, PRO 0), then the norm after it in the program of each row block
-        that finishes last (FusedTiles.tails). TP 2, the sandwich norm: HOUT = RES + rmsnorm(Y) *
-        WPOST, XOUT = rmsnorm(HOUT) * WPRE; TP 1 (the MTP head's fc, whose output is the residual
-        itself): XOUT = rmsnorm(Y) * WPRE (RES, WPOST, HOUT unused). Over the block's rows, RT rows a
-        pass (residual_norm's arithmetic on the same [RT, NP] tiles, so a row's bits do not depend
-        on which kernel or block ran it). CNT: int32 [row blocks], zero before the launch and after
-        it. Y/RES/HOUT/XOUT [M, N]. PDL, W0: see gemv_tile."""
+                    PDL: tl.constexpr = 0, W0: tl.constexpr = False, POST: tl.constexpr = True):
+        """Y = X @ W.T (linear), then the norm after it in the program of each row block that
+        finishes last (FusedTiles.tails). TP 2, the residual norm: HOUT = RES + rmsnorm(Y) * WPOST
+        (POST: Gemma's sandwich norm; else RES + Y), XOUT = rmsnorm(HOUT) * WPRE; TP 1 (the MTP
+        head's fc, whose output is the residual itself): XOUT = rmsnorm(Y) * WPRE (RES, WPOST, HOUT
+        unused). Over the block's rows, RT rows a pass (residual_norm's arithmetic on the same [RT,
+        NP] tiles, so a row's bits do not depend on which kernel or block ran it). CNT: int32 [row
+        blocks], zero before the launch and after it. Y/RES/HOUT/XOUT [M, N]. PDL, W0: see gemv_tile."""
         linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
-                         tl.program_id(1), tl.num_programs(0), MP, KP, NP, RT, BN, BK, PREC, False, None, TP,
-                         PDL, W0)
+                         tl.program_id(1), tl.num_programs(0), MP, NP, RT, BN, BK, PREC, False, None, TP,
+                         PDL, W0, POST)
 
     @triton.jit
     def linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, pid, b, n_tiles,
-                         MP: tl.constexpr, KP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
+                         MP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
                          BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
-                         ST: tl.constexpr, TP: tl.constexpr, PDL: tl.constexpr = 0, W0: tl.constexpr = False):
+                         ST: tl.constexpr, TP: tl.constexpr, PDL: tl.constexpr = 0, W0: tl.constexpr = False,
+                         POST: tl.constexpr = True):
         """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail (TP)."""
         ACT: tl.constexpr = X.dtype.element_ty
-        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST, PDL, W0)
+        gemv_tile(X, W, Y, X, M, N, K, pid, b, False, MP, BN, BK, PREC, CG, ST, PDL, W0)
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
@@ -244,67 +236,71 @@ if triton is not None:
                 if TP == 1:
                     _norm_rows(Y, Y, WPRE, WPRE, XOUT, XOUT, rm, m_mask, m_mask, N, eps, 1, NP, ACT, True)
                 else:
-                    _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True)
+                    _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True, POST)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear_rope(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
-                    H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr, KP: tl.constexpr,
+    def linear_rope(X, W, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+                    H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
                     RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
-                    PDL: tl.constexpr = 0, W0: tl.constexpr = False):
-        """The qkv GEMV (linear, PRO 0; Y [M, (H + 2 HKV) DH]), then qk_rope_write's work for each
-        head in the program that finishes that head's DH / BN column tiles of a row block last
-        (FusedTiles.tails): query heads normed + roped into QOUT, K heads normed + roped and V
-        heads copied into the cache cells at POS, RT rows a pass (_rope_rows: the same arithmetic
-        as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and after. PDL, W0: see
-        gemv_tile."""
-        linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
-                         tl.program_id(1), H, HKV, DH, MP, KP, RT, BN, BK, PREC, False, None, PDL, W0)
+                    PDL: tl.constexpr = 0, W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False,
+                    QKN: tl.constexpr = True):
+        """The qkv GEMV (linear, + BIAS with HAS_BIAS; Y [M, (H + 2 HKV) DH]), then qk_rope_write's
+        work for each head in the program that finishes that head's DH / BN column tiles of a row
+        block last (FusedTiles.tails): query heads (normed with QKN) + roped into QOUT, K heads
+        (normed) + roped and V heads copied into the cache cells at POS, RT rows a pass (_rope_rows:
+        the same arithmetic as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and
+        after. PDL, W0: see gemv_tile."""
+        linear_rope_tile(X, W, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
+                         tl.program_id(1), H, HKV, DH, MP, RT, BN, BK, PREC, False, None, PDL, W0, HAS_BIAS, QKN)
 
     @triton.jit
-    def linear_rope_tile(X, W, Y, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
+    def linear_rope_tile(X, W, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
                          H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
-                         KP: tl.constexpr, RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                         RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr, PDL: tl.constexpr = 0,
-                         W0: tl.constexpr = False):
+                         W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, QKN: tl.constexpr = True):
         """linear_rope's body: column tile pid of row block b, then the tail of its head."""
         ACT: tl.constexpr = KC.dtype.element_ty
-        gemv_tile(X, X, X, X, X, X, W, Y, M, N, K, eps, pid, b, 0, False, MP, KP, BN, BK, PREC, CG, ST, PDL, W0)
+        gemv_tile(X, W, Y, BIAS, M, N, K, pid, b, False, MP, BN, BK, PREC, CG, ST, PDL, W0, HAS_BIAS)
         j = pid * BN // DH
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 _rope_rows(Y, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
-                           H, HKV, DH, ACT)
+                           H, HKV, DH, ACT, QKN)
 
     @triton.jit(do_not_specialize=["M"])
     def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, M, K, eps, PRO: tl.constexpr, KP: tl.constexpr,
-                      RT: tl.constexpr, PDL: tl.constexpr = 0):
-        """Program b: rows b * RT.. (< M) of the GEMV prologue as its own kernel
-        (FusedTiles.split_norm): PRO 1: XOUT = rmsnorm(H) * WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) *
-        WPOST, then XOUT = rmsnorm(HOUT) * WPRE. Same rounding points as linear's prologue; the
-        same [RT, KP] tiles as linear_norm's tail. PDL: see pdl_enter."""
+                      RT: tl.constexpr, PDL: tl.constexpr = 0, POST: tl.constexpr = True):
+        """Program b: rows b * RT.. (< M) of the norm before a GEMV: PRO 1: XOUT = rmsnorm(H) *
+        WPRE; PRO 2: HOUT = H + rmsnorm(DELTA) * WPOST (POST) or H + DELTA, then XOUT =
+        rmsnorm(HOUT) * WPRE. The same [RT, KP] tiles as linear_norm's tail. PDL: see pdl_enter."""
         pdl_enter(PDL)
         ACT: tl.constexpr = XOUT.dtype.element_ty
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
         m_mask = rm < M
-        _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, K, eps, PRO, KP, ACT, True)
+        _norm_rows(H, DELTA, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, K, eps, PRO, KP, ACT, True, POST)
 
     @triton.jit
-    def _norm_rope(lo, hi, wlo, whi, cos, sin, eps, DH: tl.constexpr, ACT: tl.constexpr):
-        # RMSNorm over heads of DH values (halves lo, hi [..., DH/2] fp32; the last axis), rounded
-        # to ACT, then rotate-half RoPE (cos, sin broadcast to lo's shape).
-        ss = tl.sum(lo * lo, axis=-1, keep_dims=True) + tl.sum(hi * hi, axis=-1, keep_dims=True)
-        rstd = 1.0 / tl.sqrt(ss / DH + eps)
-        nlo = (lo * rstd * wlo).to(ACT).to(tl.float32)
-        nhi = (hi * rstd * whi).to(ACT).to(tl.float32)
+    def _norm_rope(lo, hi, wlo, whi, cos, sin, eps, DH: tl.constexpr, ACT: tl.constexpr, QKN: tl.constexpr):
+        # RMSNorm over heads of DH values (halves lo, hi [..., DH/2] fp32; the last axis; QKN: the
+        # family has q/k norms), rounded to ACT, then rotate-half RoPE (cos, sin broadcast to lo's shape).
+        if QKN:
+            ss = tl.sum(lo * lo, axis=-1, keep_dims=True) + tl.sum(hi * hi, axis=-1, keep_dims=True)
+            rstd = 1.0 / tl.sqrt(ss / DH + eps)
+            nlo = (lo * rstd * wlo).to(ACT).to(tl.float32)
+            nhi = (hi * rstd * whi).to(ACT).to(tl.float32)
+        else:
+            nlo = lo
+            nhi = hi
         return (nlo * cos - nhi * sin).to(ACT), (nhi * cos + nlo * sin).to(ACT)
 
     @triton.jit
     def _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, j, eps,
-                   H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, ACT: tl.constexpr):
+                   H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, ACT: tl.constexpr, QKN: tl.constexpr):
         # Head j of rows rm [R] (< M) of QKV [M, (H + 2 HKV) DH]: j < H a query head into QOUT
-        # [M, H, DH] (normed, roped); j < H + HKV a K head (normed, roped) into KC's cells at POS;
-        # else a V head copied into VC's. Loads bypass L1 (.cg): linear_rope's tail reads what
-        # other programs just stored.
+        # [M, H, DH] (normed with QKN, roped); j < H + HKV a K head (normed, roped) into KC's cells
+        # at POS; else a V head copied into VC's. Loads bypass L1 (.cg): linear_rope's tail reads
+        # what other programs just stored.
         ok = rm < M
         rh = tl.arange(0, DH // 2)
         p = tl.load(POS + rm, mask=ok, other=0)
@@ -320,8 +316,12 @@ if triton is not None:
             else:
                 wn = KN
                 out = KC + (p * HKV + j - H)[:, None] * DH + rh[None, :]
-            olo, ohi = _norm_rope(lo, hi, tl.load(wn + rh)[None, :].to(tl.float32),
-                                  tl.load(wn + DH // 2 + rh)[None, :].to(tl.float32), cos, sin, eps, DH, ACT)
+            wlo = tl.zeros([1, DH // 2], dtype=tl.float32)
+            whi = wlo
+            if QKN:
+                wlo = tl.load(wn + rh)[None, :].to(tl.float32)
+                whi = tl.load(wn + DH // 2 + rh)[None, :].to(tl.float32)
+            olo, ohi = _norm_rope(lo, hi, wlo, whi, cos, sin, eps, DH, ACT, QKN)
             tl.store(out, olo, mask=ok[:, None])
             tl.store(out + DH // 2, ohi, mask=ok[:, None])
         else:
@@ -332,7 +332,7 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, M, eps,
                       H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, RT: tl.constexpr,
-                      PDL: tl.constexpr = 0):
+                      PDL: tl.constexpr = 0, QKN: tl.constexpr = True):
         """Program (b, j) of a (row tiles, H + 2 HKV) grid: rows b * RT.. (< M) of QKV [M, (H + 2 HKV)
         DH] -> for j < H query head j into QOUT [M, H, DH] (normed, roped); else K head j - H
         (normed, roped) or V head j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at POS.
@@ -342,7 +342,7 @@ if triton is not None:
         pdl_enter(PDL)
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
         _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, tl.program_id(1), eps, H, HKV, DH,
-                   KC.dtype.element_ty)
+                   KC.dtype.element_ty, QKN)
 
     @triton.jit
     def first_chunk(POS, M, window, BS: tl.constexpr):

@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .block import BlockDims, attend, finish, linear, project_qkv, rms_norm, rope_tables
-from .gemma3 import LAYER_TENSORS
+from .arch import FAMILIES, GELU_TANH, BlockSpec, layer_tensors
+from .block import attend, finish, linear, project_qkv, rms_norm, rope_tables
 
 ARCH = "gemma3-mtp"
 HIDDEN_SOURCES = ("pre_norm", "post_norm")
@@ -66,21 +66,22 @@ class MTPConfig:
         return self.head_dim ** -0.5
 
     @property
-    def block(self) -> BlockDims:
-        return BlockDims(self.hidden, self.n_heads, self.n_kv_heads, self.head_dim, self.ffn, self.eps,
-                         self.query_scale)
+    def block(self) -> BlockSpec:
+        # a Gemma-3 block (heads exist for Gemma-3 main models only)
+        return BlockSpec(self.hidden, self.n_heads, self.n_kv_heads, self.head_dim, self.ffn, self.eps,
+                         self.query_scale, sandwich_norms=True, activation=GELU_TANH, qk_norm=True, qkv_bias=False)
 
     @classmethod
     def for_main(cls, mc, hidden_source: str = "pre_norm") -> "MTPConfig":
         return cls(hidden=mc.hidden, n_heads=mc.n_heads, n_kv_heads=mc.n_kv_heads, head_dim=mc.head_dim,
-                   ffn=mc.ffn, eps=mc.eps, rope_base=mc.rope_local, n_layer=mc.n_layers, hidden_source=hidden_source)
+                   ffn=mc.ffn, eps=mc.eps, rope_base=mc.rope_local.base, n_layer=mc.n_layers, hidden_source=hidden_source)
 
 
 def tensor_names(cfg: MTPConfig) -> dict[str, str]:
     """internal weight name -> GGUF tensor name."""
     L = cfg.n_layer
     names = {k: f"blk.{L}.{v}.weight" for k, v in NEXTN_TENSORS.items()}
-    names.update({k: f"blk.{L}.{v}.weight" for k, v in LAYER_TENSORS.items()})
+    names.update({k: f"blk.{L}.{v}" for k, v in layer_tensors(FAMILIES["gemma3"]).items()})
     return names
 
 

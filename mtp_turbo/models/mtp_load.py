@@ -112,7 +112,7 @@ def pack_ops(W: dict[str, torch.Tensor], packed: dict, head, cfg: MTPConfig, bac
 
 def _main_head(main_gguf, vocab_ids: torch.Tensor | None, main=None):
     """The main model's LM head (tied embedding) in its own block format, rows gathered: from
-    the Q8_0 codes the main model keeps on its device (Gemma3.head_q8: no second read and copy
+    the Q8_0 codes the main model keeps on its device (Decoder.head_q8: no second read and copy
     of the file's 178 MB on the host), else from the file on the CPU; None when neither is there
     or the file's format has no GEMV kernel."""
     from ..quant.repack import BLOCK_FORMATS, PackedWeight
@@ -134,7 +134,7 @@ def _main_head(main_gguf, vocab_ids: torch.Tensor | None, main=None):
 def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None,
               draft_quant: str = "q8_0", head_quant: str = "main", gemv_backend: str = "auto",
               tile=None, main_gguf=None) -> MTPHead:
-    """MTPHead from a head GGUF, tied to the main model `main` (a Gemma3), with the --draft-quant
+    """MTPHead from a head GGUF, tied to the main model `main` (a Decoder of the Gemma-3 family), with the --draft-quant
     policy `draft_quant` applied (see apply_draft_quant). Raises ModelFileError when the file is
     not a head, misses tensors, or was trained for another base model.
 

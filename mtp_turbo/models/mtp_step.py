@@ -13,8 +13,9 @@ Owns: `TorchMTPStep` and `FusedMTPStep`, which compute the same four things:
   chained state;
 - logits(h [1, D], j) -> fp32 [1, N]: final norm and the head's rows, for chain step j (a fused
   step keeps each step's logits in its own buffer row).
-No host syncs and fixed launch shapes: both can be captured in a CUDA graph. With dense (bf16)
-matrices the fused step runs the main model's layer kernels with their tails (FusedTiles.tails):
+No host syncs and fixed launch shapes: both can be captured in a CUDA graph. The fused step runs
+its block through the main model's layer plan (layer_plan.py). With dense (bf16) matrices that
+plan's kernels run with their tails (FusedTiles.tails):
 mtp_inputs, fc + attention norm, qkv + q/k norm + RoPE + K/V write, attn_cells, o + residual
 norm, gate|up + gating, down + residual + final norm: 7 launches before the head's. Packed
 matrices (Q8_0 ...) take their own GEMV with the norms, the RoPE and the gating as kernels of
@@ -27,9 +28,10 @@ from __future__ import annotations
 
 import torch
 
-from . import fused_kernels as fk
+import dataclasses
+
 from . import mtp_kernels as mk
-from .fused import MP, NORM_ROWS, FusedTiles, _pow2
+from .layer_plan import MP, FusedTiles, LayerPlan, pow2
 from .mtp_head import MTPHead
 
 MAX_ROWS = MP  # catch-up rows one fused launch takes (the GEMV's row tile)
@@ -87,7 +89,6 @@ class FusedMTPStep:
         self.head, self.k_cache, self.v_cache, self.tiles = head, k_cache, v_cache, tiles
         self.cos, self.sin = (t.contiguous() for t in rope)
         self.dt, dev = head.dtype, head.device
-        self.prec = "ieee" if self.dt == torch.float32 else "tf32"
         D, qd, kvd = c.hidden, c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
 
         def dense_cat(names, dim=0):
@@ -113,8 +114,7 @@ class FusedMTPStep:
         # norm + RoPE + K/V write after qkv, computed by each GEMV's last program (fewer launches)
         self.tails = tiles.tails and all(isinstance(w, torch.Tensor)
                                          for w in (self.fc, self.qkv, self.o, self.gate_up, self.down))
-        if self.tails:
-            assert c.head_dim % tiles.gemv(D)[0] == 0, "the qkv tile must divide head_dim"
+        self.plan = LayerPlan(c.block, dataclasses.replace(tiles, tails=self.tails), self.dt, dev)
 
         def buf(*shape, dtype=self.dt):
             return torch.zeros(shape, dtype=dtype, device=dev)
@@ -134,8 +134,7 @@ class FusedMTPStep:
     def _linear(self, x, w, y, gated=False, head=False):
         """y[:M] = x[:M] @ w.T (gated: gelu(gate) * up). y is the output buffer; a packed op's
         result is a new fp32 tensor (returned instead, gated: gated into y)."""
-        t = self.tiles
-        M, K = x.shape
+        M = x.shape[0]
         if not isinstance(w, torch.Tensor):
             out = w(x, out_dtype=torch.float32)
             if not gated:
@@ -143,33 +142,7 @@ class FusedMTPStep:
             F = out.shape[1] // 2
             mk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
             return y
-        N = w.shape[0] // 2 if gated else w.shape[0]
-        bn, bk, launch = t.gemv(K, gated, head)
-        fk.linear[(-(-N // bn),)](x, x, x, x, x, x, w, y, M, N, K, self.head.cfg.eps, PRO=0, GATED=gated, MP=MP,
-                                  KP=_pow2(K), BN=bn, BK=bk, PREC=self.prec, **launch)
-        return y
-
-    def _linear_norm(self, x, w, y, i, wpre, res=None, wpost=None, hout=None):
-        """y[:M] = x[:M] @ w.T (dense w), then in its last program (counter cnt[i]) with res: hout =
-        res + norm(y) * wpost, self.xn = norm(hout) * wpre; without: self.xn = norm(y) * wpre."""
-        M, K = x.shape
-        N = w.shape[0]
-        assert M <= MP
-        bn, bk, launch = self.tiles.gemv(K)
-        fk.linear_norm[(-(-N // bn), 1)](x, w, y, M, N, K, self.head.cfg.eps, self.cnt[i], y if res is None else res,
-                                         wpre if wpost is None else wpost, wpre, y if hout is None else hout,
-                                         self.xn[:M], MP=MP, KP=_pow2(K), NP=_pow2(N), RT=NORM_ROWS, BN=bn, BK=bk,
-                                         PREC=self.prec, TP=1 if res is None else 2, **launch)
-        return y[:M]
-
-    def _norm(self, h, delta, wpost, wpre, hout, xout):
-        """pro 1 (delta None): xout = norm(h) * wpre; pro 2: hout = h + norm(delta) * wpost, xout =
-        norm(hout) * wpre."""
-        M, K = h.shape
-        pro = 1 if delta is None else 2
-        fk.residual_norm[(-(-M // NORM_ROWS),)](h, delta if delta is not None else h, wpost if wpost is not None else wpre,
-                                                wpre, hout if hout is not None else xout, xout, M, K, self.head.cfg.eps,
-                                                PRO=pro, KP=_pow2(K), RT=NORM_ROWS, num_warps=self.tiles.warps)
+        return self.plan.gemv(x, w, y, gated=gated, head=head)
 
     # ---- the four operations -------------------------------------------------------------------
     def inputs(self, toks, hsrc, hidx):
@@ -177,31 +150,27 @@ class FusedMTPStep:
         assert n <= MAX_ROWS and hsrc.is_contiguous()
         nm = self.norms
         mk.mtp_inputs[(n,)](toks, self.head.embed, self.scale, hsrc, hidx, nm["enorm"], nm["hnorm"], self.xcat,
-                            D, self.head.cfg.eps, KP=_pow2(D), num_warps=self.tiles.warps)
+                            D, self.head.cfg.eps, KP=pow2(D), num_warps=self.tiles.warps)
         if self.tails:  # x, and its attention norm into xn for write_qkv
-            return self._linear_norm(self.xcat[:n], self.fc, self.x, 0, self.norms["attn_norm"])
+            self.plan.gemv_residual(self.xcat[:n], self.fc, self.x, self.cnt[0], None, None, self.norms["attn_norm"],
+                                    None, self.xn[:n])
+            return self.x[:n]
         return self._linear(self.xcat[:n], self.fc, self.x)[:n]
 
     def write_qkv(self, x, pos):
         c, n = self.head.cfg, x.shape[0]
         nm = self.norms
+        rope = (pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache, self.v_cache)
         if self.tails:
             assert x.data_ptr() == self.x.data_ptr(), "write_qkv takes the rows inputs() returned (normed in xn)"
-            N = self.qkv.shape[0]
-            bn, bk, launch = self.tiles.gemv(c.hidden)
-            fk.linear_rope[(-(-N // bn), 1)](self.xn[:n], self.qkv, self.qkv_out, n, N, c.hidden, c.eps, self.cnt[1],
-                                             pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache,
-                                             self.v_cache, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, MP=MP,
-                                             KP=_pow2(c.hidden), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec, **launch)
+            self.plan.qkv_rope(self.xn[:n], self.qkv, None, self.qkv_out, self.cnt[1], *rope)
             return self.q[:n]
-        self._norm(x, None, None, nm["attn_norm"], None, self.xn[:n])
+        self.plan.norm(x, nm["attn_norm"], self.xn[:n])
         if isinstance(self.qkv, tuple):
             qkv = torch.cat([w(self.xn[:n], out_dtype=torch.float32) for w in self.qkv], dim=1)
         else:
             qkv = self._linear(self.xn[:n], self.qkv, self.qkv_out)[:n]
-        fk.qk_rope_write[(-(-n // NORM_ROWS), c.n_heads + 2 * c.n_kv_heads)](
-            qkv, pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache, self.v_cache, n, c.eps,
-            H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, RT=NORM_ROWS, num_warps=self.tiles.warps)
+        self.plan.rope_write(qkv, *rope)
         return self.q[:n]
 
     def attend(self, x, q, runs, M):
@@ -216,17 +185,19 @@ class FusedMTPStep:
         op, mx, ls, cnt = self.cell_scratch[S]
         mk.attn_cells[(S, c.n_kv_heads)](q, self.k_cache, self.v_cache, runs, self.att, op, mx, ls, cnt, M,
                                          c.query_scale, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16,
-                                         BS=CELL_CHUNK, SP=_pow2(S), PREC=self.prec, num_warps=4)
+                                         BS=CELL_CHUNK, SP=pow2(S), PREC=self.plan.prec, num_warps=4)
         if self.tails:
-            self._linear_norm(self.att, self.o, self.o_out, 2, nm["ffn_norm"], x, nm["post_attn_norm"], self.h1)
-            gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)
-            self._linear_norm(gu, self.down, self.dn, 3, nm["out_norm"], self.h1, nm["post_ffn_norm"], self.state)
+            self.plan.gemv_residual(self.att, self.o, self.o_out, self.cnt[2], x, nm["post_attn_norm"], nm["ffn_norm"],
+                                    self.h1, self.xn[:1])
+            gu = self.plan.mlp(self.xn[:1], self.gate_up, self.gu)
+            self.plan.gemv_residual(gu, self.down, self.dn, self.cnt[3], self.h1, nm["post_ffn_norm"], nm["out_norm"],
+                                    self.state, self.xn[:1])
             return self.state
         o = self._linear(self.att, self.o, self.o_out)
-        self._norm(x, o, nm["post_attn_norm"], nm["ffn_norm"], self.h1, self.xn[:1])
+        self.plan.norm(x, nm["ffn_norm"], self.xn[:1], delta=o, wpost=nm["post_attn_norm"], hout=self.h1)
         gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)
         dn = self._linear(gu, self.down, self.dn)
-        self._norm(self.h1, dn, nm["post_ffn_norm"], nm["out_norm"], self.state, self.xn[:1])
+        self.plan.norm(self.h1, nm["out_norm"], self.xn[:1], delta=dn, wpost=nm["post_ffn_norm"], hout=self.state)
         return self.state
 
     def logits(self, h, j):

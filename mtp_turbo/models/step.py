@@ -15,11 +15,11 @@ import sys
 
 import torch
 
-from .gemma3 import Gemma3
+from .decoder import Decoder
 
 
 class StepRunner:
-    def __init__(self, model: Gemma3, kv, use_graphs: bool, compile: bool = False, max_rows: int = 8,
+    def __init__(self, model: Decoder, kv, use_graphs: bool, compile: bool = False, max_rows: int = 8,
                  kernels: str = "torch"):
         assert kernels in ("torch", "triton"), kernels
         self.model, self.kv = model, kv
@@ -112,9 +112,10 @@ class StepRunner:
         if self.fused is not None:
             return self.fused.forward(tokens, pos)
         m = self.model
-        W = m.cfg.sliding_window
-        offs = torch.arange(-(W - 1), pos.shape[0], device=pos.device)  # [W-1+T]
-        key_pos = {True: None, False: pos[0] + offs}
+        key_pos = {True: None}
+        if m.cfg.has_sliding:  # sliding layers read the W-1+T cells ending at the last row
+            W = m.cfg.sliding_window
+            key_pos[False] = pos[0] + torch.arange(-(W - 1), pos.shape[0], device=pos.device)
         h = m.forward_hidden(tokens, pos, self.kv, key_pos)
         return m.lm_head(m.final_norm(h)), h
 

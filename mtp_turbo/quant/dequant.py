@@ -1,8 +1,8 @@
 """Dequantization of GGUF tensor bytes to float32, in vectorized torch (CPU or CUDA).
 
 Owns: turning the raw bytes of one GGUF tensor (as stored in the file) into a float32 tensor on
-the same device, for the types models/load.py accepts: F32, F16, BF16, Q8_0, Q5_0, Q4_0, Q4_K and
-Q6_K.
+the same device, for the types models/load.py accepts (SUPPORTED_TYPES): F32, F16, BF16, Q8_0,
+Q5_0, Q5_1, Q4_0, Q4_1, Q2_K, Q3_K, Q4_K, Q5_K and Q6_K.
 Every float operation mirrors `gguf.quants.dequantize` (numpy, float32) in the same order (one
 rounding per product, no fused multiply-add), so the results are bit-identical to it.
 Ignores: quantizing (formats.py), GEMV kernels and repacking (other modules of this package),
@@ -61,10 +61,50 @@ def _qh32(b: torch.Tensor) -> torch.Tensor:
     return _bits(b, 1).permute(0, 2, 1).reshape(b.shape[0], 32)
 
 
+def _q4_1(bl: torch.Tensor) -> torch.Tensor:
+    """Q4_1 blocks [n, 20] (d, min, 16 nibble bytes) -> [n, 32]: d*q + min."""
+    d, m = _f16(bl[:, 0:2]), _f16(bl[:, 2:4])
+    return _nibbles(bl[:, 4:], 16).to(torch.float32).mul_(d).add_(m)
+
+
 def _q5_0(bl: torch.Tensor) -> torch.Tensor:
     d = _f16(bl[:, :2])
     q = _nibbles(bl[:, 6:], 16).bitwise_or_(_qh32(bl[:, 2:6]).bitwise_left_shift_(4))
     return q.view(torch.int8).sub_(16).to(torch.float32).mul_(d)  # 0..31: the same bits as int8
+
+
+def _q5_1(bl: torch.Tensor) -> torch.Tensor:
+    """Q5_1 blocks [n, 24] (d, min, 32 high bits, 16 nibble bytes) -> [n, 32]: d*q + min."""
+    d, m = _f16(bl[:, 0:2]), _f16(bl[:, 2:4])
+    q = _nibbles(bl[:, 8:], 16).bitwise_or_(_qh32(bl[:, 4:8]).bitwise_left_shift_(4))
+    return q.to(torch.float32).mul_(d).add_(m)
+
+
+def _q2_k(bl: torch.Tensor) -> torch.Tensor:
+    """Q2_K blocks [n, 84] (16 scale/min nibble pairs, 2-bit qs, d, dmin) -> [n, 256]."""
+    n = bl.shape[0]
+    sc = bl[:, 0:16]
+    d, dmin = _f16(bl[:, 80:82]), _f16(bl[:, 82:84])
+    dl = (d * (sc & 0x0F).to(torch.float32)).reshape(n, QK_K // 16, 1)
+    ml = (dmin * (sc >> 4).to(torch.float32)).reshape(n, QK_K // 16, 1)
+    q = _bits(bl[:, 16:80].reshape(n * 2, 32), 2)  # per 32-byte half: shifts 0,2,4,6
+    q = q.reshape(n, QK_K // 16, 16).to(torch.float32)
+    return q.mul_(dl).sub_(ml).reshape(n, QK_K)
+
+
+def _q3_k(bl: torch.Tensor) -> torch.Tensor:
+    """Q3_K blocks [n, 110] (high-bit mask, 2-bit qs, 6-bit scales, d) -> [n, 256]."""
+    n = bl.shape[0]
+    hmask, qs, s = bl[:, 0:32], bl[:, 32:96], bl[:, 96:108]
+    d = _f16(bl[:, 108:110])
+    # 16 6-bit scales: low 4 bits from nibbles of bytes 0..7, high 2 from the 2-bit fields of 8..11
+    sc = _nibbles(s[:, 0:8], 8).bitwise_or_(_bits(s[:, 8:12], 2).reshape(n, 16).bitwise_left_shift_(4))
+    dl = (d * sc.view(torch.int8).sub_(32).to(torch.float32)).reshape(n, QK_K // 16, 1)
+    lo = _bits(qs.reshape(n * 2, 32), 2).reshape(n, QK_K // 16, 16)
+    hi = _bits(hmask, 1).reshape(n, QK_K // 16, 16)
+    # gguf's ql - 4*(1 - h) is the 3-bit value (h<<2 | ql) minus 4: the same int8, hence float
+    q = lo.bitwise_or_(hi.bitwise_left_shift_(2)).view(torch.int8).sub_(4)
+    return q.to(torch.float32).mul_(dl).reshape(n, QK_K)
 
 
 def _scale_min_k4(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -75,14 +115,28 @@ def _scale_min_k4(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return sc.to(torch.float32), mn.to(torch.float32)
 
 
-def _q4_k(bl: torch.Tensor) -> torch.Tensor:
+def _d_dm_k4(bl: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K/Q5_K block head (d, dmin, 12 packed bytes) -> (d*scale, dmin*min), each [n, 8, 1]."""
     n = bl.shape[0]
     d, dmin = _f16(bl[:, 0:2]), _f16(bl[:, 2:4])
     sc, mn = _scale_min_k4(bl[:, 4:16])
-    d = (d * sc).reshape(n, -1, 1)
-    dm = (dmin * mn).reshape(n, -1, 1)
+    return (d * sc).reshape(n, -1, 1), (dmin * mn).reshape(n, -1, 1)
+
+
+def _q4_k(bl: torch.Tensor) -> torch.Tensor:
+    n = bl.shape[0]
+    d, dm = _d_dm_k4(bl)
     q = _nibbles(bl[:, 16:], 32).reshape(n, -1, 32).to(torch.float32)
     return q.mul_(d).sub_(dm).reshape(n, QK_K)
+
+
+def _q5_k(bl: torch.Tensor) -> torch.Tensor:
+    """Q5_K blocks [n, 176] (d, dmin, 6-bit scales/mins, high bits, nibbles) -> [n, 256]."""
+    n = bl.shape[0]
+    d, dm = _d_dm_k4(bl)
+    hi = _bits(bl[:, 16:48], 1)  # [n, 8, 32]: bit j of byte i is the 5th bit of element 32*j + i
+    q = _nibbles(bl[:, 48:], 32).reshape(n, -1, 32).bitwise_or_(hi.bitwise_left_shift_(4))
+    return q.to(torch.float32).mul_(d).sub_(dm).reshape(n, QK_K)
 
 
 def _q6_k(bl: torch.Tensor) -> torch.Tensor:
@@ -97,7 +151,8 @@ def _q6_k(bl: torch.Tensor) -> torch.Tensor:
     return q.mul_(d).reshape(n, QK_K)
 
 
-_BLOCK_FNS = {T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q5_0: _q5_0, T.Q4_K: _q4_k, T.Q6_K: _q6_k}
+_BLOCK_FNS = {T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1: _q5_1, T.Q2_K: _q2_k,
+              T.Q3_K: _q3_k, T.Q4_K: _q4_k, T.Q5_K: _q5_k, T.Q6_K: _q6_k}
 
 SUPPORTED_TYPES: frozenset[int] = frozenset([T.F32, T.F16, T.BF16, *_BLOCK_FNS])
 

@@ -120,7 +120,7 @@ def _run(args) -> int:
     from ..engine import pick_device
     from ..io.gguf_file import GGUFFile, default_model_path
     from ..io.tokenizer import GGUFTokenizer
-    from ..models.load import load_gemma3
+    from ..models.load import load_model
     from .distill import train
 
     tc = config_from_args(TrainConfig, args)
@@ -131,7 +131,7 @@ def _run(args) -> int:
         raise ConfigError(f"--out {args.out}: its folder does not exist")
     device = pick_device(args.device)
     gf = GGUFFile(args.model or default_model_path())
-    model = load_gemma3(gf, device)
+    model = load_model(gf, device)
     res = train(model, gf.sha256(), args.data, args.out, tc, device, resume=args.resume, ckpt=args.ckpt,
                 tokenizer=GGUFTokenizer(gf) if tc.gen_rows else None)
     if args.history:

@@ -29,7 +29,7 @@ from tqdm import tqdm
 
 from ..errors import ConfigError
 from ..models.block import rms_norm
-from ..models.gemma3 import LAYER_TENSORS
+from ..models.arch import layer_tensors
 from ..models.mtp_head import MTPConfig
 from ..models.mtp_load import load_head
 from ..sampling.config import SamplerConfig
@@ -52,7 +52,7 @@ def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
     mc = model.cfg
     src = max(i for i in range(mc.n_layers) if not mc.is_global(i))
-    W = {k: model.layers[src][k].detach().float().clone() for k in LAYER_TENSORS}
+    W = {k: model.layers[src][k].detach().float().clone() for k in layer_tensors(model.cfg)}
     D = cfg.hidden
     W["fc_h"] = torch.eye(D)
     W["fc_e"] = torch.randn(D, D, generator=g) * (0.1 / math.sqrt(D))

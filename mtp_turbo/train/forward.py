@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from ..models.block import attend, finish, project_qkv
-from ..models.gemma3 import Gemma3
+from ..models.decoder import Decoder
 from ..models.mtp_head import MTPConfig, input_rows
 
 NEG = -1e30  # finite "masked": a fully masked padding row gives a uniform softmax, never NaN
@@ -33,7 +33,7 @@ class BatchKV:
     v: list[torch.Tensor]
 
     @classmethod
-    def empty(cls, model: Gemma3, batch: int, capacity: int) -> "BatchKV":
+    def empty(cls, model: Decoder, batch: int, capacity: int) -> "BatchKV":
         c = model.cfg
         shape = (batch, capacity, c.n_kv_heads, c.head_dim)
         mk = lambda: torch.zeros(shape, device=model.device, dtype=model.dtype)  # noqa: E731
@@ -41,9 +41,9 @@ class BatchKV:
 
 
 @torch.no_grad()
-def main_hidden(model: Gemma3, tokens: torch.Tensor, pos0: int = 0, cache: BatchKV | None = None) -> torch.Tensor:
+def main_hidden(model: Decoder, tokens: torch.Tensor, pos0: int = 0, cache: BatchKV | None = None) -> torch.Tensor:
     """tokens [B, T] at positions pos0.. -> hidden [B, T, D] before the final norm, the same as
-    Gemma3.forward's second output row by row. Without a cache pos0 must be 0 (rows start at
+    Decoder.forward's second output row by row. Without a cache pos0 must be 0 (rows start at
     position 0); with one, the rows' K/V are written at cells [pos0, pos0+T) and attention reads
     cells [0, pos0+T)."""
     c = model.cfg

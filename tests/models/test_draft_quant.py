@@ -9,7 +9,7 @@ import torch
 
 from mtp_turbo.cli import main as cli_main
 from mtp_turbo.errors import ConfigError
-from mtp_turbo.models.gemma3 import Gemma3Config
+from mtp_turbo.models.arch import ModelConfig, Rope
 from mtp_turbo.models.mtp_head import DRAFT_QUANT_KEYS, MTPConfig, tensor_names
 from mtp_turbo.models.mtp_load import apply_draft_quant, load_head
 from mtp_turbo.spec.drafters.mtp import MTPDrafter, load_mtp_drafter
@@ -24,8 +24,8 @@ V, D = 97, 64  # tiny: every matrix dimension a multiple of the 32-wide blocks
 # (built here rather than imported from test_mtp_drafter.py: pytest runs with --import-mode=importlib,
 # under which test modules cannot import each other)
 def fake_main_for_file():
-    mc = Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
-                      eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
+    mc = ModelConfig(family="gemma3", vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
+                      eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=16, sliding_pattern=6,
                       query_scale=32 ** -0.5, context_length=512)
     embed = torch.randn(V, D, generator=torch.Generator().manual_seed(1))
     return SimpleNamespace(cfg=mc, device=torch.device("cpu"), dtype=torch.float32, embed=embed)

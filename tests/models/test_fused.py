@@ -1,4 +1,5 @@
-"""The fused Triton decode step against the torch forward (gemma3.py), on a small random Gemma-3.
+"""The fused Triton decode step against the torch forward (decoder.py), on small random models of
+every family (Gemma-3's sandwich norms, q/k norms and sliding layers; Llama; Qwen2's biases).
 
 Runs the kernels in Triton's interpreter on the CPU (tests/conftest.py sets TRITON_INTERPRET=1
 when CUDA is absent), in fp32, so any indexing, masking, norm, RoPE, windowing or merge mistake
@@ -10,40 +11,16 @@ import torch
 
 pytest.importorskip("triton")
 
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models import fused  # noqa: E402
-from mtp_turbo.models.gemma3 import LAYER_TENSORS, Gemma3, Gemma3Config  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tiny_models import tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.interpret
-
-
-def tiny_model(seed=0, layers=6, window=16, heads=4, kv_heads=1, head_dim=32, hidden=48, ffn=80, vocab=300,
-               head_q8=False):
-    # hidden/ffn/vocab deliberately not powers of two nor multiples of the tiles. head_q8: the
-    # embedding through Q8_0, kept as codes and scales (as models/load.py does on CUDA; hidden a
-    # multiple of 32), the embedding their dequantization
-    cfg = Gemma3Config(vocab_size=vocab, hidden=hidden, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
-                       head_dim=head_dim, ffn=ffn, eps=1e-6, rope_global=1e6, rope_local=1e4,
-                       sliding_window=window, sliding_pattern=3, query_scale=head_dim**-0.5,
-                       context_length=256)
-    g = torch.Generator().manual_seed(seed)
-    r = lambda *s, scale=0.2: torch.randn(*s, generator=g) * scale  # noqa: E731
-    nq, nkv = heads * head_dim, kv_heads * head_dim
-    shapes = {"attn_norm": (hidden,), "q": (nq, hidden), "k": (nkv, hidden), "v": (nkv, hidden),
-              "q_norm": (head_dim,), "k_norm": (head_dim,), "o": (hidden, nq), "post_attn_norm": (hidden,),
-              "ffn_norm": (hidden,), "gate": (ffn, hidden), "up": (ffn, hidden), "down": (hidden, ffn),
-              "post_ffn_norm": (hidden,)}
-    w = {"token_embd": r(vocab, hidden, scale=1.0), "output_norm": 1 + r(hidden)}
-    for i in range(layers):
-        for k, name in LAYER_TENSORS.items():
-            w[f"blk.{i}.{name}"] = 1 + r(*shapes[k]) if k.endswith("norm") else r(*shapes[k])
-    q8 = None
-    if head_q8:
-        from mtp_turbo.quant.repack import PackedWeight
-
-        pw = PackedWeight.from_dense(w["token_embd"], "q8_0")
-        q8, w["token_embd"] = (pw.qs, pw.scales), pw.dequantize()
-    return Gemma3(cfg, w, "cpu", torch.float32, head_q8=q8)
 
 
 def run_both(model, n_prefill, T, capacity=96, tiles=None):
@@ -80,7 +57,7 @@ NO_TAILS = fused.FusedTiles(tails=False)
                                                (5, 1, NO_TAILS), (40, 8, NO_TAILS)])
 def test_fused_matches_torch_forward(n_prefill, T, tiles):
     # 40 and 63 rows of prefill: past the 16-cell sliding window and across key chunks
-    model = tiny_model()
+    model = tiny_model("gemma3")
     (rl, rh, kr), (fl, fh, kf), _ = run_both(model, n_prefill, T, tiles=tiles)
     assert rel(fl, rl) < 1e-4, rel(fl, rl)
     assert rel(fh, rh) < 1e-4
@@ -88,18 +65,24 @@ def test_fused_matches_torch_forward(n_prefill, T, tiles):
     assert rel(kf.k[:, :n], kr.k[:, :n]) < 1e-5 and rel(kf.v[:, :n], kr.v[:, :n]) < 1e-5
 
 
-def test_fused_prologue_variant_matches():
-    # norms + residual folded into each GEMV's prologue (split_norm off, a tile option the GPU
-    # sweep compares against the default separate kernel) computes the same
-    model = tiny_model(seed=7)
-    (rl, rh, _), (fl, fh, _), _ = run_both(model, 40, 3, tiles=fused.FusedTiles(split_norm=False, tails=False, block_keys=16))
-    assert rel(fl, rl) < 1e-4 and rel(fh, rh) < 1e-4
-
-
 def test_fused_gqa_two_kv_groups():
     model = tiny_model(heads=4, kv_heads=2, seed=3)
     (rl, _, _), (fl, _, _), _ = run_both(model, 30, 3)
     assert rel(fl, rl) < 1e-4
+
+
+# Llama (pre-norm, SwiGLU, no q/k norms) and Qwen2 (QKV biases, an untied head), with GQA ratios
+# that leave an attention program fewer rows than a verify (7: Qwen2.5-0.5B's 14 / 2 heads, 4 rows a
+# program, so 8 rows take two row blocks) and head sizes of 64 (SmolLM2, Qwen2.5-0.5B)
+@pytest.mark.parametrize("family,heads,kv_heads,head_dim,T,tiles", [
+    ("llama", 6, 2, 32, 4, None), ("llama", 3, 3, 64, 8, NO_TAILS), ("qwen2", 7, 1, 32, 8, None),
+    ("qwen2", 14, 2, 16, 5, NO_TAILS), ("qwen2", 6, 2, 64, 1, None)])
+def test_fused_matches_torch_forward_on_every_family(family, heads, kv_heads, head_dim, T, tiles):
+    model = tiny_model(family, seed=31, layers=3, heads=heads, kv_heads=kv_heads, head_dim=head_dim)
+    (rl, rh, kr), (fl, fh, kf), _ = run_both(model, 40, T, tiles=tiles)
+    assert rel(fl, rl) < 1e-4, rel(fl, rl)
+    assert rel(fh, rh) < 1e-4
+    assert rel(kf.k[:, :40 + T], kr.k[:, :40 + T]) < 1e-5 and rel(kf.v[:, :40 + T], kr.v[:, :40 + T]) < 1e-5
 
 
 def test_fused_rows_are_batch_invariant():
@@ -134,8 +117,6 @@ def test_tails_leave_their_counters_zero_and_repeat_exactly():
     assert not dec.count.any()
     again = dec.forward(toks[17:20], torch.arange(17, 20))[0]
     assert torch.equal(first, again) and not dec.count.any()
-    with pytest.raises(AssertionError, match="split_norm"):
-        fused.FusedDecoder(model, kv, fused.FusedTiles(tails=True, split_norm=False))
 
 
 def test_fused_rejects_too_many_rows():
@@ -244,22 +225,6 @@ def test_first_weight_chunk_before_the_wait_gives_the_same_bits(tails):
         fused.FusedDecoder(model, kf, fused.FusedTiles(pdl=3))
 
 
-def test_persistent_kernel_gives_the_kernel_per_stage_bits():
-    # every layer in one persistent kernel (one program here: the interpreter runs programs one by
-    # one) runs the same tile functions in the same order per row: the same logits, hidden rows and
-    # K/V bit for bit, past the window and across key chunks; its counters end at zero, so a repeat
-    # (a graph replay) finds them as the first forward did
-    model = tiny_model(seed=13)
-    (_, _, _), (fl, fh, kf), _ = run_both(model, 63, 4)
-    (rl, _, _), (pl, ph, kp), dec = run_both(model, 63, 4, tiles=fused.FusedTiles(persistent=True))
-    assert torch.equal(pl, fl) and torch.equal(ph, fh)
-    assert torch.equal(kp.k, kf.k) and torch.equal(kp.v, kf.v)
-    assert rel(pl, rl) < 1e-4
-    assert not dec.stage_count.any() and not dec.exit_count.any() and not dec.count.any()
-    with pytest.raises(AssertionError, match="needs tails"):
-        fused.FusedDecoder(model, kf, fused.FusedTiles(persistent=True, tails=False))
-
-
 def test_q8_head_rows_are_the_frag8_gemv_s_at_every_row_count():
     # with the embedding's Q8_0 codes kept (CUDA's engine; here on the CPU the frag8 launch is x_frag8
     # interpreted, then its exact emulation), the head is the frag8 GEMV on them: each row's logits
@@ -341,7 +306,7 @@ def test_input_rows_are_torch_s_scaled_embedding_bit_for_bit(dtype):
     emb = (torch.randn(V, D, generator=g) * torch.exp2(torch.randint(-20, 8, (V, 1), generator=g).float())).to(dtype)
     big = torch.finfo(dtype).max
     emb[7, :6] = torch.tensor([0.0, -0.0, big, -big, 1e-39 if dtype != torch.float16 else 1e-6, 3.0]).to(dtype)
-    scale = torch.tensor(math.sqrt(D), dtype=dtype)  # as Gemma3 keeps it
+    scale = torch.tensor(math.sqrt(D), dtype=dtype)  # as a Gemma-3 Decoder keeps it
     for T in (128, 1):
         toks = torch.randint(0, V, (T,), generator=g)
         toks[0] = 7

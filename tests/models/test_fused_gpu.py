@@ -152,11 +152,11 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
 
 
 
-@pytest.mark.parametrize("tiles", [{"combine_split": 4, "combine_chunks": 64}, {"tails": False}, {"persistent": True},
+@pytest.mark.parametrize("tiles", [{"combine_split": 4, "combine_chunks": 64}, {"tails": False},
                                    {"pdl": 0, "pdl_w0": False}, {"pdl": 1, "pdl_w0": False}])
 def test_tile_options_keep_rows_batch_invariant_in_graphs(cuda_engine, tiles):
     # tile options besides the defaults (a wider split merge; no GEMV tails, the norms and RoPE as
-    # kernels of their own; every layer in one persistent kernel; plain launches, or PDL without
+    # kernels of their own; plain launches, or PDL without
     # the weights ahead of the wait), replayed from CUDA graphs: 4 verify rows = 4 one-row steps bit for
     # bit, past the 512-cell window; and a 9-row prefill chunk (separate norm kernels) gives its
     # first row the hidden state of the one-row step (tails by default) at that position

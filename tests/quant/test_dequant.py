@@ -4,13 +4,17 @@ import numpy as np
 import pytest
 import torch
 import gguf
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as T
+from gguf import GGML_QUANT_SIZES, QK_K, GGMLQuantizationType as T
 
 from mtp_turbo.errors import ModelFileError
 from mtp_turbo.quant.dequant import SUPPORTED_TYPES, dequantize
 
 # byte offsets of the fp16 scale fields per block type (randomised to finite values below)
-_F16_FIELDS = {T.Q8_0: [0], T.Q4_0: [0], T.Q5_0: [0], T.Q4_K: [0, 2], T.Q6_K: [208]}
+_F16_FIELDS = {T.Q8_0: [0], T.Q4_0: [0], T.Q4_1: [0, 2], T.Q5_0: [0], T.Q5_1: [0, 2], T.Q2_K: [80, 82],
+               T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208]}
+# gguf 0.19 quantizes Q4_1 / Q5_1 but not Q2_K / Q3_K / Q5_K (dequantize only): those get random blocks
+_GGUF_QUANTIZES = [T.Q4_1, T.Q5_1]
+_GGUF_DEQUANT_ONLY = [T.Q2_K, T.Q3_K, T.Q5_K]
 
 
 def _random_blocks(t: T, n_blocks: int, rng: np.random.Generator) -> np.ndarray:
@@ -40,6 +44,48 @@ def test_random_blocks_bit_exact(t):
     assert out.dtype == torch.float32 and out.shape == (rows, per_row * block)
     assert np.isfinite(ref).all()
     assert _bits_equal(out.numpy(), ref)
+
+
+def _assert_torch_bits_equal(out: torch.Tensor, ref: np.ndarray) -> None:
+    ref_t = torch.from_numpy(ref)
+    assert out.dtype == torch.float32 and out.shape == ref_t.shape
+    assert torch.equal(out, ref_t)
+    assert torch.equal(out.view(torch.int32), ref_t.view(torch.int32))  # signed zeros too
+
+
+@pytest.mark.parametrize("shape", [(2, 64), (5, 160), (16, 512)], ids=str)
+@pytest.mark.parametrize("t", _GGUF_QUANTIZES, ids=lambda t: t.name)
+def test_gguf_quantized_bit_exact(t, shape):
+    """Bytes from gguf's own quantizer: mixed-sign rows over several decades, an all-positive
+    row, an all-negative block and a block of zeros."""
+    rng = np.random.default_rng(int(t) * 1000 + shape[1])
+    rows, cols = shape
+    x = rng.standard_normal(shape) * 10.0 ** rng.uniform(-4, 3, (rows, 1))
+    x[0, :32] = 0.0
+    x[0, 32:64] = -np.abs(x[0, 32:64]) - 2.0
+    x[1] = np.abs(x[1]) + 0.5
+    raw = gguf.quants.quantize(x.astype(np.float32), t)
+    assert raw.dtype == np.uint8 and raw.shape == (rows, cols // 32 * GGML_QUANT_SIZES[t][1])
+    ref = gguf.quants.dequantize(raw, t)
+    out = dequantize(torch.from_numpy(raw.reshape(-1)), t, shape)
+    assert (ref[0, :32] == 0).all() and (ref[0, 32:64] < 0).all() and (ref[1] > 0).all()
+    _assert_torch_bits_equal(out, ref)
+
+
+@pytest.mark.parametrize("shape", [(2, 512), (3, 768), (6, 1024)], ids=str)
+@pytest.mark.parametrize("t", _GGUF_DEQUANT_ONLY, ids=lambda t: t.name)
+def test_k_random_blocks_torch_equal(t, shape):
+    """Random valid blocks of the K types gguf cannot quantize, one of them all zero bytes."""
+    rng = np.random.default_rng(int(t) * 1000 + shape[1])
+    rows, cols = shape
+    raw = _random_blocks(t, rows * cols // QK_K, rng)
+    raw[3] = 0  # a block of zeros (blocks 0-2 already have scales 0, -0 and a subnormal)
+    raw = raw.reshape(rows, -1)
+    ref = gguf.quants.dequantize(raw, t)
+    out = dequantize(torch.from_numpy(raw.reshape(-1)), t, shape)
+    assert np.isfinite(ref).all() and (ref < 0).any() and (ref > 0).any()
+    assert (ref.reshape(-1, QK_K)[3] == 0).all()
+    _assert_torch_bits_equal(out, ref)
 
 
 @pytest.mark.parametrize("t", [T.F32, T.F16, T.BF16], ids=lambda t: t.name)
@@ -96,12 +142,14 @@ def test_unaligned_raw_slices():
 
 
 def test_supported_types_are_the_loaders():
-    """Exactly the types the model loader accepts; others (Q4_1, Q5_1, Q5_K, Q8_K, ...) are refused."""
+    """Exactly the types the model loader accepts; others (Q8_1, Q8_K, TQ1_0, IQ4_NL, ...) are refused."""
     from mtp_turbo.models.load import SUPPORTED_TYPES as LOADER_TYPES
 
-    assert SUPPORTED_TYPES == {T.F32, T.F16, T.BF16, T.Q8_0, T.Q5_0, T.Q4_0, T.Q4_K, T.Q6_K}
+    assert isinstance(SUPPORTED_TYPES, frozenset)
+    assert SUPPORTED_TYPES == {T.F32, T.F16, T.BF16, T.Q8_0, T.Q5_0, T.Q5_1, T.Q4_0, T.Q4_1, T.Q2_K, T.Q3_K,
+                               T.Q4_K, T.Q5_K, T.Q6_K}
     assert SUPPORTED_TYPES == set(LOADER_TYPES)
-    for t in (T.Q4_1, T.Q5_1, T.Q5_K, T.Q8_K):
+    for t in (T.Q8_1, T.Q8_K, T.TQ1_0, T.IQ4_NL):
         _, size = GGML_QUANT_SIZES[t]
         with pytest.raises(ModelFileError, match=t.name):
             dequantize(torch.zeros(size, dtype=torch.uint8), t, (1, GGML_QUANT_SIZES[t][0]))

@@ -13,7 +13,7 @@ which stay there because tests/train import them from that file by path.
 import pytest
 import torch
 
-from mtp_turbo.models.gemma3 import Gemma3Config
+from mtp_turbo.models.arch import ModelConfig, Rope
 from mtp_turbo.models.mtp_head import MTPConfig, MTPHead, tensor_names
 
 
@@ -38,9 +38,9 @@ class TinyMTP:
 
     V, D = 97, 64
 
-    def main_cfg(self) -> Gemma3Config:
-        return Gemma3Config(vocab_size=self.V, hidden=self.D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32,
-                            ffn=128, eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16,
+    def main_cfg(self) -> ModelConfig:
+        return ModelConfig(family="gemma3", vocab_size=self.V, hidden=self.D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32,
+                            ffn=128, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=16,
                             sliding_pattern=6, query_scale=32 ** -0.5, context_length=2048)
 
     def head(self, vocab_ids=None, seed: int = 0) -> MTPHead:

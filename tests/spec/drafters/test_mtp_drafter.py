@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from mtp_turbo.errors import ModelFileError
-from mtp_turbo.models.gemma3 import Gemma3Config
+from mtp_turbo.models.arch import ModelConfig, Rope
 from mtp_turbo.models.mtp_head import MTPConfig, MTPHead, reference_drafts, tensor_names
 from mtp_turbo.models.mtp_load import load_head
 from mtp_turbo.spec.drafters.mtp import MTPDrafter
@@ -20,8 +20,8 @@ V, D = 97, 64
 
 
 def tiny_main_cfg():
-    return Gemma3Config(vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
-                        eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=16, sliding_pattern=6,
+    return ModelConfig(family="gemma3", vocab_size=V, hidden=D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32, ffn=128,
+                        eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=16, sliding_pattern=6,
                         query_scale=32 ** -0.5, context_length=512)
 
 
