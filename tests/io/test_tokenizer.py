@@ -187,9 +187,14 @@ def test_chat_template(tok):
         tok.apply_chat_template([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}])
 
 
-def test_non_sentencepiece_vocabulary_is_refused(model):
-    md = dict(model.metadata, **{"tokenizer.ggml.model": "gpt2"})
-    with pytest.raises(ModelFileError, match="unsupported tokenizer model 'gpt2'"):
+def test_unsupported_vocabularies_are_refused(model):
+    """A unigram (t5) vocabulary is refused naming the kinds supported; a file that says byte-level
+    BPE (gpt2) but carries Gemma's SentencePiece pieces has no merges (io/bpe.py's tests cover real
+    byte-level files); the SentencePiece builder refuses anything but 'llama'."""
+    with pytest.raises(ModelFileError, match=r"unsupported tokenizer model 't5' \(supported: 'llama'.*'gpt2'"):
+        GGUFTokenizer(dict(model.metadata, **{"tokenizer.ggml.model": "t5"}))
+    md = dict(model.metadata, **{"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default"})
+    with pytest.raises(ModelFileError, match="has no tokenizer.ggml.merges"):
         GGUFTokenizer(md)
     with pytest.raises(ModelFileError, match="unsupported tokenizer model"):
         build_model_proto({"tokenizer.ggml.model": "t5"})

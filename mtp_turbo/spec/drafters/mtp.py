@@ -395,6 +395,9 @@ def load_mtp_drafter(spec, main, main_gguf, capacity: int) -> MTPDrafter:
     from ...models.mtp_load import load_head
     from ...quant.gemv import parse_tile
 
+    if main.cfg.family != "gemma3":  # a head is one Gemma-3 block on the main model's states
+        raise ModelFileError(f"MTP heads run on Gemma-3 models only, and this is a {main.cfg.family} model: "
+                             "use --draft ngram (or none)")
     path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
     if not path.exists():
         raise ModelFileError(f"MTP head file {path} does not exist" + (

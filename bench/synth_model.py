@@ -1,0 +1,110 @@
+"""A synthetic model at a published shape: a real file's metadata and tokenizer, random F16 weights.
+
+Why: speed at 1B-30B is what users meet, and those files do not travel to the GPU machine in a
+session; random weights of the right shapes, quantized there by llama.cpp's llama-quantize, move
+the same bytes through the same kernels as the real models (the text is noise, the speed is not).
+
+    python bench/synth_model.py --like REAL.gguf --shape gemma3-1b --out /tmp/g1b-f16.gguf
+    llama-quantize /tmp/g1b-f16.gguf /tmp/g1b-q4km.gguf Q4_K_M
+
+The metadata (tokenizer, chat template, family keys) is the real file's, with the shape's keys
+replaced; the tensors are the ones arch.tensor_shapes lists for that config, F16 (norms F32),
+drawn from one pool of Gaussian values (std 0.02; norms near 1) so that writing several GB takes
+seconds, not minutes. Shapes from the models' published configs (transformers' config.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from mtp_turbo.io.gguf_file import GGUFFile  # noqa: E402
+from mtp_turbo.io.gguf_write import write_gguf  # noqa: E402
+from mtp_turbo.models.arch import ModelConfig, Rope, tensor_shapes  # noqa: E402
+
+# name -> (family, block_count, embedding_length, heads, kv heads, head dim, ffn, sliding window,
+#          rope base, linear rope scaling, vocabulary (None: the real file's))
+SHAPES = {
+    "gemma3-1b": ("gemma3", 26, 1152, 4, 1, 256, 6912, 512, 1e6, 1.0, None),
+    "gemma3-4b": ("gemma3", 34, 2560, 8, 4, 256, 10240, 1024, 1e6, 8.0, None),
+    "gemma3-12b": ("gemma3", 48, 3840, 16, 8, 256, 15360, 1024, 1e6, 8.0, None),
+    "gemma3-27b": ("gemma3", 62, 5376, 32, 16, 128, 21504, 1024, 1e6, 8.0, None),
+    "qwen2.5-1.5b": ("qwen2", 28, 1536, 12, 2, 128, 8960, 0, 1e6, 1.0, None),
+    "qwen2.5-7b": ("qwen2", 28, 3584, 28, 4, 128, 18944, 0, 1e6, 1.0, None),
+    "qwen2.5-14b": ("qwen2", 48, 5120, 40, 8, 128, 13824, 0, 1e6, 1.0, None),
+}
+F32, F16 = 0, 1
+
+
+def shape_config(name: str, vocab: int) -> ModelConfig:
+    fam, L, D, H, HKV, DH, F, W, base, factor, V = SHAPES[name]
+    return ModelConfig(family=fam, vocab_size=V or vocab, hidden=D, n_layers=L, n_heads=H, n_kv_heads=HKV,
+                       head_dim=DH, ffn=F, eps=1e-6, rope_global=Rope(base, factor),
+                       rope_local=Rope(1e4) if fam == "gemma3" else Rope(base), sliding_window=W,
+                       sliding_pattern=6 if fam == "gemma3" else 0, query_scale=DH**-0.5, context_length=32768,
+                       qkv_bias=fam == "qwen2", tied_head=True)
+
+
+def metadata_for(real: dict, cfg: ModelConfig) -> dict:
+    arch = cfg.family
+    md = {k: v for k, v in real.items() if not k.startswith(f"{arch}.") and not k.startswith("GGUF.")}
+    md.update({f"{arch}.block_count": cfg.n_layers, f"{arch}.embedding_length": cfg.hidden,
+               f"{arch}.feed_forward_length": cfg.ffn, f"{arch}.attention.head_count": cfg.n_heads,
+               f"{arch}.attention.head_count_kv": cfg.n_kv_heads, f"{arch}.attention.key_length": cfg.head_dim,
+               f"{arch}.attention.value_length": cfg.head_dim, f"{arch}.context_length": cfg.context_length,
+               f"{arch}.rope.freq_base": cfg.rope_global.base, f"{arch}.attention.layer_norm_rms_epsilon": cfg.eps})
+    if cfg.sliding_window:
+        md[f"{arch}.attention.sliding_window"] = cfg.sliding_window
+    if cfg.rope_global.linear_factor != 1.0:
+        md[f"{arch}.rope.scaling.type"] = "linear"
+        md[f"{arch}.rope.scaling.factor"] = cfg.rope_global.linear_factor
+    md["general.name"] = f"synthetic {cfg.family} {cfg.n_layers}x{cfg.hidden}"
+    md["general.file_type"] = 1  # F16
+    return md
+
+
+def tensors_for(cfg: ModelConfig, seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    P = 1 << 26
+    pool = (rng.standard_normal(P, dtype=np.float32) * 0.02).astype(np.float16)
+    pool2 = np.concatenate([pool, pool])  # 256 MB: every tensor up to P values is a view into it
+    out, at = {}, 0
+    for name, shape in tensor_shapes(cfg).items():
+        n = int(np.prod(shape))
+        if len(shape) == 1:  # norms (Gemma's hold their +1) and biases: F32
+            v = (1.0 if name.endswith("norm.weight") else 0.0) + pool[:n].astype(np.float32)
+            out[name] = (v.view(np.uint8), F32, shape)
+            continue
+        at = (at + 7919) % P
+        v = pool2[at:at + n] if n <= P else np.resize(pool, n)  # views share the pool: no GBs of copies
+        out[name] = (v.view(np.uint8), F16, shape)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--like", required=True, help="a real GGUF of the family: its metadata and tokenizer")
+    p.add_argument("--shape", required=True, choices=sorted(SHAPES))
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    t0 = time.time()
+    real = GGUFFile(a.like).metadata
+    vocab = len(real["tokenizer.ggml.tokens"])
+    cfg = shape_config(a.shape, vocab)
+    if real.get("general.architecture") != cfg.family:
+        raise SystemExit(f"--like is a {real.get('general.architecture')} file, --shape {a.shape} a {cfg.family} one")
+    tensors = tensors_for(cfg)
+    write_gguf(a.out, cfg.family, metadata_for(real, cfg), tensors)
+    size = os.path.getsize(a.out)
+    print(f"{a.out}: {a.shape}, {size / 1e9:.2f} GB F16 in {time.time() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
