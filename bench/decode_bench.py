@@ -156,22 +156,27 @@ def combine_best(sweep: list[dict]) -> dict:
 
 
 def time_linears(eng, reps=50) -> dict:
-    """us per launch of each GEMV kind of the fused step at 1 row (graph of `reps` launches)."""
+    """us per launch of each GEMV part of the fused step at 1 row (graph of `reps` launches), through
+    its layer plan (models/layer_plan.py) as a forward launches it, tails included."""
     dec = eng.runner.fused
-    m, L = eng.model, eng.model.layers[1]
-    T = 1
-    res, o, gu, dn = dec.res, dec.o[:T], dec.gu[:T], dec.down[:T]
+    plan, m, L = dec.plan, eng.model, eng.model.layers[1]
+    T, c = 1, eng.model.cfg
+    res, xn = dec.res, dec.xn[:T]
+    pos = torch.full((T,), 100, dtype=torch.int64, device=eng.device)
+    cos, sin = m.rope[c.is_global(1)]
+    scratch = eng.kv.k[1].clone(), eng.kv.v[1].clone()  # RoPE tail writes: not into the live cache
     kinds = {
-        "qkv (norm+residual prologue)": lambda: dec._linear(res[0][:T], L["qkv"], dec.qkv[:T], pro=2, h=res[0][:T],
-                                                              delta=dn, wpost=L["post_ffn_norm"], wpre=L["attn_norm"],
-                                                              hout=res[1][:T]),
-        "o": lambda: dec._linear(dec.att[:T].view(T, -1), L["o"], o),
-        "gate_up (prologue + GELU gating)": lambda: dec._linear(res[0][:T], L["gate_up"], gu, pro=2, h=res[0][:T],
-                                                                delta=o, wpost=L["post_attn_norm"], wpre=L["ffn_norm"],
-                                                                hout=res[1][:T], gated=True),
-        "down": lambda: dec._linear(gu, L["down"], dn),
-        "head": lambda: dec._linear(res[0][:T], m.embed, dec.logits[:T], pro=2, h=res[0][:T], delta=dn,
-                                    wpost=L["post_ffn_norm"], wpre=m.out_norm, hout=dec.hidden[:T], head=True),
+        "qkv (GEMV + RoPE / K/V tail)": lambda: plan.qkv_rope(xn, L["qkv"], L.get("qkv_bias"), dec.qkv[:T], dec.count[1, 2],
+                                                                pos, L.get("q_norm"), L.get("k_norm"), cos, sin, dec.q,
+                                                                *scratch),
+        "o (GEMV + residual norm tail)": lambda: plan.gemv_residual(dec.att[:T].view(T, -1), L["o"], dec.o, dec.count[1, 0],
+                                                                    res[0][:T], L.get("post_attn_norm"), L["ffn_norm"],
+                                                                    res[1][:T], xn),
+        "gate_up (GEMV + gating)": lambda: plan.mlp(xn, L["gate_up"], dec.gu),
+        "down (GEMV + residual norm tail)": lambda: plan.gemv_residual(dec.gu[:T], L["down"], dec.down, dec.count[1, 1],
+                                                                       res[0][:T], L.get("post_ffn_norm"), L["attn_norm"],
+                                                                       res[1][:T], xn),
+        "head": lambda: dec.head(xn),
     }
     out = {}
     for name, fn in kinds.items():
@@ -216,7 +221,7 @@ def profile_step(eng, rows=1, pos=256) -> list[tuple[str, float, int]]:
 
 
 def hf_generate(eng, prompt, n) -> dict:
-    """transformers' Gemma3ForCausalLM on the same dequantized weights, bf16, generate()."""
+    """transformers' model of the family on the same dequantized weights, bf16, generate()."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "models"))
     from hf_reference import build_hf
 
@@ -251,6 +256,8 @@ def main() -> int:
     ap.add_argument("--compare-torch", action="store_true",
                     help="also time plain decode and the 1/4-row forward with --kernels torch (compiles)")
     ap.add_argument("--sweep-tiles", action="store_true", help="time fused-step tile variants, use the fastest")
+    ap.add_argument("--tiles", default="", help="the variants --sweep-tiles times, as a JSON list of FusedTiles "
+                    "overrides (default: TILE_VARIANTS)")
     ap.add_argument("--profile", action="store_true", help="per-kernel CUDA time of one eager 1-row step")
     ap.add_argument("--mtp-ks", default="", help="draft counts for MTP-drafter rows (e.g. 3; empty = none)")
     ap.add_argument("--draft-quants", default="", help="MTP rows once per --draft-quant (e.g. bf16,q8_0; empty: "
@@ -272,7 +279,7 @@ def main() -> int:
     R["warmup_s"] = time.perf_counter() - t0
     R["kernels"] = eng.runner.kernels
     if a.sweep_tiles and eng.runner.fused is not None:
-        R["tile_sweep"] = sweep_tiles(eng, TILE_VARIANTS)
+        R["tile_sweep"] = sweep_tiles(eng, json.loads(a.tiles) if a.tiles else TILE_VARIANTS)
         comb = combine_best(R["tile_sweep"])
         if comb and not any(r["tiles"] == comb for r in R["tile_sweep"]):
             R["tile_sweep"] = sorted(R["tile_sweep"] + sweep_tiles(eng, [comb]), key=lambda r: r.get("ms1", 1e9))

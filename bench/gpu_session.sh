@@ -435,13 +435,19 @@ case $step in
     timeout 420 python3 bench/step_bench.py --positions 256,7000 --prefill-rows 128 --ab "${AB:-$ab}" \
       --out "$OUT/step.json" 2>&1 | grep -v Warn | tee "$OUT/step.txt" | head -40
     python3 bench/experiments/pick_ab.py "$OUT/step.json" --sed /tmp/tiles.sed; cat /tmp/tiles.sed ;;
-  s27-start)  # (carry .carry .whl DIR) llama.cpp's build in the background; the first piece
-    mkdir -p /tmp/logs; cp "$1"/* /tmp/gguf/
+  s27-start)  # (carry .carry .whl .ab_before DIR...) llama.cpp's build in the background; the first pieces
+    mkdir -p /tmp/logs; for d in "$@"; do cp "$d"/* /tmp/gguf/; done
     llama_build 16 "llama-bench llama-completion llama-quantize llama-perplexity llama-tokenize" || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import gguf, torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" ;;
   s27-tests)  # (pieces copied) join + check; GPU tests
     join_models || exit 1
+    # the default model's bits against the session's start (.ab_before: a9ad8ca's package)
+    rm -rf /tmp/before && mkdir -p /tmp/before && cp -r .ab_before/* /tmp/before/
+    (cd /tmp && PYTHONPATH=/tmp/site:/tmp/before timeout 120 python3 $OLDPWD/bench/ab_logits.py \
+      --model /tmp/gguf/gemma.gguf --out /tmp/ab_before.pt 2>&1 | tail -1)
+    timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --out /tmp/ab_after.pt 2>&1 | tail -1
+    python3 bench/ab_logits.py --compare /tmp/ab_before.pt /tmp/ab_after.pt | tee "$OUT/ab_bits.txt"
     timeout 300 python3 -m pytest -q -m gpu tests/models tests/spec tests/quant/test_dequant.py -n 4 \
       --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider --timeout 280 -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_gpu_gemma.txt" | tail -6
@@ -467,6 +473,11 @@ case $step in
     done | tee "$OUT/ppl.txt"
     python3 bench/llama_tokens.py --tokenize $L/llama-tokenize --models /tmp/gguf/smol.gguf,/tmp/gguf/qwen15.gguf \
       --out "$OUT/llama_cpp_bpe_tokens.json" 2>&1 | tail -2 ;;
+  s27-tune)  # the fused step's tiles on Qwen2.5-Coder-1.5B (1536 wide, 8960 FFN, 151936-row bf16 head): a sweep of
+    # $TILES (decode_bench.py --tiles), the per-kernel profile and each GEMV part's time at the defaults
+    timeout 400 python3 bench/decode_bench.py --model /tmp/gguf/qwen15.gguf --skip-hf --ks 3 --reps 2 --profile \
+      --sweep-tiles --tiles "${TILES:-[{}, {\"bn_tall\": 16}, {\"bk_tall\": 256}, {\"bn_tall\": 16, \"bk_tall\": 256}, {\"bk_gated\": 256}, {\"bn_gated\": 16}, {\"bn_head\": 64}, {\"bk_head\": 256}]}" \
+      --out "$OUT/decode_qwen15.json" 2>&1 | grep -v Warn | tee "$OUT/decode_qwen15.txt" | tail -40 ;;
   s27-synth)  # (built) synthetic models at published shapes, Q4_K_M by llama-quantize: plain decode, pp512, llama-bench
     L=/tmp/llama.cpp/build/bin
     for shape in ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-7b}; do
