@@ -18,6 +18,7 @@ import random
 import time
 import warnings
 from contextlib import redirect_stdout
+from pathlib import Path
 
 import pytest
 
@@ -370,3 +371,19 @@ def test_tokenize_command(qwen05_path, model_path):
     with pytest.raises(ModelFileError, match="/nonexistent/model.gguf: no such file"):
         _run_tokenize("--model", "/nonexistent/model.gguf", "x")
     assert _run_tokenize("--model", "qwen2.5-coder-0.5b-instruct", text) == qwen.encode(text)  # a known model's name
+
+
+def test_ids_equal_llama_cpps_on_the_corpus(smollm2_path, qwen05_path):
+    # llama.cpp's own llama-tokenize on tests/data/tokenizer_corpus.json (bench/llama_tokens.py, run on
+    # the GPU host, session 25: tests/data/README.md), SmolLM2's file and Qwen2.5-Coder-1.5B's (the
+    # 0.5B file holds the same vocabulary, merges and pre type)
+    here = Path(__file__).resolve().parent.parent / "data"
+    corpus = json.loads((here / "tokenizer_corpus.json").read_text(encoding="utf-8"))
+    ref = json.loads((here / "llama_cpp_bpe_tokens.json").read_text())
+    qwen_md = GGUFFile(qwen05_path).metadata
+    assert qwen_md["tokenizer.ggml.pre"] == "qwen2"
+    for path, name in ((smollm2_path, "Smollm2 135M 8k Lc100K Mix1 Ep2"), (qwen05_path, "Qwen2.5 Coder 1.5B Instruct GGUF")):
+        tok = GGUFTokenizer(GGUFFile(path))
+        assert len(ref[name]) == len(corpus)
+        for text, want in zip(corpus, ref[name]):
+            assert tok.encode(text) == want, (name, text)

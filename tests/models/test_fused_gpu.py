@@ -116,7 +116,7 @@ def test_speculative_text_equals_plain_on_gpu(cuda_engine, temperature):
 
 def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
     """The fused prefill's K/V do not depend on the row blocks (8 at a time, 3, 1) nor on what the
-    cache held; a sampled text is the same fresh and after another prompt shared the BOS."""
+    cache held; a sampled text is the same fresh and after another prompt shared its first word."""
     from mtp_turbo.sampling.config import SamplerConfig
 
     e = cuda_engine
@@ -149,9 +149,10 @@ def test_prefill_is_batch_invariant_and_reuse_keeps_the_text(cuda_engine):
         e.reset()
         fresh = e.generate_ids(prompt, sampler=s, max_tokens=48)
         e.reset()
-        e.generate_ids("An unrelated beginning about the weather in spring.", sampler=s, max_tokens=8)
+        # the same first word (and BOS where the file adds one), then another text: a reused prefix
+        e.generate_ids(prompt.split()[0] + " unrelated beginning about the weather in spring.", sampler=s, max_tokens=8)
         assert e.generate_ids(prompt, sampler=s, max_tokens=48) == fresh, prompt
-        assert e.last_stats.prompt_cached >= 1  # the BOS (at least) was reused
+        assert e.last_stats.prompt_cached >= 1
 
 
 
