@@ -26,17 +26,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mtp_turbo.models import mtp_kernels as mk  # noqa: E402
-from mtp_turbo.models.fused import FusedTiles, _pow2  # noqa: E402
-from mtp_turbo.models.gemma3 import Gemma3Config  # noqa: E402
+from mtp_turbo.models.layer_plan import FusedTiles, pow2 as _pow2  # noqa: E402
+from mtp_turbo.models.arch import ModelConfig, Rope  # noqa: E402
 from mtp_turbo.models.mtp_head import MTPConfig, MTPHead, tensor_names  # noqa: E402
 from mtp_turbo.models.mtp_load import apply_draft_quant, pack_ops, policy_bytes  # noqa: E402
 from mtp_turbo.models.mtp_step import FusedMTPStep  # noqa: E402
 from mtp_turbo.quant.formats import quantize  # noqa: E402
 from mtp_turbo.quant.repack import PackedWeight  # noqa: E402
 
-MAIN = Gemma3Config(vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256, ffn=2048,
-                    eps=1e-6, rope_global=1e6, rope_local=1e4, sliding_window=512, sliding_pattern=6,
-                    query_scale=256 ** -0.5, context_length=32768)
+MAIN = ModelConfig(family="gemma3", vocab_size=262144, hidden=640, n_layers=18, n_heads=4, n_kv_heads=1, head_dim=256,
+                   ffn=2048, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=512,
+                   sliding_pattern=6, query_scale=256 ** -0.5, context_length=32768)
 HEAD_ROWS = 32768
 CAP = 4096
 

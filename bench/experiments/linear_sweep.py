@@ -57,12 +57,11 @@ def sweep(name: str, l2: bool = False) -> list[dict]:
     ws = [torch.randn(rows_w, K, device=dev).mul_(0.04).to(torch.bfloat16) for _ in range(n_copies)]
     x = torch.randn(16, K, device=dev).to(torch.bfloat16)
     y = torch.empty(16, N, device=dev, dtype=torch.float32 if name == "head" else torch.bfloat16)
-    KP = 1 << (K - 1).bit_length()
     res = []
 
     def launch(w, M, bn, bk, warps, stages):
-        fk.linear[(-(-N // bn), 1)](x, x, x, x, x, x, w, y, M, N, K, 1e-6, PRO=0, GATED=gated, MP=16, KP=KP,
-                                    BN=bn, BK=bk, PREC="tf32", num_warps=warps, num_stages=stages)
+        fk.linear[(-(-N // bn), 1)](x, w, y, x, M, N, K, GATED=gated, MP=16, BN=bn, BK=bk, PREC="tf32",
+                                    num_warps=warps, num_stages=stages)
 
     def time_cfg(M, cfg, resident=False):
         for w in ws[:2]:

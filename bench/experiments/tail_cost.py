@@ -58,14 +58,13 @@ def main() -> int:
         cnt = torch.zeros(4, device=dev, dtype=torch.int32)
         bn, bk, launch = t.gemv(K)
         grid = (-(-N // bn), 1)
-        kp, np_ = 1 << (K - 1).bit_length(), 1 << (N - 1).bit_length()
+        np_ = 1 << (N - 1).bit_length()
 
         def lin():
-            fk.linear[grid](x, x, x, x, x, x, w, y, M, N, K, eps, PRO=0, GATED=False, MP=MP, KP=kp, BN=bn, BK=bk,
-                            PREC="tf32", **launch)
+            fk.linear[grid](x, w, y, x, M, N, K, GATED=False, MP=MP, BN=bn, BK=bk, PREC="tf32", **launch)
 
         def lin_norm():
-            fk.linear_norm[grid](x, w, y, M, N, K, eps, cnt, res, wpost, wpre, hout, xout, MP=MP, KP=kp, NP=np_,
+            fk.linear_norm[grid](x, w, y, M, N, K, eps, cnt, res, wpost, wpre, hout, xout, MP=MP, NP=np_,
                                  RT=NORM_ROWS, BN=bn, BK=bk, PREC="tf32", TP=2, **launch)
 
         def lin_kernel():
