@@ -14,7 +14,7 @@ from tqdm import tqdm
 
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile, ggml_type_name
-from ..quant.dequant import SUPPORTED_TYPES
+from ..quant.dequant import SUPPORTED_TYPES, dequantize
 from ..quant.repack import split_q8_0
 from .arch import ModelConfig, tensor_shapes
 from .decoder import Decoder
@@ -69,8 +69,6 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             # the embedding (tied) and the torch step
             raw = gf.raw_tensor(name, device)
             head_q8 = split_q8_0(raw, t.shape)
-            from ..quant.dequant import dequantize
-
             weights[name] = dequantize(raw, t.ggml_type, t.shape).to(dtype)
             continue
         # norms, biases and RoPE factors stay fp32: they are tiny and their precision matters
