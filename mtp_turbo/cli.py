@@ -38,6 +38,8 @@ HELP = {
     "pipeline": "launch each device program (a speculative round, a program of plain steps) before the "
     "previous one's tokens are read, so the GPU never waits for the host between them (the text is the same "
     "either way): auto = on CUDA with graphs, on, off",
+    "cpu_weights": "matrices on the CPU: int8 (one int8 code a weight, a scale a row, activations rounded to bf16 "
+    "for the products: about 4x faster than f32) or f32 (the file's dequantized values in float32: the reference)",
     "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "
     "same logits as one-row steps), torch (compiled torch ops), auto (triton on CUDA)",
     # SamplerConfig

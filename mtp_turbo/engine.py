@@ -108,7 +108,8 @@ class Engine:
             raise ValueError(f"the opened model file {gguf.path} is not the configured {path}")
         self.gguf = gguf if gguf is not None else GGUFFile(path)
         # RoPE tables for the cache's positions only, not the model's whole context
-        self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size)
+        self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size,
+                                cpu_int8=cfg.cpu_weights == "int8")
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)

@@ -26,6 +26,9 @@ class EngineConfig:
     # launch each device program (a round, a program of plain steps) before the previous one's
     # result is read, from what the device holds: auto = where programs replay from CUDA graphs
     pipeline: str = "auto"  # auto | on | off
+    # matrices on the CPU: int8 (per-row codes, bf16 activations: the fast path) or f32 (the file's
+    # dequantized values: the reference the tests compare with transformers)
+    cpu_weights: str = "int8"
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -38,5 +41,7 @@ class EngineConfig:
             raise ConfigError(f"decode-steps must be in 0..8 (0 = auto), got {self.decode_steps}")
         if self.pipeline not in ("auto", "on", "off"):
             raise ConfigError(f"pipeline must be auto, on or off, got {self.pipeline!r}")
+        if self.cpu_weights not in ("int8", "f32"):
+            raise ConfigError(f"cpu-weights must be int8 or f32, got {self.cpu_weights!r}")
         if self.prefill_chunk < 1:
             raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")

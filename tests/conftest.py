@@ -41,7 +41,9 @@ def model_path(request):
 def engine(model_path):
     from mtp_turbo.engine import Engine, EngineConfig
 
-    return Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False))
+    # f32: the file's dequantized values, the reference the tests compare with transformers and llama.cpp
+    # (tests/models/test_cpu_int8.py checks the int8 default against it)
+    return Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False, cpu_weights="f32"))
 
 
 def _registry_model(name):

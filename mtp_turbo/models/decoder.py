@@ -57,6 +57,7 @@ class Decoder:
             assert head_q8[0].shape == self.head_weight.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
             assert head_q8[1].shape == (self.head_weight.shape[0], self.head_weight.shape[1] // 32), head_q8[1].shape
         self.head_q8 = head_q8
+        self.head_op = None  # the LM head's own op where the matrix is held otherwise (quant/cpu_linear.py)
         self._head_pw = None  # head_q8 as a PackedWeight, made on first use (head_packed)
         self.out_norm = weights["output_norm.weight"]
         self.layers = []
@@ -99,6 +100,8 @@ class Decoder:
 
     def lm_head(self, h_normed: torch.Tensor) -> torch.Tensor:
         """[T, D] (after the final norm) -> fp32 logits [T, V]."""
+        if self.head_op is not None:
+            return self.head_op(h_normed, out_dtype=torch.float32)
         return F.linear(h_normed, self.head_weight).float()
 
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:

@@ -49,8 +49,9 @@ def deinterleave_heads(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True,
-               max_positions: int | None = None) -> Decoder:
-    """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size)."""
+               max_positions: int | None = None, cpu_int8: bool = False) -> Decoder:
+    """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size);
+    cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py)."""
     try:
         cfg = model_config(gf)
     except ModelFileError as e:
@@ -76,4 +77,9 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
         if cfg.traits.qk_interleaved and (".attn_q." in name or ".attn_k." in name):
             w = deinterleave_heads(w, cfg.n_heads if ".attn_q." in name else cfg.n_kv_heads)
         weights[name] = w
-    return Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
+    model = Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
+    if cpu_int8 and device.type == "cpu":
+        from ..quant.cpu_linear import quantize_cpu_model
+
+        quantize_cpu_model(model)
+    return model

@@ -31,7 +31,7 @@ def pair(request):
     tok = transformers.AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     hf = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
                                                            dtype=torch.float32).eval()
-    eng = Engine(EngineConfig(model=str(path), device="cpu", ctx_size=512, progress=False))
+    eng = Engine(EngineConfig(model=str(path), device="cpu", ctx_size=512, progress=False, cpu_weights="f32"))
     yield tok, hf, eng
     del hf, eng
 

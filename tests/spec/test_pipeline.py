@@ -22,7 +22,7 @@ N = 24
 def engines(model_path, engine):
     from mtp_turbo.engine import Engine, EngineConfig
 
-    cfg = dict(model=str(model_path), device="cpu", ctx_size=2048, progress=False)
+    cfg = dict(model=str(model_path), device="cpu", ctx_size=2048, progress=False, cpu_weights="f32")  # as `engine`
     on = Engine(EngineConfig(**cfg, pipeline="on", decode_steps=4), gguf=engine.gguf)  # plain: programs of 4 steps
     off = Engine(EngineConfig(**cfg, pipeline="off"), gguf=engine.gguf)
     assert on.pipelined and not off.pipelined and not engine.pipelined  # auto: off on the CPU

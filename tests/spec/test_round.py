@@ -126,7 +126,7 @@ def test_plain_step_programs_inside_speculation_keep_text_and_drafts(model_path,
     got = {}
     for steps in (1, 4):
         e = Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False,
-                                decode_steps=steps))
+                                decode_steps=steps, cpu_weights="f32"))  # as the fixture's engine (plain's text)
         ids = e.generate_ids(PROMPTS[2], sampler=SamplerConfig(temperature=0.0), max_tokens=N, spec=spec)
         st = e.last_stats.spec
         got[steps] = ids, st.rounds, st.k_counts, st.drafted_per_position, st.accepted_per_position

@@ -1,0 +1,66 @@
+"""Linear layers held in int8 on the CPU: one scale per output row, bf16 activations.
+
+Owns: `Int8Linear`, a matrix [N, K] quantized per row (the row's largest magnitude over 127, the
+scale rounded to bf16 first so the codes are chosen against the scale the kernel multiplies by)
+and applied with PyTorch's CPU weight-only kernel `torch._weight_int8pack_mm` on bf16 rows; and
+`quantize_cpu_model`, which swaps a CPU main model's matrices and LM head for them.
+Ignores: GPU paths (the fused kernels read their own layouts), the file's block formats (the
+dequantized values are what gets requantized), everything about the forward but the matrices.
+
+Why: the CPU path held every weight as fp32 (~1 GB a token for Gemma-3-270M, the 262144-row head
+alone 671 MB). On a 2-core x86 machine the int8 kernel on bf16 rows took the head from 40.7 to 5.3
+ms and a layer's four GEMVs from 0.30 to 0.09 ms (bench/RESULTS.md session 25). Its error is the
+per-row int8 grid (half a step of the row's largest value / 127) plus bf16 rounding of the rows and
+the result; a row's output does not depend on the rows beside it (batch-invariant).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+K_MULTIPLE = 16  # the kernel reads K in steps of 16 (other K crash it: torch 2.13, x86): pad with zeros
+
+
+class Int8Linear:
+    """y = x @ w.T for a dense w [N, K], held as int8 codes [N, K] and bf16 scales [N]."""
+
+    def __init__(self, w: torch.Tensor):
+        assert w.dim() == 2 and w.device.type == "cpu", (w.shape, w.device)
+        self.k = w.shape[1]
+        wf = F.pad(w.float(), (0, -self.k % K_MULTIPLE))
+        scale = (wf.abs().amax(dim=1) / 127.0).clamp(min=torch.finfo(torch.float32).tiny)
+        scale = scale.bfloat16()  # the kernel multiplies by the bf16 scale: choose the codes against it
+        q = torch.round(wf / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)
+        self.q, self.scale = q.contiguous(), scale.contiguous()
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.q.shape[0], self.k
+
+    def dequantize(self) -> torch.Tensor:
+        """The values the kernel multiplies by, float32 [N, K]."""
+        return self.q[:, :self.k].float() * self.scale.float()[:, None]
+
+    def __call__(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+        """x [..., K] (any float dtype) -> [..., N] in out_dtype (default: x's dtype)."""
+        lead, K = x.shape[:-1], x.shape[-1]
+        assert K == self.k, (x.shape, self.shape)
+        xb = x.reshape(-1, K).to(torch.bfloat16)
+        if self.q.shape[1] != K:
+            xb = F.pad(xb, (0, self.q.shape[1] - K))
+        y = torch._weight_int8pack_mm(xb.contiguous(), self.q, self.scale)
+        return y.reshape(*lead, self.q.shape[0]).to(out_dtype or x.dtype)
+
+
+def quantize_cpu_model(model) -> None:
+    """Hold a CPU Decoder's layer matrices (the fused qkv and gate|up, o, down) and its LM head as
+    Int8Linear (in place; the dense matrices and their per-part views are dropped). The embedding
+    keeps its dense rows for the lookup."""
+    assert model.device.type == "cpu", model.device
+    for L in model.layers:
+        for k in ("q", "k", "v", "gate", "up"):  # views of the fused matrices: block.py takes the fused ones
+            L.pop(k, None)
+        for k in ("qkv", "o", "gate_up", "down"):
+            L[k] = Int8Linear(L[k])
+    model.head_op = Int8Linear(model.head_weight)
