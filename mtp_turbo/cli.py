@@ -40,6 +40,8 @@ HELP = {
     "either way): auto = on CUDA with graphs, on, off",
     "cpu_weights": "matrices on the CPU: int8 (one int8 code a weight, a scale a row, activations rounded to bf16 "
     "for the products: about 4x faster than f32) or f32 (the file's dequantized values in float32: the reference)",
+    "threads": "CPU threads a step uses (0 = auto: all cores, or one when measuring shows it faster, e.g. beside "
+    "another busy process)",
     "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "
     "same logits as one-row steps), torch (compiled torch ops), auto (triton on CUDA)",
     # SamplerConfig

@@ -115,6 +115,14 @@ class Engine:
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
         self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile,
                                  kernels=pick_kernels(cfg.kernels, self.device))
+        self.threads = None  # the CPU's thread chooser (auto); a fixed --threads is set once here
+        if self.device.type == "cpu":
+            from .threads import ThreadChooser, available_cores
+
+            if cfg.threads:
+                torch.set_num_threads(cfg.threads)
+            else:
+                self.threads = ThreadChooser((available_cores(), 1))
         self.tokens: list[int] = []
         self.drafter: Drafter | None = None  # the drafter of the last speculative call (keeps its cache)
         self._drafter_spec = None
@@ -399,11 +407,18 @@ class Engine:
     def _stream(self, token_iter, stops, stats: Stats, max_tokens: int, budget: int,
                 special: bool) -> Iterator[Piece]:
         dec = self.tokenizer.stream(special=special)
-        t0 = time.perf_counter()
+        t0 = last = time.perf_counter()
         stats.finish_reason = "length" if budget >= max_tokens else "context"
         done = False
+        if self.threads is not None:
+            self.threads.apply()
         try:
             for toks in token_iter:
+                if self.threads is not None:  # the program's time under its thread count; the next one's count
+                    now = time.perf_counter()
+                    self.threads.record(now - last, len(toks))
+                    self.threads.apply()
+                    last = now
                 out = []
                 for t in toks:
                     if t in stops:

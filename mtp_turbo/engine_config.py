@@ -29,6 +29,9 @@ class EngineConfig:
     # matrices on the CPU: int8 (per-row codes, bf16 activations: the fast path) or f32 (the file's
     # dequantized values: the reference the tests compare with transformers)
     cpu_weights: str = "int8"
+    # CPU threads of a step: 0 = auto (all the cores this process may use, or one when that is
+    # faster: measured while decoding, so another busy process does not stall every step)
+    threads: int = 0
 
     def __post_init__(self) -> None:
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
@@ -41,6 +44,8 @@ class EngineConfig:
             raise ConfigError(f"decode-steps must be in 0..8 (0 = auto), got {self.decode_steps}")
         if self.pipeline not in ("auto", "on", "off"):
             raise ConfigError(f"pipeline must be auto, on or off, got {self.pipeline!r}")
+        if self.threads < 0:
+            raise ConfigError(f"threads must be >= 0 (0 = auto), got {self.threads}")
         if self.cpu_weights not in ("int8", "f32"):
             raise ConfigError(f"cpu-weights must be int8 or f32, got {self.cpu_weights!r}")
         if self.prefill_chunk < 1:
