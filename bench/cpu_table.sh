@@ -5,7 +5,8 @@
 # from LLAMA_CPP_DIR (default: the vendor tree of the llama-cpp-python 0.3.36 sdist, fetched with pip
 # download into /tmp/llcpu), then runs `mtp-turbo bench --device cpu` on the default model with plain,
 # n-gram and MTP decoding at temperature 0 beside `llama-bench -t $THREADS` (tg64 / pp64) in the same
-# run. The machine's load average is printed before and after: the figures hold for a quiet machine.
+# run. The machine's load average is printed before and after. BUSY=1 keeps one other busy process
+# on the cores for the whole run (THREADS=1 then gives llama.cpp its best count there).
 set -euo pipefail
 THREADS=${THREADS:-2}
 src=${1:-}
@@ -23,7 +24,12 @@ if [ ! -x "$bin/llama-bench" ]; then
     -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release > /tmp/llcpu-build.log
   cmake --build "$src/build-cpu" -j 2 --target llama-bench llama-completion >> /tmp/llcpu-build.log
 fi
-echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) | $(nproc) cores | $(date -u +%F)"
+busy=""
+if [ "${BUSY:-0}" = 1 ]; then  # one other busy process on the cores for the whole run
+  python3 -c "while True: pass" & busy=$!
+  trap 'kill $busy 2>/dev/null' EXIT
+fi
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) | $(nproc) cores | $(date -u +%F) | busy process: ${busy:-none}"
 mtp-turbo bench --device cpu --modes plain,ngram,mtp --temps 0 --draft-tokens 3 --max-tokens 64 --n-prompts 4 \
   --pp 64 --no-progress --llama-bench "$bin/llama-bench" --llama-args "-t $THREADS" ${BENCH_ARGS:-}
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -31,8 +31,8 @@ class AttnContext:
 
     cos: torch.Tensor  # [T, Dh]
     sin: torch.Tensor  # [T, Dh]
-    key_pos: torch.Tensor | None  # [S] cells to read (< 0 = padding); None = every cell
-    mask: torch.Tensor  # [T, S] bool, True = attend
+    key_pos: torch.Tensor | slice | None  # [S] cells to read (< 0 = padding), a range of cells, or None: all
+    mask: torch.Tensor | None  # [T, S] bool, True = attend; None: every cell read is attended
 
 
 class Decoder:
@@ -115,25 +115,32 @@ class Decoder:
         kv.write(i, pos, k, v)
         if ctx.key_pos is None:  # every cell (captured global layers): no gather copy
             K, V = kv.k[i], kv.v[i]  # [S = capacity, Hkv, Dh]
+        elif isinstance(ctx.key_pos, slice):  # a range of cells (eager forwards): views, no copy
+            K, V = kv.k[i][ctx.key_pos], kv.v[i][ctx.key_pos]
         else:
             K, V = kv.k[i][ctx.key_pos.clamp(min=0)], kv.v[i][ctx.key_pos.clamp(min=0)]  # [S, Hkv, Dh]
-        # prefill chunks on CUDA: fused attention; few rows (decode/verify) or CPU: plain math
-        return attend(d, q, K, V, ctx.mask, sdpa=h.is_cuda and h.shape[0] > 16)
+        # torch's fused attention for prefill chunks on CUDA and every forward on the CPU (one op, not
+        # ~20 a layer); few rows on CUDA (the torch step, captured): plain math
+        return attend(d, q, K, V, ctx.mask, sdpa=not h.is_cuda or h.shape[0] > 16)
 
-    def context(self, is_global: bool, pos: torch.Tensor, key_pos: torch.Tensor | None, kv) -> AttnContext:
-        """Mask [T, S]: causal, inside the window for sliding layers, padding excluded."""
+    def context(self, is_global: bool, pos: torch.Tensor, key_pos: torch.Tensor | slice | None, kv) -> AttnContext:
+        """Mask [T, S]: causal, inside the window for sliding layers, padding excluded (None where a
+        single row reads a range of cells that are all attended: the eager one-row step)."""
         cos_t, sin_t = self.rope[is_global]
-        kp = (kv.cell_ids if key_pos is None else key_pos)[None, :]
-        qp = pos[:, None]
+        if isinstance(key_pos, slice) and pos.shape[0] == 1:  # key_positions made the range exactly so
+            return AttnContext(cos_t[pos], sin_t[pos], key_pos, None)
+        kp = kv.cell_ids if key_pos is None else kv.cell_ids[key_pos] if isinstance(key_pos, slice) else key_pos
+        kp, qp = kp[None, :], pos[:, None]
         mask = (kp >= 0) & (kp <= qp)
         if not is_global:  # only where the model has sliding layers
             mask = mask & (qp - kp < self.cfg.sliding_window)
         return AttnContext(cos_t[pos], sin_t[pos], key_pos, mask)
 
-    def key_positions(self, is_global: bool, pos0: int, T: int) -> torch.Tensor:
-        """Cells an eager forward of rows [pos0, pos0+T) must read in a global or sliding layer."""
+    def key_positions(self, is_global: bool, pos0: int, T: int) -> slice:
+        """Cells an eager forward of rows [pos0, pos0+T) must read in a global or sliding layer: from
+        the first row's window (or cell 0) to the last row."""
         start = 0 if is_global else max(0, pos0 - self.cfg.sliding_window + 1)
-        return torch.arange(start, pos0 + T, device=self.device)
+        return slice(start, pos0 + T)
 
     @property
     def layer_kinds(self) -> tuple[bool, ...]:
