@@ -24,6 +24,9 @@ from .arch import ModelConfig, layer_tensors
 from .block import attend, finish, project_qkv, rms_norm, rope_tables
 
 
+ROW_ATTENTION_ROWS = 16  # CPU forwards of up to this many rows attend row by row (Decoder.context)
+
+
 @dataclass
 class AttnContext:
     """What every layer of one attention type reads in a forward, built once per forward:
@@ -33,6 +36,8 @@ class AttnContext:
     sin: torch.Tensor  # [T, Dh]
     key_pos: torch.Tensor | slice | None  # [S] cells to read (< 0 = padding), a range of cells, or None: all
     mask: torch.Tensor | None  # [T, S] bool, True = attend; None: every cell read is attended
+    # each row's own range of cells, attended row by row (a CPU verify: see Decoder.context)
+    rows: tuple[slice, ...] | None = None
 
 
 class Decoder:
@@ -115,6 +120,9 @@ class Decoder:
         kv.write(i, pos, k, v)
         if ctx.key_pos is None:  # every cell (captured global layers): no gather copy
             K, V = kv.k[i], kv.v[i]  # [S = capacity, Hkv, Dh]
+        elif ctx.rows is not None:  # row by row, as one-row steps attend (see context)
+            return torch.cat([attend(d, q[j:j + 1], kv.k[i][r], kv.v[i][r], None, sdpa=True)
+                              for j, r in enumerate(ctx.rows)])
         elif isinstance(ctx.key_pos, slice):  # a range of cells (eager forwards): views, no copy
             K, V = kv.k[i][ctx.key_pos], kv.v[i][ctx.key_pos]
         else:
@@ -127,8 +135,16 @@ class Decoder:
         """Mask [T, S]: causal, inside the window for sliding layers, padding excluded (None where a
         single row reads a range of cells that are all attended: the eager one-row step)."""
         cos_t, sin_t = self.rope[is_global]
-        if isinstance(key_pos, slice) and pos.shape[0] == 1:  # key_positions made the range exactly so
+        T = pos.shape[0]
+        if isinstance(key_pos, slice) and T == 1:  # key_positions made the range exactly so
             return AttnContext(cos_t[pos], sin_t[pos], key_pos, None)
+        if isinstance(key_pos, slice) and T <= ROW_ATTENTION_ROWS and self.device.type == "cpu":
+            # a verify's rows one by one, each over the cells a one-row step at its position reads:
+            # torch's fused CPU attention takes another path for several rows under a mask, whose
+            # rounding would make speculative text part from plain text (same seed)
+            p0 = key_pos.stop - T
+            rows = tuple(self.key_positions(is_global, p0 + j, 1) for j in range(T))
+            return AttnContext(cos_t[pos], sin_t[pos], key_pos, None, rows)
         kp = kv.cell_ids if key_pos is None else kv.cell_ids[key_pos] if isinstance(key_pos, slice) else key_pos
         kp, qp = kp[None, :], pos[:, None]
         mask = (kp >= 0) & (kp <= qp)
