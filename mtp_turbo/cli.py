@@ -56,8 +56,8 @@ HELP = {
     "seed": "random stream key; the same seed gives the same text with or without speculation (-1 = random)",
     "order": "sampler chain order, comma-separated names from top_k,penalties,temperature,min_p,top_p",
     # SpecConfig
-    "draft": "drafter: auto (mtp on a CUDA GPU when a head for the model is there, else none), none (plain "
-    "decoding), ngram (prompt lookup), mtp (the model's MTP head)",
+    "draft": "drafter: auto (mtp when a head for the model is there, on the CPU with adaptive k and int8 "
+    "matrices; else none), none (plain decoding), ngram (prompt lookup), mtp (the model's MTP head)",
     "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward. 0 = auto: 3 at temperature 0, "
     "2 when sampling (the fastest MTP rounds on MT-Bench on an H200, bench/RESULTS.md)",
     "adaptive": "choose each round's k in 0..draft-tokens from measured acceptance and round times (0 = a "

@@ -294,7 +294,7 @@ class Engine:
             spec = self._auto_spec(spec)
         speculative = spec is not None and spec.draft != "none"
         if speculative:
-            spec = spec.for_sampler(sampler.greedy)
+            spec = spec.for_sampler(sampler.greedy, cpu=self.device.type == "cpu")
             self._use_drafter(spec)
         elif self.drafter is not None:  # plain decoding does not keep a drafter's cache current: let it go
             self._set_drafter(None, None)
@@ -321,11 +321,13 @@ class Engine:
             stats.captures = program.captures - before
 
     def _auto_spec(self, spec):
-        """--draft auto: the MTP head on CUDA when one is there for this model, else None (plain
-        decoding; why is said once on stderr)."""
-        if self.device.type != "cuda" or spec in self._auto_plain:
+        """--draft auto: the MTP head when one is there for this model (on the CPU with adaptive k,
+        which keeps a round that would not pay a plain step), else None (plain decoding; why is said
+        once on stderr). The CPU's head runs on int8 matrices only: with --cpu-weights f32 plain."""
+        cpu = self.device.type == "cpu"
+        if spec in self._auto_plain or (cpu and self.model.head_op is None):
             return None
-        mtp = dataclasses.replace(spec, draft="mtp")
+        mtp = dataclasses.replace(spec, draft="mtp", adaptive=spec.adaptive or cpu)
         try:
             self._use_drafter(mtp)
         except ModelFileError as e:

@@ -125,15 +125,29 @@ def test_generation_stops_at_context_end(engine):
     assert engine.last_stats.finish_reason == "context"
 
 
-def test_draft_auto_decodes_plainly_off_cuda(engine):
-    """--draft auto (the default) drafts with the MTP head on CUDA only: on the CPU it is plain
-    decoding, the same text and no speculative rounds."""
+def test_draft_auto_on_the_cpu(engine):
+    """--draft auto (the default) on the CPU: with int8 matrices (the default there) the MTP head,
+    k = 2 with adaptive k, giving plain decoding's text; with --cpu-weights f32 (the fixture's
+    engine) plain decoding, no speculative rounds."""
+    from mtp_turbo.engine import Engine, EngineConfig
     from mtp_turbo.spec.config import SpecConfig
 
     assert SpecConfig().draft == "auto"
     want = engine.generate_ids("The capital of France is", max_tokens=8)
     assert engine.generate_ids("The capital of France is", max_tokens=8, spec=SpecConfig()) == want
     assert engine.last_stats.spec is None and engine.drafter is None
+    e8 = Engine(EngineConfig(model=str(engine.gguf.path), device="cpu", ctx_size=256, progress=False), gguf=engine.gguf)
+    assert e8._auto_spec(SpecConfig()) == SpecConfig(draft="mtp", adaptive=True)
+    s = SamplerConfig(temperature=0.6, seed=3)
+    for sampler in (GREEDY, s):
+        e8.reset()
+        plain = e8.generate_ids("The capital of France is", sampler=sampler, max_tokens=24, stop_ids=(),
+                                spec=SpecConfig(draft="none"))
+        e8.reset()
+        assert e8.generate_ids("The capital of France is", sampler=sampler, max_tokens=24, stop_ids=(),
+                               spec=SpecConfig()) == plain
+        st = e8.last_stats.spec
+        assert st is not None and st.rounds >= 1 and e8.drafter is not None and e8.drafter.name == "mtp"
 
 
 def test_draft_auto_on_cuda_without_a_usable_head_decodes_plainly_and_says_so_once(engine, monkeypatch, capsys):

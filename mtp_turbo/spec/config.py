@@ -11,13 +11,17 @@ DRAFTERS = ("auto", "none", "ngram", "mtp")
 # draft_tokens = 0: the k of the fastest MTP rounds on MT-Bench at temperature 0 and at 0.6 with
 # the sampled chain (H200, rounds launched ahead; bench/RESULTS.md 2026-12-02 session 19)
 AUTO_K = {"greedy": 3, "sampled": 2}
+# on the CPU (int8 matrices, 2 cores): k = 2 with adaptive k, by MT-Bench and HumanEval beside plain
+# (bench/RESULTS.md session 25): a verify row costs more there than on a GPU
+AUTO_K_CPU = 2
 SPEC_SAMPLE = ("exact", "greedy")
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    # auto: the MTP head on CUDA when one is there for the model, else plain (1.85x plain greedy,
-    # 1.11x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 15)
+    # auto: the MTP head when one is there for the model (on the CPU with adaptive k), else plain
+    # (1.85x plain greedy, 1.11x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 15;
+    # on 2 CPU cores 1.29x / 1.19x, session 25)
     draft: str = "auto"  # auto | none | ngram | mtp
     # k: drafts per round at most (verify forwards k+1 rows); 0 = auto: AUTO_K by temperature
     draft_tokens: int = 0
@@ -67,9 +71,9 @@ class SpecConfig:
         if self.draft_head_quant not in ("main", "bf16", "q8_0", "q5_0", "q4_0"):
             raise ConfigError(f"draft-head-quant must be one of main, bf16, q8_0, q5_0, q4_0, got {self.draft_head_quant!r}")
 
-    def for_sampler(self, greedy: bool) -> "SpecConfig":
+    def for_sampler(self, greedy: bool, cpu: bool = False) -> "SpecConfig":
         """This config with draft_tokens = 0 (auto) made the k for a temperature-0 (greedy) or a
-        sampled run."""
+        sampled run, on a GPU or the CPU."""
         if self.draft_tokens:
             return self
-        return dataclasses.replace(self, draft_tokens=AUTO_K["greedy" if greedy else "sampled"])
+        return dataclasses.replace(self, draft_tokens=AUTO_K_CPU if cpu else AUTO_K["greedy" if greedy else "sampled"])
