@@ -16,6 +16,7 @@ import dataclasses
 import math
 import sys
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,6 +39,10 @@ from .spec.drafters.base import Drafter
 from .sampling.rng import uniforms
 from .spec.round import RoundStats
 
+# device programs (one per sampler shape, mode and drafter) and drafters an engine keeps: a server's
+# requests mix seeds, temperatures and draft modes; each program holds CUDA graphs (~2 MiB)
+MAX_PROGRAMS = 16
+MAX_DRAFTERS = 4
 
 @dataclass
 class Stats:
@@ -127,7 +132,9 @@ class Engine:
         self.drafter: Drafter | None = None  # the drafter of the last speculative call (keeps its cache)
         self._drafter_spec = None
         self._auto_plain: set = set()  # --draft auto specs found without a usable head
-        self._programs: dict = {}  # (sampler, mode, split, with drafter) -> spec.program.RoundProgram
+        # (sampler shape, mode, split, drafter spec) -> spec.program.RoundProgram; spec -> Drafter
+        self._programs: OrderedDict = OrderedDict()
+        self._drafters: OrderedDict = OrderedDict()
         # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
         # then room for a round's drafts
         self.tok_buf = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
@@ -338,32 +345,63 @@ class Engine:
 
     def _use_drafter(self, spec) -> None:
         """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged but
-        for the drafts a round takes (a drafter serves any k)."""
+        for the drafts a round takes (a drafter serves any k). Drafters of other specs are kept
+        (MAX_DRAFTERS, least recently used out) with their captured work: a request that switches
+        draft modes pays no load and no captures."""
         same = dataclasses.replace(spec, draft_tokens=0)
         if self.drafter is not None and self._drafter_spec == same:
             return
-        from .spec.drafters import make_drafter
+        drafter = self._drafters.pop(same, None)
+        if drafter is None:
+            from .spec.drafters import make_drafter
 
-        self._set_drafter(make_drafter(spec, self.model, self.gguf, self.ctx_size), same)
-        # a new drafter has encoded nothing: re-encode the prompt from scratch for it
-        if self.drafter.reads_hidden:
+            drafter = make_drafter(spec, self.model, self.gguf, self.ctx_size)
+        self._drafters[same] = drafter
+        while len(self._drafters) > MAX_DRAFTERS:
+            old, _ = self._drafters.popitem(last=False)
+            self._drop_programs(lambda key: key[3] == old)
+        self.drafter, self._drafter_spec = drafter, same
+        # it knows nothing the engine committed while another mode ran: it and (when it reads the
+        # main model's states) the main cache start over, so it sees every prompt chunk
+        drafter.reset()
+        if drafter.reads_hidden:
             self.kv.reset()
             self.tokens = []
 
     def _set_drafter(self, drafter: Drafter | None, spec) -> None:
-        self.drafter, self._drafter_spec = drafter, spec
-        self._programs.clear()  # their graphs captured the old drafter's buffers
+        """Plain decoding (drafter None): the current drafter stops following the sequence (it is
+        kept for a later call, which starts it over)."""
+        assert drafter is None and spec is None
+        self.drafter, self._drafter_spec = None, None
+
+    def release_drafters(self) -> None:
+        """Forget every drafter kept (the current one too) and the programs that use them."""
+        self._set_drafter(None, None)
+        self._drafters.clear()
+        self._drop_programs(lambda key: key[3] is not None)
+
+    def _drop_programs(self, which) -> None:
+        for key in [key for key in self._programs if which(key)]:
+            self._programs.pop(key).release()
 
     def _program(self, sampler: SamplerConfig, mode: str, drafter: Drafter | None, split: bool = False):
-        """The device program of rounds (k = 0: plain steps) for this sampler and drafter, kept with
-        its CUDA graphs across calls."""
-        from .spec.program import RoundProgram
+        """The device program of rounds (k = 0: plain steps) for this sampler's shape and drafter,
+        kept with its CUDA graphs across calls and set to this sampler's values (seeds and values
+        of one shape share it). At most MAX_PROGRAMS are kept, least recently used out."""
+        from .spec.program import RoundProgram, program_shape
 
-        key = (sampler, mode, split, drafter is not None)
-        if key not in self._programs:
-            self._programs[key] = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split,
-                                               pipeline=self.pipelined)
-        return self._programs[key]
+        shape = program_shape(sampler, self.model.cfg.vocab_size, self.tok_buf.shape[0])
+        key = (shape, mode, split, self._drafter_spec if drafter is not None else None)
+        program = self._programs.pop(key, None)
+        if program is None:
+            program = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split,
+                                   pipeline=self.pipelined, vocab=self.model.cfg.vocab_size)
+        else:
+            program.set_sampler(sampler)
+        self._programs[key] = program
+        while len(self._programs) > MAX_PROGRAMS:
+            self._programs.popitem(last=False)[1].release()
+        return program
 
     @property
     def decode_steps(self) -> int:

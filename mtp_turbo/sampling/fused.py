@@ -71,6 +71,7 @@ memset and a count launch.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass
 
@@ -85,7 +86,7 @@ from .exact import padded_counts
 from .rng import _keys, _signed, uniforms
 
 __all__ = ["sample_tokens", "sample_rows", "kernels_available", "kernel_device", "window_rows", "KMAX",
-           "SCAN_MAX"]
+           "SCAN_MAX", "sampler_values", "sampler_shape", "PARAM_WORDS"]
 
 KMAX = 128  # top-k at most this runs in registers after a per-chunk selection (the fast path)
 SCAN_MAX = 64  # penalty windows up to this are scanned; longer ones go through a count table
@@ -179,6 +180,33 @@ def make_plan(cfg: SamplerConfig, vocab: int, window: int, block: int | None = N
     return Plan(stages, k, cfg.greedy, mode, split, tuple(passes), tuple(ties), block, kp)
 
 
+PARAM_WORDS = 9  # sampler_values' length
+
+
+def sampler_values(cfg: SamplerConfig) -> list[int]:
+    """The values the kernels read from a device buffer, as int64 words: top-k, then repeat,
+    frequency and presence penalties, temperature and min-p as float32 bit patterns (the rounding
+    a float kernel argument gets), top-p as its float64 bits, the seed's two stream keys. A
+    program captured once serves every seed and value of its shape (sampler_shape)."""
+    f32 = torch.tensor([cfg.repeat_penalty, cfg.frequency_penalty, cfg.presence_penalty,
+                        cfg.temperature if cfg.temperature > 0 else 1.0, cfg.min_p],
+                       dtype=torch.float32).view(torch.int32).tolist()
+    ka, kb = (_signed(x) for x in _keys(cfg.seed))
+    return [1 if cfg.greedy else cfg.top_k, *f32, struct.unpack("<q", struct.pack("<d", cfg.top_p))[0], ka, kb]
+
+
+def sampler_shape(cfg: SamplerConfig, vocab: int, history: int) -> tuple:
+    """What shapes the kernels' launches for rows of `vocab` logits over a token buffer of
+    `history` tokens (everything but sampler_values): the stages that are on, the plan's chunks,
+    the penalty window. Two configurations with equal shapes differ only in the params buffer."""
+    last_n = cfg.penalty_last_n
+    window = history if last_n < 0 else min(last_n, history)
+    plan = make_plan(cfg, vocab, window)
+    pen = PEN in plan.stages
+    return (dataclasses.replace(plan, k=min(plan.k, 2)), last_n if pen else None,
+            pen and cfg.repeat_penalty != 1.0, pen and (cfg.frequency_penalty != 0.0 or cfg.presence_penalty != 0.0))
+
+
 # ----------------------------------------------------------------------------- launches
 
 def _scratch_rows(kp: int, n: int) -> int:
@@ -188,7 +216,8 @@ def _scratch_rows(kp: int, n: int) -> int:
 
 
 def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Tensor | None,
-            last_n: int, window: int, cfg: SamplerConfig, block: int | None, debug: bool):
+            last_n: int, window: int, cfg: SamplerConfig, block: int | None, debug: bool,
+            params: Tensor | None = None):
     from . import kernels as K
     from .passes import full_pass
 
@@ -207,11 +236,9 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
         blk = 1024
         K.count_table[(r, -(-window // blk))](tok, tok_row, pos if pos is not None else out, cnt, v, last_n,
                                                END_FROM_POS=pos is not None, BLK=blk, enable_fp_fusion=False)
-    ka, kb = (_signed(x) for x in _keys(cfg.seed))
-    scal = dict(LAST_N=last_n, K=plan.k, REP=float(cfg.repeat_penalty), FREQ=float(cfg.frequency_penalty),
-                PRES=float(cfg.presence_penalty), T=float(cfg.temperature) if cfg.temperature > 0 else 1.0,
-                MIN_P=float(cfg.min_p), TOPP_BITS=struct.unpack("<q", struct.pack("<d", cfg.top_p))[0],
-                KA=ka, KB=kb)
+    if params is None:
+        params = torch.tensor(sampler_values(cfg), dtype=torch.int64).to(dev)
+    scal = dict(LAST_N=last_n, PRM=params)
     ws = window if pen_mode == SCAN else 1  # constexpr: only the scan needs it
     flags = dict(COUNT_MODE=pen_mode, WS=ws, END_FROM_POS=pos is not None,
                  U_FROM_POS=u is None, HAS_REP=cfg.repeat_penalty != 1.0,
@@ -331,7 +358,7 @@ def sample_rows(logits: Tensor, windows: Tensor, u: Tensor, cfg: SamplerConfig, 
 
 
 def sample_tokens(logits: Tensor, tok_buf: Tensor, pos: Tensor, cfg: SamplerConfig, *, backend: str = "auto",
-                  block: int | None = None, return_logits: bool = False):
+                  block: int | None = None, return_logits: bool = False, params: Tensor | None = None):
     """logits [R, V] float32 (1 <= R <= 16), tok_buf [C] int64 (the sequence: committed tokens, then
     any drafts), pos [R] int64 on the device: row r draws the token at absolute position pos[r]
     from logits[r] with history tok_buf[:pos[r]] (penalty window = its last cfg.penalty_last_n
@@ -339,7 +366,9 @@ def sample_tokens(logits: Tensor, tok_buf: Tensor, pos: Tensor, cfg: SamplerConf
     the device. Equals draw(sample_dist(logits[r:r+1], tok_buf[:pos[r]], cfg), uniforms(cfg.seed,
     pos[r:r+1])) row by row (temp 0: the penalised argmax, lowest id on ties). No host sync, no
     shape that depends on pos values: capturable in a CUDA graph. CUDA: the Triton kernels; CPU
-    (or no Triton): the torch chain. (backend / block / return_logits: as sample_rows, for tests.)
+    (or no Triton): the torch chain. params: cfg's sampler_values in an int64 device buffer that
+    the kernels read (a captured program's, rewritten for each call's values; None: made here).
+    (backend / block / return_logits: as sample_rows, for tests.)
     """
     _check(logits)
     r = logits.shape[0]
@@ -355,5 +384,5 @@ def sample_tokens(logits: Tensor, tok_buf: Tensor, pos: Tensor, cfg: SamplerConf
     tok = tok_buf.to(torch.int64).contiguous()
     if c == 0:
         tok = torch.full((1,), -1, dtype=torch.int64, device=logits.device)
-    ids, fl = _launch(logits, tok, 0, pos.contiguous(), None, last_n, window, cfg, block, return_logits)
+    ids, fl = _launch(logits, tok, 0, pos.contiguous(), None, last_n, window, cfg, block, return_logits, params)
     return (ids, fl) if return_logits else ids

@@ -50,7 +50,7 @@ SLOTS = tl.constexpr(_f.SLOTS)  # per stage position: +0 max, +1 sum of exp, +2+
 #   prefix / the mass or count above it after digit d (d = 0..7; +16 / +17: the final threshold)
 # Runtime ints Triton must not turn into constants when they equal 1 (they feed .to(), masks and
 # conditions); compact takes the last five.
-RUNTIME_INTS = ["ME", "PQ", "DIGIT", "PD", "NB", "LAST_N", "K", "TOPP_BITS", "KA", "KB"]
+RUNTIME_INTS = ["ME", "PQ", "DIGIT", "PD", "NB", "LAST_N"]
 # Reductions and scans call tl.reduce / tl.associative_scan with Triton's own combine functions:
 # the same code as tl.sum / tl.max / tl.min / tl.cumsum (which are @jit wrappers of them), without
 # a nested jit call, which costs ~3 ms each in Triton's interpreter (the CPU tests).
@@ -93,6 +93,20 @@ def _uniform(p, KA, KB):
     z = _mix(p.to(tl.int64).to(tl.uint64, bitcast=True) * 0x9E3779B97F4A7C15 + a)
     z = _mix(z ^ b)
     return (z >> 11).to(tl.float64) * 1.1102230246251565e-16  # 2^-53, exact in fp32 too
+
+
+@triton.jit
+def _read_values(PRM):
+    """The sampler's values from its device buffer (fused.sampler_values: int64 words, float32
+    and float64 as their bit patterns), so one captured program serves every seed and value."""
+    K = tl.load(PRM).to(tl.int32)
+    REP = tl.load(PRM + 1).to(tl.int32).to(tl.float32, bitcast=True)
+    FREQ = tl.load(PRM + 2).to(tl.int32).to(tl.float32, bitcast=True)
+    PRES = tl.load(PRM + 3).to(tl.int32).to(tl.float32, bitcast=True)
+    T = tl.load(PRM + 4).to(tl.int32).to(tl.float32, bitcast=True)
+    MIN_P = tl.load(PRM + 5).to(tl.int32).to(tl.float32, bitcast=True)
+    top_p = tl.load(PRM + 6).to(tl.float64, bitcast=True)
+    return K, REP, FREQ, PRES, T, MIN_P, top_p, tl.load(PRM + 7), tl.load(PRM + 8)
 
 
 @triton.jit
@@ -181,14 +195,14 @@ def _cstage(v, ids, kept, c, CODE: tl.constexpr, K, REP, FREQ, PRES, T, MIN_P, t
 
 @triton.jit(do_not_specialize=RUNTIME_INTS[5:])
 def compact(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, CK, CI, SCR, SM, U, OUT, FL,
-            V, NC, LAST_N, K, REP, FREQ, PRES, T, MIN_P, TOPP_BITS, KA, KB,
+            V, NC, LAST_N, PRM,
             S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
             FIRST: tl.constexpr, FROM_CAND: tl.constexpr, GREEDY: tl.constexpr, NEED_C: tl.constexpr,
             COUNT_MODE: tl.constexpr, WS: tl.constexpr, WSP: tl.constexpr, END_FROM_POS: tl.constexpr,
             U_FROM_POS: tl.constexpr, DEBUG: tl.constexpr, HAS_REP: tl.constexpr, HAS_FP: tl.constexpr,
             NCP: tl.constexpr, KP: tl.constexpr, M: tl.constexpr, TOP1: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
-    top_p = TOPP_BITS.to(tl.int64).to(tl.float64, bitcast=True)
+    K, REP, FREQ, PRES, T, MIN_P, top_p, KA, KB = _read_values(PRM)
     s = tl.arange(0, KP)
     if FROM_CAND:  # exact top-K of the chunks' candidates (token order): rows = the NCP // KP chunks
         c2 = tl.arange(0, NCP // KP)[:, None] * KP + s[None, :]

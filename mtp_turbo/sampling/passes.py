@@ -31,6 +31,7 @@ from .kernels import (  # noqa: F401  (jit callees and constants resolve in this
     _counts,
     _key,
     _pen,
+    _read_values,
     _row_u,
 )
 from .topk import _bound, _select, _skey, _top1
@@ -159,7 +160,7 @@ def _resolve_radix(PART, STATE, r, q, NPASS, NB, PD, K, top_p, AT: tl.constexpr,
 
 @triton.jit(do_not_specialize=RUNTIME_INTS)
 def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, SM, U, OUT, FL,
-              V, NB, NPASS, ME, PQ, DIGIT, PD, LAST_N, K, REP, FREQ, PRES, T, MIN_P, TOPP_BITS, KA, KB,
+              V, NB, NPASS, ME, PQ, DIGIT, PD, LAST_N, PRM,
               S0: tl.constexpr, S1: tl.constexpr, S2: tl.constexpr, S3: tl.constexpr, S4: tl.constexpr,
               TQ0: tl.constexpr, TQ1: tl.constexpr, TQ2: tl.constexpr, TQ3: tl.constexpr, TQ4: tl.constexpr,
               KIND: tl.constexpr, AT: tl.constexpr, AT_CODE: tl.constexpr,
@@ -169,7 +170,7 @@ def full_pass(L, L_STRIDE, TOK, TOK_ROW, POS, CNT, STATE, PART, CK, CI, SM, U, O
               HAS_REP: tl.constexpr, HAS_FP: tl.constexpr,
               B: tl.constexpr, NBP: tl.constexpr, KP: tl.constexpr, M: tl.constexpr, TOP1: tl.constexpr):
     r = tl.program_id(0).to(tl.int64)
-    top_p = TOPP_BITS.to(tl.int64).to(tl.float64, bitcast=True)
+    K, REP, FREQ, PRES, T, MIN_P, top_p, KA, KB = _read_values(PRM)
     first = tl.program_id(1) == 0
     # ---- resolve the previous pass (every program alike; chunk 0 keeps it in the state)
     fm = tl.zeros([], tl.float32)

@@ -31,14 +31,23 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..errors import MtpTurboError
 from ..models.greedy import GreedyPick
 from ..sampling.config import SamplerConfig
-from ..sampling.fused import sample_tokens
+from ..sampling.fused import PARAM_WORDS, sample_tokens, sampler_shape, sampler_values
 from .drafters.mtp import GRAPH_ROWS
 from .glue import RoundGlue
 from .target import Target
 
 MAX_K = 8  # drafts a round takes at most (the verify step's rows - 1)
+
+
+def program_shape(sampler: SamplerConfig, vocab: int, history: int) -> tuple:
+    """What a program's captured work depends on in `sampler` (the draws' kernels and their
+    launches), not its values: the argmax, or the chain's sampler_shape. Programs are kept by it."""
+    if sampler.greedy and not sampler.uses_penalties:
+        return ("argmax",)
+    return sampler_shape(sampler, vocab, history)
 
 
 def launched_ahead(launch: Callable[[], Any], settle: Callable[[Any], list[int]], more: Callable[[], bool],
@@ -96,14 +105,22 @@ class RoundProgram:
     """One target + sampler (+ drafter). run(k, host_drafts) -> (accepted, emitted tokens)."""
 
     def __init__(self, target: Target, sampler: SamplerConfig, mode: str = "exact", drafter=None,
-                 graphs: bool = True, split: bool = False, pipeline: bool = False, glue: str = "auto"):
+                 graphs: bool = True, split: bool = False, pipeline: bool = False, glue: str = "auto",
+                 vocab: int | None = None):
         """pipeline: the loops may launch a program before the previous one is read (launch_after);
-        glue: RoundGlue's backend for the index work ("auto": its kernels on CUDA)."""
+        glue: RoundGlue's backend for the index work ("auto": its kernels on CUDA); vocab: the
+        logits' width, where given every token read is checked against it (non-finite logits
+        draw no token: an error, never an id outside the vocabulary)."""
         assert mode in ("exact", "greedy"), mode
         assert drafter is None or drafter.on_device or not drafter.reads_hidden, \
             "a drafter that reads hidden states drafts on the device (it gets them stored there)"
-        self.target, self.sampler, self.mode, self.drafter = target, sampler, mode, drafter
+        self.target, self.mode, self.drafter, self.vocab = target, mode, drafter, vocab
         dev = target.device
+        # the sampler's values as the draw kernels read them (set_sampler rewrites them for a call):
+        # graphs captured once serve every seed, temperature, top-p... of this program's shape
+        self.params = torch.zeros(PARAM_WORDS, dtype=torch.int64, device=dev)
+        self._values: list[int] | None = None
+        self.set_sampler(sampler)
         self.cuda = dev.type == "cuda"
         self.graphs, self.split = graphs and self.cuda, split and self.cuda
         pin = self.cuda
@@ -137,15 +154,31 @@ class RoundProgram:
         self.pick = GreedyPick()  # the temp-0 token of each row without penalties (its scratch kept here)
         self._ran: set[tuple] = set()
 
+    def set_sampler(self, sampler: SamplerConfig) -> None:
+        """The sampler of the calls that follow: one of this program's shape (program_shape), its
+        values written where the draws read them. Nothing may be in flight."""
+        self.sampler = sampler
+        values = sampler_values(sampler)
+        if values != self._values:  # stream-ordered: every later launch reads them
+            self.params.copy_(torch.tensor(values, dtype=torch.int64))
+            self._values = values
+
+    def release(self) -> None:
+        """Drop the captured graphs (their memory goes back to the allocator's cache)."""
+        self._graphs.clear()
+        self._ran.clear()
+
     # ---- the device work -------------------------------------------------------------------------
     def _draw(self, logits: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         """The token at each position pos [T] from its row of logits [T, V] (history tok_buf):
         the argmax at temp 0 without penalties, else the sampler chain; plain steps and
         verification alike."""
         s = self.sampler
+        if not self.cuda and self.vocab is not None and not bool(logits.isfinite().all()):
+            self._no_token()  # (the CPU's argmax would pick a NaN's id; a GPU's ids are checked on read)
         if s.greedy and not s.uses_penalties:
             return self.pick(logits)
-        return sample_tokens(logits, self.target.tok_buf, pos, s, backend=self.sample_backend)
+        return sample_tokens(logits, self.target.tok_buf, pos, s, backend=self.sample_backend, params=self.params)
 
     def _parts(self, k: int, n_catch: int, staged, from_host: bool, n_int: int | None, after: int | None = None):
         """The three parts as closures over device state. n_int: the host's n for the eager
@@ -409,4 +442,11 @@ class RoundProgram:
         """out slot `slot`'s first n words on the host: the program's one sync."""
         if self.cuda:
             self.out_ready[slot].synchronize()
-        return self.out_np[slot, :n].tolist()
+        out = self.out_np[slot, :n].tolist()
+        if self.vocab is not None and not all(0 <= t < self.vocab for t in out[1: out[0] + 2]):
+            self._no_token()
+        return out
+
+    def _no_token(self):
+        raise MtpTurboError(f"no token could be drawn after position {len(self.target.tokens)}: the model's "
+                            "logits are not finite (NaN or infinite; a damaged model file?)")

@@ -214,6 +214,34 @@ def test_batch_invariance_and_one_function_for_plain_and_verify():
         assert torch.equal(one, ids[r:r + 1]) and torch.equal(f1, fl[r:r + 1])
 
 
+def test_one_params_buffer_serves_every_value_of_a_shape():
+    """sampler_shape ignores the values (seed, temperature, top-p, min-p, top-k within its capacity,
+    penalty strengths) and sees every stage switch; one params buffer rewritten between calls gives
+    what a fresh call with those values gives (a captured program reused for every request)."""
+    g = torch.Generator().manual_seed(9)
+    v = 700
+    logits = torch.randn(4, v, generator=g) * 3
+    tok = torch.randint(0, v, (300,), generator=g)
+    pos = torch.arange(200, 204)
+    same = [cfg(), cfg(seed=77), cfg(temperature=1.7, top_p=0.5, min_p=0.2), cfg(top_k=50, seed=2**62),
+            cfg(repeat_penalty=0.7, presence_penalty=-1.5, frequency_penalty=2.0)]
+    shape = fused.sampler_shape(same[0], v, 300)
+    assert all(fused.sampler_shape(c, v, 300) == shape for c in same)
+    for other in (cfg(temperature=1.0), cfg(top_k=100), cfg(top_p=1.0), cfg(min_p=0.0), cfg(penalty_last_n=32),
+                  cfg(repeat_penalty=1.0), cfg(temperature=0.0), cfg(top_k=1)):
+        assert fused.sampler_shape(other, v, 300) != shape, other
+    buf = torch.zeros(fused.PARAM_WORDS, dtype=torch.int64)
+    for c in same + same[::-1]:
+        buf.copy_(torch.tensor(fused.sampler_values(c)))
+        got, gl = fused.sample_tokens(logits, tok, pos, c, backend="triton", block=256, return_logits=True,
+                                      params=buf)
+        ref = reference_logits(logits, fused.window_rows(tok, pos, c.penalty_last_n), c)
+        assert torch.equal(gl.isfinite(), ref.isfinite()) and torch.equal(gl[ref.isfinite()], ref[ref.isfinite()])
+        want, margin = exact_draw(ref, uniforms(c.seed, pos))
+        assert (margin > 1e-9).all() and torch.equal(got, want)
+    assert len({tuple(fused.sampler_values(c)) for c in same}) == len(same)
+
+
 class _ToyLM:
     """Deterministic logits as a function of the history (a fixed random table on the last two tokens)."""
 

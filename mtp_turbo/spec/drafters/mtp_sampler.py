@@ -32,7 +32,7 @@ import torch
 from ...models.mtp_head import MTPHead
 from ...sampling.chain import apply_penalties, probs_from_logits
 from ...sampling.draw import draw
-from ...sampling.fused import sample_tokens
+from ...sampling.fused import PARAM_WORDS, sample_tokens, sampler_shape, sampler_values
 from ...sampling.rng import uniforms
 
 # penalty windows of up to this many tokens are staged as the window's head indices and the drafts
@@ -63,6 +63,8 @@ class DraftSampler:
         self.seq: tuple[torch.Tensor, ...] | None = None
         self.seq_cfg = None  # the verifier's penalty stage at temperature 0: the drafts' pick
         self.seq_backend = "auto"  # sample_tokens' ("torch" after a failure of the fused kernels)
+        # seq_cfg's values where the fused sampler reads them: a captured chain serves every value
+        self.params = torch.zeros(PARAM_WORDS, dtype=torch.int64, device=dev)
         self._slots = torch.zeros(max_k, dtype=torch.int64, device=dev)  # a captured chain's draft slots
         self._zero = torch.zeros(1, dtype=torch.int64, device=dev)  # a chained row's state index (its only row)
 
@@ -92,6 +94,7 @@ class DraftSampler:
                                      torch.arange(-w, 0, dtype=torch.int64, device=dev))
             self.seq = self._seq_bufs[w]
             self.seq_cfg = dataclasses.replace(self.pen, temperature=0.0)
+            self.params.copy_(torch.tensor(sampler_values(self.seq_cfg), dtype=torch.int64))
         ids = self.head.vocab_ids
         if self.draw is not None and ids is not None and ids.numel() > 1:
             # the head's rows must run in token-id order for its CDF to line up with the verifier's
@@ -104,11 +107,13 @@ class DraftSampler:
         return self.pen is not None and self.seq is None
 
     def key(self):
-        """The sampler values a captured chain bakes in (part of its graph key)."""
+        """What of the sampler a captured chain bakes in (part of its graph key): on the window
+        sequence path the fused sampler's shape alone (its values are read from params); the
+        counts and coupled paths' torch ops take the values themselves."""
         p, d = self.pen, self.draw
+        if self.seq is not None:
+            return ("seq", sampler_shape(self.seq_cfg, self.head.head_rows.shape[0], self.seq[1].shape[0]))
         pen = None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
-        if self.seq is not None:  # the window length shapes the work (and its buffers)
-            pen = (pen, self.pen.penalty_last_n)
         return pen if d is None else (pen, d)
 
     def head_index(self) -> np.ndarray:
@@ -198,7 +203,8 @@ class DraftSampler:
             slot = drafts[j: j + 1]  # the draft's token id (the next step's input)
             if seq is not None:  # the penalised argmax; the draft then enters the next one's window
                 w = seq[0].shape[0]
-                i = sample_tokens(lg, seq[1], seq[2][j: j + 1], self.seq_cfg, backend=self.seq_backend)
+                i = sample_tokens(lg, seq[1], seq[2][j: j + 1], self.seq_cfg, backend=self.seq_backend,
+                                  params=self.params)
                 glue.draft_store(i, ids, slot, seq[1][w + j: w + j + 1])
             elif cnt is None and self.draw is None:  # the raw argmax, mapped and stored by its kernel
                 greedy(lg, out=slot, ids=ids)
