@@ -5,8 +5,9 @@ Owns: argument parsing and printing. Ignores: all math. Flags are generated from
 dataclasses (EngineConfig, SamplerConfig, SpecConfig, and each command's own), so each flag maps 1:1
 to a field; --help shows each default once. Only the module of the command being run is imported
 (`mtp-turbo --help` loads no torch). What can be checked before the model loads is checked first
-(flag ranges, the drafter file, the prompt against the context). Errors the user can fix print one
-line `mtp-turbo: error: ...` and exit 1; Ctrl-C exits 130.
+(flag ranges, the drafter file, the prompt against the context). `generate` streams from a local
+`mtp-turbo serve` that gives the same text (client.py: no torch imported then), else loads the model
+itself. Errors the user can fix print one line `mtp-turbo: error: ...` and exit 1; Ctrl-C exits 130.
 """
 
 from __future__ import annotations
@@ -185,6 +186,11 @@ def warn(msg: str) -> None:
     print(f"mtp-turbo: warning: {msg}", file=sys.stderr)
 
 
+def plain_chat_warning(name: str) -> None:
+    warn(f"{name} has no chat template (a base model?): --chat sends the message as plain text "
+         "('User: ...' then 'Assistant:') and stops at the next 'User:' line")
+
+
 def chat_prompt_of(gf, messages: list[dict]):
     """The chat prompt from the file's metadata alone (no tokenizer built): its template, or the
     plain-text rendering with a warning that the model has none."""
@@ -196,16 +202,48 @@ def chat_prompt_of(gf, messages: list[dict]):
     cp = chat_prompt(messages, md.get("tokenizer.chat_template"), str(pieces[bos]) if bos >= 0 else "",
                      str(pieces[int(md["tokenizer.ggml.eos_token_id"])]), strip_bos=add_bos_of(md))
     if cp.template == "plain":
-        warn(f"{gf.path.name} has no chat template (a base model?): --chat sends the message as plain text "
-             "('User: ...' then 'Assistant:') and stops at the next 'User:' line")
+        plain_chat_warning(gf.path.name)
     return cp
 
 
 # ---- commands -------------------------------------------------------------------------------------
+def generate_via_server(args, client, prompt: str, ecfg, sampler, spec) -> str | None:
+    """Stream the text from a local server that gives what this process would (client.py): None
+    when it did, else why not (nothing printed yet; the caller generates in-process)."""
+    from .client import MAX_STOPS
+
+    if not client.server:
+        return "--no-server"
+    if args.session:
+        return "--session keeps its prompt cache in this process"
+    if args.special:
+        return "--special is not in the HTTP API"
+    if len(args.stop) > MAX_STOPS:
+        return f"more than {MAX_STOPS} --stop strings"
+    from .client import Stream, Unavailable, find_server, request_body
+
+    try:
+        srv = find_server(ecfg, sampler, spec)
+        stream = Stream(srv, request_body(srv, prompt, args.chat, sampler, spec, args.max_tokens, args.stop), args.chat)
+    except Unavailable as e:
+        return str(e)
+    if args.chat and not srv.facts.get("chat_template"):
+        plain_chat_warning(Path(srv.facts["model"]["path"]).name)
+    out = sys.stdout
+    for text in stream:  # the server applied the stop strings
+        out.write(text)
+        out.flush()
+    out.write("\n")
+    out.flush()
+    if args.stats:
+        print(f"seed {sampler.seed} | via server at {srv.where} (device {srv.facts.get('device')}) | "
+              f"{stream.summary()}", file=sys.stderr)
+    return None
+
+
 def cmd_generate(args) -> int:
-    from .io.gguf_file import GGUFFile
+    from .client import ClientConfig
     from .sampling.config import SamplerConfig
-    from .server.stops import StopStrings
     from .spec.config import SpecConfig
 
     if args.max_tokens < 0:
@@ -213,14 +251,22 @@ def cmd_generate(args) -> int:
     prompt = sys.stdin.read() if args.prompt == "-" else args.prompt
     if not prompt:
         raise ConfigError("the prompt is empty")
-    seed = args.seed if args.seed >= 0 else random.randrange(2**31)
+    seed = args.seed if args.seed >= 0 else random.randrange(2**31)  # sent to a server too: the same text
     sampler = config_from_args(SamplerConfig, args, seed=seed)
     spec = config_from_args(SpecConfig, args)
     ecfg = config_from_args(engine_config_class(), args)
+    client = config_from_args(ClientConfig, args)
     check_drafter(spec)
     session = Path(args.session) if args.session else None
     if session is not None and not session.parent.is_dir():
         raise ConfigError(f"--session {session}: folder {session.parent} does not exist")
+    why = generate_via_server(args, client, prompt, ecfg, sampler, spec)
+    if why is None:
+        return 0
+
+    from .io.gguf_file import GGUFFile
+    from .server.stops import StopStrings
+
     gf = GGUFFile(model_file(ecfg))
     stops = list(args.stop)
     if args.chat:
@@ -251,7 +297,7 @@ def cmd_generate(args) -> int:
     if args.stats:
         st = eng.last_stats
         finish = f" (stop string {matcher.hit!r})" if matcher.hit is not None else ""
-        print(f"seed {seed} | device {eng.device} | {st.summary()}{finish}", file=sys.stderr)
+        print(f"seed {seed} | device {eng.device} | in-process: {why} | {st.summary()}{finish}", file=sys.stderr)
     return 0
 
 
@@ -301,6 +347,8 @@ def cmd_info(args) -> int:
 
 # ---- parsers ----------------------------------------------------------------------------------------
 def add_generate(sub) -> None:
+    from .client import HELP as CLIENT_HELP
+    from .client import ClientConfig
     from .sampling.config import SamplerConfig
     from .spec.config import SpecConfig
 
@@ -319,7 +367,9 @@ def add_generate(sub) -> None:
     g.add_argument("--session", default=None, metavar="FILE",
                    help="prompt cache: load FILE if it exists (its tokens' K/V are reused where the prompt starts "
                    "the same), save the prompt and output there after generating")
-    g.add_argument("--stats", action="store_true", help="print prompt/decode speed and speculation stats to stderr")
+    g.add_argument("--stats", action="store_true", help="print prompt/decode speed and speculation stats to stderr "
+                   "(and whether a local server gave the text, or why not)")
+    add_config_args(g, ClientConfig, help=CLIENT_HELP)
     add_config_args(g, engine_config_class())
     add_config_args(g, SamplerConfig)
     add_config_args(g, SpecConfig)

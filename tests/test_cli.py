@@ -10,6 +10,12 @@ from mtp_turbo.cli import main
 from mtp_turbo.errors import ModelFileError
 
 
+@pytest.fixture(autouse=True)
+def no_local_server(tmp_path, monkeypatch):
+    """generate here runs in-process: a `mtp-turbo serve` of the user's own is not found (client.py)."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+
+
 def run(capsys, *argv):
     rc = main(list(argv))
     out, err = capsys.readouterr()
