@@ -215,6 +215,18 @@ def _scratch_rows(kp: int, n: int) -> int:
     return min(max(128, 2 * kp), n)
 
 
+def _params_of(cfg: SamplerConfig, dev: torch.device) -> Tensor:
+    """cfg's sampler_values on `dev`: a copy, or (inside a CUDA graph capture, where a copy from
+    host memory cannot be captured) one fill a word, the values then constants of the graph."""
+    values = sampler_values(cfg)
+    if dev.type != "cuda" or not torch.cuda.is_current_stream_capturing():
+        return torch.tensor(values, dtype=torch.int64).to(dev)
+    out = torch.empty(len(values), dtype=torch.int64, device=dev)
+    for i, v in enumerate(values):
+        out[i: i + 1].fill_(v)
+    return out
+
+
 def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Tensor | None,
             last_n: int, window: int, cfg: SamplerConfig, block: int | None, debug: bool,
             params: Tensor | None = None):
@@ -237,7 +249,7 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
         K.count_table[(r, -(-window // blk))](tok, tok_row, pos if pos is not None else out, cnt, v, last_n,
                                                END_FROM_POS=pos is not None, BLK=blk, enable_fp_fusion=False)
     if params is None:
-        params = torch.tensor(sampler_values(cfg), dtype=torch.int64).to(dev)
+        params = _params_of(cfg, dev)
     scal = dict(LAST_N=last_n, PRM=params)
     ws = window if pen_mode == SCAN else 1  # constexpr: only the scan needs it
     flags = dict(COUNT_MODE=pen_mode, WS=ws, END_FROM_POS=pos is not None,

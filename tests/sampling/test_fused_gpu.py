@@ -193,6 +193,33 @@ def test_cuda_graph_capture_and_replay(name):
         assert torch.equal(out, fused.sample_tokens(logits, tok, pos, c))
 
 
+def test_cuda_graph_reads_the_values_from_its_params_buffer():
+    """A graph captured with one configuration's values in a params buffer, replayed after another
+    configuration of the same shape was written there, draws what that configuration draws."""
+    rows = 4
+    logits = lm_like(rows, 7).cuda()
+    tok = history(logits.cpu(), 4096, 8).cuda()
+    pos = torch.arange(3000, 3000 + rows, device="cuda")
+    a = CASES["chain"]
+    others = [SamplerConfig(**{**CHAIN, "seed": s, "temperature": t, "top_p": p}) for s, t, p in
+              ((1, 0.6, 0.95), (2, 1.4, 0.8), (2**62, 0.3, 0.99))]
+    assert all(fused.sampler_shape(b, V, 4096) == fused.sampler_shape(a, V, 4096) for b in others)
+    params = torch.tensor(fused.sampler_values(a), device="cuda")
+    fused.sample_tokens(logits, tok, pos, a, params=params)  # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fused.sample_tokens(logits, tok, pos, a, params=params)
+    seen = set()
+    for b in others:
+        params.copy_(torch.tensor(fused.sampler_values(b)))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, fused.sample_tokens(logits, tok, pos, b)), b
+        seen.add(tuple(out.tolist()))
+    assert len(seen) > 1  # the values changed the draws
+
+
 def test_plain_and_speculative_text_equal_same_seed():
     """A toy LM (a fixed random table on the last tokens) at V = 262144: plain decoding (1 row a
     call) and verification of 3 drafts a round (4 rows a call) emit the same text for a seed."""
