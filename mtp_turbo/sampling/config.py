@@ -1,7 +1,13 @@
 """Sampler configuration: one frozen dataclass, validated on construction.
 
 Owns: the sampler settings and their legal ranges. Knows nothing of tensors.
-CLI flags map 1:1 to these fields (`--temperature`, `--top-k`, ...).
+CLI flags map 1:1 to these fields (`--temperature`, `--top-k`, ...); the server's requests build
+this class too, so a value refused here is refused everywhere.
+
+The ranges keep the float32 chain finite: logits are divided by the temperature and the repeat
+penalty (or multiplied by it) and shifted by the presence and frequency penalties times a count
+of at most the context, so bounded factors keep every logit far from overflow, and a subnormal
+temperature (which rounds to 0 in float32) cannot divide by zero.
 """
 
 from __future__ import annotations
@@ -12,6 +18,10 @@ from ..errors import ConfigError
 
 STAGES = ("top_k", "penalties", "temperature", "min_p", "top_p")
 DEFAULT_ORDER = STAGES  # the report's order
+TEMPERATURE = (1e-3, 100.0)  # or 0 (greedy); a draw below 1e-3 is all but greedy: ask for 0
+REPEAT_PENALTY = (1e-2, 100.0)  # 1 = off; beyond these a logit is scaled by more than 100x
+PENALTY = 100.0  # |presence_penalty|, |frequency_penalty|: logits are O(10), so 100 already forbids a token
+INT_MAX = 2**31 - 1  # top_k, penalty_last_n: beyond the vocabulary / the context they mean "all"
 
 
 @dataclass(frozen=True)
@@ -28,22 +38,26 @@ class SamplerConfig:
     order: tuple[str, ...] = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        if not (self.temperature >= 0.0):
-            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise ConfigError(f"top-k must be >= 0 (0 = off), got {self.top_k}")
+        # every comparison is written so that NaN fails it
+        t = self.temperature
+        if not (t == 0.0 or TEMPERATURE[0] <= t <= TEMPERATURE[1]):
+            raise ConfigError(f"temperature must be 0 (greedy) or in [{TEMPERATURE[0]:g}, {TEMPERATURE[1]:g}], got {t}")
+        if not (0 <= self.top_k <= INT_MAX):
+            raise ConfigError(f"top-k must be in [0, {INT_MAX}] (0 = off), got {self.top_k}")
         if not (0.0 < self.top_p <= 1.0):
             raise ConfigError(f"top-p must be in (0, 1], got {self.top_p}")
         if not (0.0 <= self.min_p <= 1.0):
             raise ConfigError(f"min-p must be in [0, 1], got {self.min_p}")
-        if not (self.repeat_penalty > 0.0):
-            raise ConfigError(f"repeat-penalty must be > 0, got {self.repeat_penalty}")
+        lo, hi = REPEAT_PENALTY
+        if not (lo <= self.repeat_penalty <= hi):
+            raise ConfigError(f"repeat-penalty must be in [{lo:g}, {hi:g}] (1 = off), got {self.repeat_penalty}")
         for name in ("presence_penalty", "frequency_penalty"):
             v = getattr(self, name)
-            if v != v or v in (float("inf"), float("-inf")):
-                raise ConfigError(f"{name.replace('_', '-')} must be finite, got {v}")
-        if self.penalty_last_n < -1:
-            raise ConfigError(f"penalty-last-n must be >= -1 (-1 = all), got {self.penalty_last_n}")
+            if not (-PENALTY <= v <= PENALTY):
+                raise ConfigError(f"{name.replace('_', '-')} must be in [{-PENALTY:g}, {PENALTY:g}], got {v}")
+        if not (-1 <= self.penalty_last_n <= INT_MAX):
+            raise ConfigError(f"penalty-last-n must be in [-1, {INT_MAX}] (-1 = all, 0 = off), "
+                              f"got {self.penalty_last_n}")
         if not (0 <= self.seed < 2**63):
             raise ConfigError(f"seed must be in [0, 2^63), got {self.seed}")
         order = tuple(self.order)

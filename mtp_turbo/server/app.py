@@ -2,11 +2,13 @@
 
 Endpoints: GET /health (no key needed), GET /metrics (Prometheus text), GET /v1/models,
 GET /v1/models/{id}, POST /v1/completions, POST /v1/chat/completions (JSON, or server-sent events
-with "stream": true). Owns: the API key check, reading bodies (bounded, JSON only), turning a
-validated request into a job for the worker (tokenizing it, checking it against the context,
-capping max_tokens by it), answering in whole or as a stream, noticing a client that goes away,
-and every error in OpenAI's JSON shape. Ignores: the engine's internals (worker.py drives it),
-the wire format's field rules (protocol.py).
+with "stream": true). Owns: the API key check, reading bodies (bounded in size, time and nesting,
+JSON in UTF-8 only), turning a validated request into a job for the worker (tokenizing it,
+checking it against the context, capping max_tokens by it), answering in whole or as a stream,
+noticing a client that goes away (its job is cancelled, whole answer or stream), the status codes
+/metrics counts, and every error in OpenAI's JSON shape (a bug is a logged 500, the server serves
+on). Ignores: the engine's internals (worker.py drives it), the wire format's field rules
+(protocol.py), a request's head (transport.py bounds the time it may take).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,14 +24,19 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from . import metrics
 from .config import ServeConfig
-from .protocol import APIError, Defaults, GenRequest, Shapes, bad, parse_chat, parse_completion
+from .protocol import APIError, Defaults, GenRequest, Shapes, bad, parse_chat, parse_completion, without_paths
 from .worker import Counters, EngineWorker, Job
 
 OPEN_PATHS = ("/health",)  # reachable without the API key
 PATHS = ("/health", "/metrics", "/v1/models", "/v1/completions", "/v1/chat/completions")  # /metrics labels
+MAX_DEPTH = 32  # nesting of a request body; OpenAI's bodies need 5
+GONE = 499  # nginx's "client closed request": what /metrics counts for a client that left first
+
+log = logging.getLogger("mtp_turbo.server")
 
 
 class ClientGone(Exception):
@@ -70,7 +78,9 @@ def _error(e: APIError) -> JSONResponse:
 
 
 class Guard:
-    """ASGI middleware: the API key check and the per-response counters."""
+    """ASGI middleware: the API key check, the per-response counters, and the last word on an
+    exception nothing else answered (a 500 in OpenAI's shape, its traceback in the log; uvicorn
+    would answer plain text and Starlette's outer layer runs after the counting)."""
 
     def __init__(self, app, api_key: str, counters: Counters):
         self.app, self.counters = app, counters
@@ -96,30 +106,87 @@ class Guard:
                     await _error(APIError(401, msg, None, "invalid_api_key"))(scope, receive, counted)
                     return
             await self.app(scope, receive, counted)
+        except Exception as e:
+            if status["code"]:  # the answer had begun: nothing to say; uvicorn closes the connection
+                raise
+            log.exception("request failed: %s %s", scope["method"], path)
+            msg = without_paths(f"internal error: {type(e).__name__}: {e}")
+            await _error(APIError(500, msg))(scope, receive, counted)
         finally:
             label = path if path in PATHS else "/v1/models/{id}" if path.startswith("/v1/models/") else "other"
-            self.counters.response(label, status["code"] or 499)
+            self.counters.response(label, status["code"] or GONE)
 
 
-async def read_json(request: Request, limit: int):
-    """The body as JSON, at most `limit` bytes (413 beyond); NaN and Infinity are not JSON."""
+async def read_json(request: Request, limit: int, timeout: float):
+    """The body as JSON: at most `limit` bytes (413 beyond), all of it within `timeout` s (408
+    after), UTF-8 (RFC 8259), no NaN or Infinity (not JSON), nesting at most MAX_DEPTH, every
+    string encodable as UTF-8 (a lone surrogate "\\ud800" is not). A client that leaves while
+    it sends raises ClientGone."""
+    ctype = request.headers.get("content-type")
+    media = (ctype or "").split(";")[0].strip().lower()
+    if ctype is not None and media != "application/json" and not media.endswith("+json"):
+        raise APIError(415, f"the body must be JSON sent as 'Content-Type: application/json', not {ctype!r}", None,
+                       "unsupported_media_type")
     size = request.headers.get("content-length", "")
     if size.isdigit() and int(size) > limit:
         raise APIError(413, f"the request body has {size} bytes; the limit is {limit} (--max-body)", None,
                        "request_too_large")
     buf = bytearray()
-    async for chunk in request.stream():
-        buf += chunk
-        if len(buf) > limit:
-            raise APIError(413, f"the request body exceeds {limit} bytes (--max-body)", None, "request_too_large")
+    try:
+        async with asyncio.timeout(timeout):
+            async for chunk in request.stream():
+                buf += chunk
+                if len(buf) > limit:
+                    raise APIError(413, f"the request body exceeds {limit} bytes (--max-body)", None,
+                                   "request_too_large")
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout:g} s (--read-timeout)", None,
+                       "request_timeout") from None
+    except ClientDisconnect:
+        raise ClientGone from None
 
     def no_constants(name: str):
         raise ValueError(f"{name} is not valid JSON")
 
+    if not buf.strip():
+        raise bad("the body is empty: send a JSON object")
     try:
-        return json.loads(bytes(buf), parse_constant=no_constants)
-    except (ValueError, UnicodeDecodeError) as e:
+        text = bytes(buf).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise bad(f"the body is not UTF-8: {e.reason} at byte {e.start}") from None
+    try:
+        body = json.loads(text, parse_constant=no_constants)
+    except ValueError as e:
         raise bad(f"the body is not valid JSON: {e}") from None
+    except RecursionError:  # the parser recurses once a level
+        raise bad(f"the body nests deeper than {MAX_DEPTH} levels") from None
+    check_tree(body)
+    return body
+
+
+def check_tree(body) -> None:
+    """Refuse what JSON allows but the server will not take: nesting deeper than MAX_DEPTH, and a
+    string with a lone surrogate, which no tokenizer can encode (param: the top-level field)."""
+    todo = [(body, 0, None)]
+    while todo:
+        v, depth, field = todo.pop()
+        if isinstance(v, str):
+            if not v.isascii():
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError as e:
+                    where = f"'{field}'" if field else "the body"
+                    raise bad(f"{where} holds a lone surrogate (\\u{ord(v[e.start]):04x}), which is not a character: "
+                              "text must be valid Unicode", field) from None
+        elif isinstance(v, (dict, list)):
+            if depth >= MAX_DEPTH:
+                raise bad(f"the body nests deeper than {MAX_DEPTH} levels", field)
+            if isinstance(v, list):
+                todo += [(x, depth + 1, field) for x in v]
+                continue
+            for k, x in v.items():
+                f = field if field is not None else k
+                todo += [(k, depth, f), (x, depth + 1, f)]
 
 
 def model_id_of(engine, cfg: ServeConfig) -> str:
@@ -154,9 +221,9 @@ def create_app(engine, cfg: ServeConfig, defaults: Defaults | None = None) -> Fa
                405: f"{request.method} is not allowed on {request.url.path}"}.get(e.status_code, str(e.detail))
         return _error(APIError(e.status_code, msg, None, "not_found" if e.status_code == 404 else None))
 
-    @app.exception_handler(Exception)
-    async def internal_error(request: Request, e: Exception):
-        return _error(APIError(500, f"internal error: {type(e).__name__}: {e}"))
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, e: ClientGone):
+        return Response(status_code=GONE)  # nobody reads it: it is for the counters and the access log
 
     def model_card() -> dict:
         return {"id": model_id, "object": "model", "created": started, "owned_by": "mtp-turbo",
@@ -184,23 +251,26 @@ def create_app(engine, cfg: ServeConfig, defaults: Defaults | None = None) -> Fa
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        body = await read_json(request, cfg.max_body)
+        body = await read_json(request, cfg.max_body, cfg.read_timeout)
         return await answer(request, parse_completion(body, d))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        body = await read_json(request, cfg.max_body)
+        body = await read_json(request, cfg.max_body, cfg.read_timeout)
         return await answer(request, parse_chat(body, d, engine.tokenizer.chat_prompt))
 
-    async def next_event(job: Job, request: Request):
-        """The job's next event; a client that closed the connection meanwhile cancels the job."""
-        while True:
-            try:
-                return await asyncio.wait_for(job.events.get(), timeout=0.25)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    job.cancel()
-                    raise ClientGone from None
+    async def watch(request: Request, job: Job) -> None:
+        """Cancel the job when the client disconnects: its body is read, so the next message is that."""
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+        job.cancel()
+        job.events.put_nowait(("gone", None))
+
+    async def next_event(job: Job):
+        event = await job.events.get()
+        if event[0] == "gone":
+            raise ClientGone
+        return event
 
     async def answer(request: Request, req: GenRequest):
         tok = engine.tokenizer
@@ -221,28 +291,24 @@ def create_app(engine, cfg: ServeConfig, defaults: Defaults | None = None) -> Fa
             raise APIError(429, f"the server is busy: {cfg.max_queue} requests already wait or run (--max-queue); "
                            "retry later", None, "queue_full", "rate_limit_error")
         shapes = Shapes(req.chat, model_id)
+        watcher = asyncio.ensure_future(watch(request, job))
+        streamed = False
         try:
-            first = await next_event(job, request)  # errors before any text keep their HTTP status
-        except ClientGone:
-            return Response(status_code=499)
-        except BaseException:
-            job.cancel()
-            raise
-        if first[0] == "error":
-            raise first[1]
-        if req.stream:
-            return EventStream(stream(job, shapes, req, first), job)
-        event = first
-        try:
+            event = await next_event(job)  # errors before any text keep their HTTP status
+            if event[0] == "error":
+                raise event[1]
+            if req.stream:  # from here EventStream watches the client and ends the job
+                streamed = True
+                return EventStream(stream(job, shapes, req, event), job)
             while event[0] == "text":  # the text is whole in the result
-                event = await next_event(job, request)
-        except ClientGone:
-            return Response(status_code=499)
+                event = await next_event(job)
+            if event[0] == "error":
+                raise event[1]
+            return shapes.whole(event[1])
         finally:
-            job.cancel()
-        if event[0] == "error":
-            raise event[1]
-        return shapes.whole(event[1])
+            watcher.cancel()
+            if not streamed:
+                job.cancel()
 
     async def stream(job: Job, shapes: Shapes, req: GenRequest, event) -> AsyncIterator[str]:
         iu = req.include_usage
@@ -254,6 +320,8 @@ def create_app(engine, cfg: ServeConfig, defaults: Defaults | None = None) -> Fa
                 yield _sse(shapes.chunk(value, with_usage=iu))
             elif kind == "error":
                 yield _sse(value.body())
+                return
+            elif kind == "gone":  # the watcher of answer() saw the client leave
                 return
             else:
                 yield _sse(shapes.chunk(None, finish_reason=value.finish_reason, with_usage=iu))

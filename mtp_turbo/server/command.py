@@ -60,6 +60,7 @@ def cmd_serve(args) -> int:
     from ..spec.config import SpecConfig
     from .app import create_app, model_id_of
     from .protocol import Defaults
+    from .transport import uvicorn_config
 
     cfg = config_from_args(ServeConfig, args)
     sampler = config_from_args(SamplerConfig, args, seed=max(args.seed, 0))
@@ -77,6 +78,6 @@ def cmd_serve(args) -> int:
     where = f"[{host}]" if ":" in host else host
     print(f"mtp-turbo: serving {d.model_id} on http://{where}:{port}/v1 (device {eng.device}, context {eng.ctx_size}, "
           f"draft {spec.draft}{', API key required' if cfg.api_key else ''})", file=sys.stderr, flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=5))
+    server = uvicorn.Server(uvicorn_config(app, cfg, log_level="info", timeout_graceful_shutdown=5))
     server.run(sockets=[sock])
     return 0

@@ -14,15 +14,18 @@ default, -1).
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigError
-from ..sampling.config import SamplerConfig
-from ..spec.config import SpecConfig
+from ..sampling.config import INT_MAX, TEMPERATURE, SamplerConfig
+from ..spec.config import DRAFTERS, SpecConfig
 
 # Fields accepted and ignored (they do not change the text): OpenAI bookkeeping.
 IGNORED = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "stream_options")
@@ -44,6 +47,7 @@ class APIError(Exception):
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
                  type: str | None = None):
+        message, param = _printable(message), _printable(param)
         super().__init__(message)
         self.status, self.message, self.param, self.code = status, message, param, code
         self.type = type or ("invalid_request_error" if status < 500 else "server_error")
@@ -52,8 +56,23 @@ class APIError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
+def _printable(text: str | None) -> str | None:
+    """`text` that can be sent as UTF-8: a lone surrogate a client sent is shown as its escape."""
+    return text if text is None or text.isascii() else text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def bad(message: str, param: str | None = None, code: str | None = None) -> APIError:
     return APIError(400, message, param, code)
+
+
+# an absolute POSIX path of two or more parts (not a URL's, not a/b), or a Windows one
+_ABS_PATH = re.compile(r"(?<![\w.~:/-])(?:/[^\s/'\"]+){2,}|\b[A-Za-z]:\\[^\s'\"]+")
+
+
+def without_paths(message: str) -> str:
+    """`message` with each absolute file path cut to its last part, for messages that come from
+    the engine: a client has no business with the server's file layout."""
+    return _ABS_PATH.sub(lambda m: re.split(r"[\\/]", m.group())[-1], message)
 
 
 @dataclass(frozen=True)
@@ -80,13 +99,25 @@ class GenRequest:
     include_usage: bool
 
 
+def _show(v: Any) -> str:
+    """A client's value in an error message, cut short (a body may hold a megabyte of it)."""
+    try:
+        r = repr(v) if isinstance(v, str) else json.dumps(v)
+    except ValueError:  # an int too long to print
+        return "a huge integer"
+    return r if len(r) <= 40 else r[:37] + "..."
+
+
 def _number(body: dict, name: str, lo: float, hi: float, integer: bool = False) -> Any:
+    """body[name], a JSON number (an integer if `integer`; never a bool, NaN or infinite) in [lo, hi]."""
     v = body[name]
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if not ok or isinstance(v, bool):
-        raise bad(f"'{name}' must be {'an integer' if integer else 'a number'}, got {v!r}", name)
+        raise bad(f"'{name}' must be {'an integer' if integer else 'a number'}, got {_show(v)}", name)
+    if isinstance(v, float) and not math.isfinite(v):  # 1e400 parses as inf
+        raise bad(f"'{name}' must be a finite number, got {_show(v)}", name)
     if not (lo <= v <= hi):
-        raise bad(f"'{name}' must be in [{lo}, {hi}], got {v}", name)
+        raise bad(f"'{name}' must be in [{lo}, {hi}], got {_show(v)}", name)
     return v
 
 
@@ -97,10 +128,9 @@ def _known_fields(body: dict, allowed: tuple[str, ...]) -> None:
 
 
 def _refuse_unsupported(body: dict) -> None:
-    n = body.get("n")
-    if n is not None and n != 1:
+    if body.get("n") is not None and _number(body, "n", 1, INT_MAX, integer=True) != 1:
         raise bad("n > 1 is not supported: the server decodes one stream per request (send n requests)", "n")
-    if body.get("best_of") not in (None, 1):
+    if body.get("best_of") is not None and _number(body, "best_of", 1, INT_MAX, integer=True) != 1:
         raise bad("best_of is not supported: the server decodes one stream per request", "best_of")
     if body.get("logprobs") not in (None, False) or body.get("top_logprobs") is not None:
         raise bad(LOGPROBS, "logprobs")
@@ -145,14 +175,17 @@ def _sampler(body: dict, d: Defaults) -> SamplerConfig:
     for name in SAMPLER_FIELDS:
         if body.get(name) is None:
             continue
-        if name == "temperature":
-            over[name] = float(_number(body, name, 0.0, 2.0))
-        elif name in ("presence_penalty", "frequency_penalty"):
+        if name == "temperature":  # OpenAI's range, and SamplerConfig's floor above 0
+            over[name] = t = float(_number(body, name, 0.0, 2.0))
+            if 0 < t < TEMPERATURE[0]:
+                raise bad(f"'temperature' must be 0 (greedy) or in [{TEMPERATURE[0]:g}, 2], got {t}", name)
+        elif name in ("presence_penalty", "frequency_penalty"):  # OpenAI's range
             over[name] = float(_number(body, name, -2.0, 2.0))
         elif name in ("top_k", "penalty_last_n"):
-            over[name] = _number(body, name, -1 if name == "penalty_last_n" else 0, 2**31 - 1, integer=True)
-        else:  # top_p, min_p, repeat_penalty: SamplerConfig checks the range
-            over[name] = float(_number(body, name, float("-inf"), float("inf")))
+            over[name] = _number(body, name, -1 if name == "penalty_last_n" else 0, INT_MAX, integer=True)
+        else:  # top_p, min_p, repeat_penalty: SamplerConfig's ranges (and its message)
+            v = _number(body, name, -math.inf, math.inf)
+            over[name] = float(v) if abs(v) < 1e300 else math.inf if v > 0 else -math.inf  # an int past float's
     seed = body.get("seed")
     if seed is not None:
         over["seed"] = _number(body, "seed", -(2**63), 2**64 - 1, integer=True) % 2**63
@@ -166,8 +199,8 @@ def _sampler(body: dict, d: Defaults) -> SamplerConfig:
 
 def _spec(body: dict, default: SpecConfig) -> SpecConfig:
     over = {k: body[k] for k in SPEC_FIELDS if body.get(k) is not None}
-    if "draft" in over and not isinstance(over["draft"], str):
-        raise bad("'draft' must be a string: auto, none, ngram or mtp", "draft")
+    if "draft" in over and over["draft"] not in DRAFTERS:
+        raise bad(f"'draft' must be one of {', '.join(DRAFTERS)}, got {_show(over['draft'])}", "draft")
     if "draft_tokens" in over:
         _number(body, "draft_tokens", 1, 7, integer=True)
     try:
@@ -179,7 +212,7 @@ def _spec(body: dict, default: SpecConfig) -> SpecConfig:
 def _max_tokens(body: dict, *names: str) -> int | None:
     for name in names:
         if body.get(name) is not None:
-            return _number(body, name, 0, 2**31 - 1, integer=True)
+            return _number(body, name, 0, INT_MAX, integer=True)
     return None
 
 
@@ -188,16 +221,18 @@ def _common(body: Any, allowed: tuple[str, ...], d: Defaults) -> dict:
         raise bad("the request body must be a JSON object")
     _known_fields(body, allowed)
     model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad(f"'model' must be a string, got {_show(model)}", "model")
     if model is not None and model != d.model_id:
-        raise APIError(404, f"the model '{model}' does not exist; this server serves '{d.model_id}'", "model",
+        raise APIError(404, f"the model {_show(model)} does not exist; this server serves '{d.model_id}'", "model",
                        "model_not_found")
     _refuse_unsupported(body)
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise bad("'stream' must be true or false", "stream")
     opts = body.get("stream_options") or {}
-    if not isinstance(opts, dict):
-        raise bad("'stream_options' must be an object", "stream_options")
+    if not isinstance(opts, dict) or not isinstance(opts.get("include_usage", False), bool):
+        raise bad("'stream_options' must be an object like {\"include_usage\": true}", "stream_options")
     return dict(sampler=_sampler(body, d), spec=_spec(body, d.spec), stop=_stop(body), stream=stream,
                 include_usage=bool(stream and opts.get("include_usage")))
 
@@ -228,10 +263,11 @@ def chat_messages(body: dict) -> list[dict[str, str]]:
     for i, m in enumerate(msgs):
         if not isinstance(m, dict):
             raise bad(f"messages[{i}] must be an object", "messages")
-        role = {"developer": "system"}.get(m.get("role"), m.get("role"))
+        role = m.get("role")
+        role = "system" if role == "developer" else role
         if role not in ("system", "user", "assistant"):
-            raise bad(f"messages[{i}]: role {m.get('role')!r} is not supported (system, developer, user, assistant)",
-                      "messages")
+            raise bad(f"messages[{i}]: role {_show(m.get('role'))} is not supported (system, developer, user, "
+                      "assistant)", "messages")
         content = m.get("content")
         if isinstance(content, list):
             if not all(isinstance(c, dict) and c.get("type") == "text" and isinstance(c.get("text"), str)

@@ -3,8 +3,8 @@
 Owns: the jobs (a validated request + its prompt ids), admission (a full queue refuses), running
 the engine's blocking generator in the worker thread and handing each piece of text to the
 request's asyncio queue, stop strings, cancellation (a client that goes away: its job ends at the
-next piece, or is skipped if it has not started), and the serving counters /metrics reports.
-Ignores: HTTP and the wire format (app.py, protocol.py).
+next piece; one that has not started gives its place in the queue back at once and never runs),
+and the serving counters /metrics reports. Ignores: HTTP and the wire format (app.py, protocol.py).
 """
 
 from __future__ import annotations
@@ -16,19 +16,22 @@ import threading
 from dataclasses import dataclass, field
 
 from ..errors import MtpTurboError
-from .protocol import APIError, GenRequest, Result
+from .protocol import APIError, GenRequest, Result, without_paths
 from .stops import StopStrings
 
 log = logging.getLogger("mtp_turbo.server")
 
 
 class Job:
-    """A request in the queue. Events on `events`: ("text", str), ("done", Result), ("error", APIError)."""
+    """A request in the queue. Events on `events`: ("text", str), ("done", Result), ("error", APIError);
+    app.py adds ("gone", None) when the client leaves."""
 
     def __init__(self, req: GenRequest, ids: list[int], max_tokens: int, loop: asyncio.AbstractEventLoop):
         self.req, self.ids, self.max_tokens = req, ids, max_tokens
         self.events: asyncio.Queue = asyncio.Queue()
         self.cancelled = threading.Event()
+        self.waiting = False  # queued and not yet taken by the worker (under the worker's lock)
+        self._withdraw = None  # the worker's hook that gives a waiting job's place back
         self._loop = loop
 
     def emit(self, kind: str, value) -> None:
@@ -38,7 +41,10 @@ class Job:
             self.cancelled.set()
 
     def cancel(self) -> None:
+        """End the job: a running one stops at its next piece, a waiting one leaves the queue now."""
         self.cancelled.set()
+        if self._withdraw is not None:
+            self._withdraw(self)
 
 
 @dataclass
@@ -112,8 +118,19 @@ class EngineWorker:
             if self._pending >= self.max_queue:
                 return False
             self._pending += 1
+            job.waiting, job._withdraw = True, self._withdraw
         self._jobs.put(job)
         return True
+
+    def _withdraw(self, job: Job) -> None:
+        """A waiting job that was cancelled: its place is free at once (the thread skips it later)."""
+        with self._lock:
+            if not job.waiting:
+                return
+            job.waiting = False
+            self._pending -= 1
+        with self.counters.lock:
+            self.counters.cancelled += 1
 
     def stop(self) -> None:
         """Cancel the running job and end the thread after it (jobs still queued are skipped)."""
@@ -123,18 +140,18 @@ class EngineWorker:
 
     def _loop(self) -> None:
         while (job := self._jobs.get()) is not None:
+            with self._lock:
+                if not job.waiting:  # withdrawn: its place was given back then
+                    continue
+                job.waiting = False
             self.current = job
             try:
-                if job.cancelled.is_set():
-                    with self.counters.lock:
-                        self.counters.cancelled += 1
-                else:
-                    self._run(job)
+                self._run(job)
             except MtpTurboError as e:
-                job.emit("error", APIError(400, str(e)))
+                job.emit("error", APIError(400, without_paths(str(e))))
             except Exception as e:  # a bug: answer it, log it, keep serving
                 log.exception("generation failed")
-                job.emit("error", APIError(500, f"internal error: {type(e).__name__}: {e}"))
+                job.emit("error", APIError(500, without_paths(f"internal error: {type(e).__name__}: {e}")))
             finally:
                 self.current = None
                 with self._lock:
@@ -142,6 +159,10 @@ class EngineWorker:
 
     def _run(self, job: Job) -> None:
         req, eng = job.req, self.engine
+        if job.cancelled.is_set():  # cancelled as the thread took it: not worth a prefill
+            with self.counters.lock:
+                self.counters.cancelled += 1
+            return
         stops = StopStrings(req.stop)
         spec = req.spec if req.spec.draft != "none" else None
         gen = eng.generate(job.ids, sampler=req.sampler, max_tokens=job.max_tokens, spec=spec, special=False)
