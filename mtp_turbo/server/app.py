@@ -226,8 +226,12 @@ def create_app(engine, cfg: ServeConfig, defaults: Defaults | None = None) -> Fa
         return Response(status_code=GONE)  # nobody reads it: it is for the counters and the access log
 
     def model_card() -> dict:
+        # mtp_turbo: the model file and the settings fixed at start, which `mtp-turbo generate`
+        # compares with its own before it streams from this server instead of loading the model
+        from ..client import server_facts
+
         return {"id": model_id, "object": "model", "created": started, "owned_by": "mtp-turbo",
-                "max_model_len": engine.ctx_size}
+                "max_model_len": engine.ctx_size, "mtp_turbo": server_facts(engine, d)}
 
     @app.get("/health")
     async def health():

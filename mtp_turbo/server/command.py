@@ -4,6 +4,7 @@ The socket is bound before the model loads, so a port in use is reported at once
 
 from __future__ import annotations
 
+import signal
 import socket
 import sys
 
@@ -56,6 +57,7 @@ def cmd_serve(args) -> int:
     import uvicorn
 
     from ..cli import check_drafter, config_from_args, engine_config_class
+    from ..client import announce, withdraw
     from ..sampling.config import SamplerConfig
     from ..spec.config import SpecConfig
     from .app import create_app, model_id_of
@@ -79,5 +81,13 @@ def cmd_serve(args) -> int:
     print(f"mtp-turbo: serving {d.model_id} on http://{where}:{port}/v1 (device {eng.device}, context {eng.ctx_size}, "
           f"draft {spec.draft}{', API key required' if cfg.api_key else ''})", file=sys.stderr, flush=True)
     server = uvicorn.Server(uvicorn_config(app, cfg, log_level="info", timeout_graceful_shutdown=5))
-    server.run(sockets=[sock])
+    # `mtp-turbo generate` finds this server by this file (client.py); uvicorn ends on SIGTERM by
+    # raising it again after its shutdown: a handler that returns lets the file go first
+    found_by = announce(host, port, cfg.api_key, eng.gguf.path)
+    term = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        server.run(sockets=[sock])
+    finally:
+        withdraw(found_by)
+        signal.signal(signal.SIGTERM, term)
     return 0
