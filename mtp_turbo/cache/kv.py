@@ -1,7 +1,8 @@
 """Static KV cache of the main model, indexed by absolute position (cell c = position c).
 
-Owns: the preallocated K/V tensors, the committed length, rollback, checkpoints, and session files
-(tokens + K/V + model identity). Ignores: the model's math (models/ writes rows through `write`),
+Owns: the preallocated K/V tensors, the committed length, rollback, checkpoints, and saving /
+restoring the committed cells as a session (tokens + K/V + model identity). Ignores: the model's
+math (models/ writes rows through `write`), the session file's format and checks (cache/session.py),
 the drafter's own cache (cache/cells.py keeps its bookkeeping).
 
 Rolling back only moves the length: cells past it are stale and are overwritten before any
@@ -11,17 +12,13 @@ its own query position.
 
 from __future__ import annotations
 
-import io
-import json
-import struct
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..errors import CacheError
-
-SESSION_MAGIC = b"MTPSESS1"
+from .session import Session, read_session, write_session
 
 
 @dataclass(frozen=True)
@@ -76,59 +73,29 @@ class KVCache:
     def reset(self) -> None:
         self.length = 0
 
-    # ---- sessions ----------------------------------------------------------------------------
+    # ---- sessions (the file format: cache/session.py) ------------------------------------------
     def save_session(self, path: str | Path, tokens: list[int], identity: dict, extra: dict | None = None) -> None:
-        """File: magic, u32 header length, JSON header (identity, tokens, shapes), raw K/V."""
+        """Save the committed cells and their tokens atomically (a failed write keeps the old file)."""
         n = self.length
         if len(tokens) != n:
             raise CacheError(f"session tokens ({len(tokens)}) do not match the cache length ({n})")
-        k = self.k[:, :n].contiguous().cpu()
-        v = self.v[:, :n].contiguous().cpu()
-        header = {
-            "identity": identity,
-            "tokens": list(map(int, tokens)),
-            "shape": list(k.shape),
-            "dtype": str(k.dtype).removeprefix("torch."),
-            "extra": extra or {},
-        }
-        hb = json.dumps(header).encode()
-        buf = io.BytesIO()
-        torch.save({"k": k, "v": v}, buf)
-        with open(path, "wb") as f:
-            f.write(SESSION_MAGIC + struct.pack("<I", len(hb)) + hb)
-            f.write(buf.getvalue())
+        write_session(path, identity, tokens, extra or {}, self.k[:, :n].cpu(), self.v[:, :n].cpu())
 
-    def load_session(self, path: str | Path, identity: dict) -> tuple[list[int], dict]:
-        """Restore tokens + K/V; refuse a file of another model or a damaged one.
-        Returns (tokens, extra)."""
-        try:
-            data = Path(path).read_bytes()
-        except OSError as e:
-            raise CacheError(f"cannot read session file {path}: {e.strerror}") from None
-        if data[:8] != SESSION_MAGIC or len(data) < 12:
-            raise CacheError(f"{path} is not an mtp-turbo session file")
-        (hl,) = struct.unpack("<I", data[8:12])
-        try:
-            header = json.loads(data[12 : 12 + hl])
-            tensors = torch.load(io.BytesIO(data[12 + hl :]), map_location="cpu", weights_only=True)
-            k, v = tensors["k"], tensors["v"]
-        except Exception:
-            raise CacheError(f"session file {path} is corrupt or truncated") from None
-        if header.get("identity") != identity:
-            raise CacheError(
-                f"session file {path} was made with another model or settings "
-                f"({header.get('identity')} != {identity})"
-            )
-        tokens = header.get("tokens")
-        if not isinstance(tokens, list):
-            raise CacheError(f"session file {path} is corrupt (no token list)")
-        n = len(tokens)
-        want = (self.k.shape[0], n, self.k.shape[2], self.k.shape[3])
-        if tuple(k.shape) != want or tuple(v.shape) != want:
-            raise CacheError(f"session file {path} has K/V of shape {tuple(k.shape)}, expected {want}")
-        if n > self.capacity:
-            raise CacheError(f"session of {n} tokens does not fit the context ({self.capacity})")
-        self.k[:, :n].copy_(k.to(self.k.dtype))
-        self.v[:, :n].copy_(v.to(self.v.dtype))
+    def read_session(self, path: str | Path, identity: dict, vocab_size: int | None = None) -> Session:
+        """A session file checked against this cache (shape, room) and identity; the cache is not
+        touched, so a refused file leaves the current session as it was."""
+        layers, capacity, kv_heads, head_dim = self.k.shape
+        return read_session(path, identity, (layers, capacity, kv_heads, head_dim), vocab_size)
+
+    def restore_session(self, s: Session) -> None:
+        """Make a checked session's K/V the committed cells."""
+        n = len(s.tokens)
+        self.k[:, :n].copy_(s.k.to(self.k.dtype))
+        self.v[:, :n].copy_(s.v.to(self.v.dtype))
         self.length = n
-        return tokens, header.get("extra", {})
+
+    def load_session(self, path: str | Path, identity: dict, vocab_size: int | None = None) -> tuple[list[int], dict]:
+        """read_session then restore_session. Returns (tokens, extra)."""
+        s = self.read_session(path, identity, vocab_size)
+        self.restore_session(s)
+        return s.tokens, s.extra

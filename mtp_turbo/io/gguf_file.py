@@ -2,8 +2,11 @@
 
 Owns: parsing the GGUF header, KV metadata and tensor infos (struct/numpy over an np.memmap, not
 gguf.GGUFReader's full scan, so opening the 253 MB default model takes a fraction of a second),
-validating them against the file (every tensor must lie inside it), raw tensor bytes, loading a
-tensor dequantized onto a device, the file hash, and writing GGUF files through gguf.GGUFWriter.
+validating them against the file before anything is built from them (every count and length bounded
+by the bytes left, nesting bounded, the standard keys of the right kinds, tensors of known types laid
+out as llama.cpp requires: in declaration order, aligned, contiguous, inside the file, nothing
+after them), raw tensor bytes, loading a tensor dequantized onto a device, the file hash, and
+writing GGUF files through gguf.GGUFWriter.
 Ignores: what the tensors mean (models/), the block formats (quant/dequant.py does the math; the
 gguf package's numpy dequant is only a fallback), big-endian files (refused with a clear error).
 """
@@ -28,11 +31,20 @@ SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 GGML_MAX_DIMS = 4
 
-# Sanity limits: values past these are garbage, not big models (llama.cpp has similar guards).
-_MAX_KV = 1 << 20
-_MAX_TENSORS = 1 << 24
+# Sanity limits: values past these are garbage, not big models (real files hold ~50 keys and at
+# most a few thousand tensors). Every count is also bounded by the bytes left in the file (each
+# item takes at least its smallest encoding), so a declared count never allocates past the file.
+_MAX_KV = 1 << 16
+_MAX_TENSORS = 1 << 20
 _MAX_STRING = 1 << 30
 _MAX_ARRAY = 1 << 34
+# Arrays of arrays: no model file uses them (llama.cpp's reader refuses them); they are read for
+# gguf-py's sake, but each inner array costs ~100 bytes of Python for its 12 bytes of file, so
+# their depth and their number in a file are bounded.
+_MAX_DEPTH = 3
+_MAX_NESTED = 1 << 16
+_MIN_KV_BYTES = 8 + 4 + 1  # key length, value type, a one-byte value
+_MIN_TENSOR_BYTES = 8 + 4 + 4 + 8  # name length, dimension count, type, offset
 
 # GGUF metadata value types -> (struct format, numpy dtype); 8 = STRING, 9 = ARRAY.
 _SCALAR = {
@@ -43,6 +55,67 @@ _SCALAR = {
 _STRING, _ARRAY = 8, 9
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+
+# The standard keys this engine reads, by the kind of value the GGUF spec gives them: a value of
+# another kind is a damaged header, said at open rather than as a TypeError deep in a reader.
+# (kind: "str", "int", "float" (int accepted), "bool" (0 / 1 accepted), "ints" (an integer or a
+# per-layer integer array), "strs" (array of strings), "numbers" (numeric array).)
+_GENERAL_KINDS = {
+    "general.architecture": "str", "general.alignment": "int", "general.quantization_version": "int",
+    "general.file_type": "int", "general.name": "str",
+    "tokenizer.ggml.model": "str", "tokenizer.ggml.pre": "str", "tokenizer.ggml.tokens": "strs",
+    "tokenizer.ggml.scores": "numbers", "tokenizer.ggml.token_type": "numbers",
+    "tokenizer.ggml.merges": "strs", "tokenizer.chat_template": "str",
+    **{f"tokenizer.ggml.{w}_token_id": "int" for w in ("bos", "eos", "eot", "eom", "unknown", "padding",
+                                                        "separator", "mask", "fim_pre", "fim_suf", "fim_mid")},
+    **{f"tokenizer.ggml.{w}": "bool" for w in ("add_bos_token", "add_eos_token", "add_sep_token",
+                                               "add_space_prefix", "remove_extra_whitespaces")},
+}
+_ARCH_KINDS = {  # after "{general.architecture}."
+    "context_length": "int", "embedding_length": "int", "block_count": "int", "vocab_size": "int",
+    "feed_forward_length": "ints", "attention.head_count": "ints", "attention.head_count_kv": "ints",
+    "attention.key_length": "int", "attention.value_length": "int", "attention.sliding_window": "int",
+    "attention.layer_norm_rms_epsilon": "float", "attention.layer_norm_epsilon": "float",
+    "rope.dimension_count": "int", "rope.freq_base": "float", "rope.scaling.type": "str",
+    "rope.scaling.factor": "float",
+}
+_KIND_WORDS = {"str": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
+               "ints": "an integer or an array of integers", "strs": "an array of strings",
+               "numbers": "an array of numbers"}
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, np.ndarray):
+        return f"an array of {v.dtype}"
+    if isinstance(v, list):
+        return "an array of arrays" if v and not isinstance(v[0], str) else "an array of strings"
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string"}.get(type(v), type(v).__name__)
+
+
+def _is_kind(v: Any, kind: str) -> bool:
+    if kind == "str":
+        return isinstance(v, str)
+    if kind in ("int", "ints") and isinstance(v, int) and not isinstance(v, bool):
+        return True
+    if kind == "float":
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    if kind == "bool":
+        return isinstance(v, bool) or (isinstance(v, int) and v in (0, 1))
+    if kind == "strs":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v[:1])  # string arrays hold only str
+    if isinstance(v, np.ndarray) and v.ndim == 1:
+        return v.dtype.kind in "iu" if kind == "ints" else kind == "numbers" and v.dtype.kind in "iuf"
+    return False
+
+
+def _check_kinds(meta: Mapping[str, Any]) -> None:
+    arch = meta.get("general.architecture")
+    kinds = dict(_GENERAL_KINDS)
+    if isinstance(arch, str):
+        kinds.update({f"{arch}.{k}": v for k, v in _ARCH_KINDS.items()})
+    for key, kind in kinds.items():
+        if key in meta and not _is_kind(meta[key], kind):
+            raise _Corrupt(f"metadata {key} is {_describe(meta[key])}, expected {_KIND_WORDS[kind]}")
 
 
 # ggml type id -> (name, elements per block, bytes per block). A copy of gguf.GGML_QUANT_SIZES
@@ -88,6 +161,14 @@ class _Cursor:
 
     def __init__(self, buf: memoryview, size: int):
         self.buf, self.size, self.pos = buf, size, 0
+        self.nested_left = _MAX_NESTED  # arrays inside arrays this file may still hold
+
+    def fits(self, count: int, item_bytes: int, what: str) -> None:
+        """A declared count must fit the bytes left (each item takes at least item_bytes): checked
+        before anything of that size is allocated."""
+        if count * item_bytes > self.size - self.pos:
+            raise _Truncated(f"{what} declares {count} items, more than the {self.size - self.pos} bytes "
+                             f"left at byte {self.pos} can hold")
 
     def need(self, n: int, what: str) -> None:
         if self.pos + n > self.size:
@@ -128,23 +209,28 @@ class _Cursor:
         if vtype == _STRING:
             return self.string(what)
         if vtype == _ARRAY:
-            if depth > 8:
-                raise _Corrupt(f"{what} nests arrays more than 8 deep")
+            if depth >= _MAX_DEPTH:
+                raise _Corrupt(f"{what} nests arrays more than {_MAX_DEPTH} deep")
             etype = self.u32(f"element type of {what}")
             count = self.u64(f"length of {what}")
             if count > _MAX_ARRAY:
                 raise _Corrupt(f"{what} has an absurd length {count}")
             if etype in _SCALAR:
                 fmt, dtype = _SCALAR[etype]
-                nbytes = count * np.dtype(dtype).itemsize
-                self.need(nbytes, what)
+                itemsize = np.dtype(dtype).itemsize
+                self.fits(count, itemsize, what)
                 arr = np.frombuffer(self.buf, dtype=np.dtype(dtype).newbyteorder("<"), count=count,
                                     offset=self.pos).copy()
-                self.pos += nbytes
+                self.pos += count * itemsize
                 return arr
             if etype == _STRING:
+                self.fits(count, 8, what)
                 return self.string_array(count, what)
             if etype == _ARRAY:
+                self.fits(count, 12, what)
+                if count > self.nested_left:
+                    raise _Corrupt(f"{what} holds more than {_MAX_NESTED} arrays inside arrays")
+                self.nested_left -= count
                 return [self.value(_ARRAY, what, depth + 1) for _ in range(count)]
             raise _Corrupt(f"{what} has unknown element type {etype}")
         raise _Corrupt(f"{what} has unknown value type {vtype}")
@@ -153,8 +239,12 @@ class _Cursor:
         # Hot path (262144 tokens in Gemma-3): walk the length prefixes over a bytes copy of a
         # window (slicing bytes is ~2x cheaper than slicing the memmap), then decode all pieces in
         # one call. Anything odd (window too small, NULs, bad lengths) takes the checked slow path.
+        if count == 0:
+            return []
         start, unpack = self.pos, _U64.unpack_from
-        window = min(self.size - start, max(1 << 20, 64 * count))
+        # the first window is sized by the count (not a fixed 1 MB: a crafted file may hold many
+        # short arrays, each of which would copy the whole window)
+        window = min(self.size - start, max(4096, 64 * count))
         while True:
             chunk = bytes(self.buf[start:start + window])
             parts: list[bytes] = []
@@ -165,17 +255,21 @@ class _Cursor:
                     pos += 8
                     append(chunk[pos:pos + n])
                     pos += n
-            except struct.error:
+            except (struct.error, OverflowError):  # ran off the window (a damaged length may be ~2^64)
                 pos = len(chunk) + 1
             if pos <= len(chunk):
                 break
             if start + window >= self.size:
                 return self._string_array_checked(count, what)
             window = min(self.size - start, window * 4)
-        joined = b"\0".join(parts)
-        out = joined.decode("utf-8", "replace").split("\0") if count else []
-        if len(out) != count:  # some item holds a NUL byte
+        # joined in batches: bytes.join keeps an 80-byte buffer record per item while it runs
+        step = 1 << 16
+        joined = b"\0".join([b"\0".join(parts[i:i + step]) for i in range(0, count, step)])
+        if joined.count(0) != count - 1:  # some item holds a NUL byte
             out = [p.decode("utf-8", "replace") for p in parts]
+        else:
+            del parts, append, chunk  # the pieces and the window go before the strings are made (peak memory)
+            out = joined.decode("utf-8", "replace").split("\0")
         self.pos = start + pos
         return out
 
@@ -190,6 +284,47 @@ class _Cursor:
             out.append(str(self.buf[self.pos:self.pos + n], "utf-8", "replace"))
             self.pos += n
         return out
+
+
+def _layout(raw_infos: list, data_start: int, alignment: int, size: int) -> dict[str, TensorInfo]:
+    """Tensor infos from (name, ne, type, relative offset) rows, checked as llama.cpp checks them
+    (gguf.cpp): known types, sane shapes, and the data laid out in declaration order, each tensor
+    at the aligned end of the one before (so no gaps or overlaps), all inside the file, and nothing
+    after the last one: a tensor whose type or shape was changed in the header no longer fits
+    this layout, where it would otherwise be read as garbage."""
+    tensors: dict[str, TensorInfo] = {}
+    expected, before = 0, None  # where the next tensor must start (relative to data_start), and after what
+    for name, ne, ggml_type, rel in raw_infos:
+        if name in tensors:
+            raise _Corrupt(f"duplicate tensor name {name!r}")
+        if ggml_type not in GGML_TYPES:
+            raise _Corrupt(f"tensor {name!r} has unknown ggml type {ggml_type}")
+        tname, block, type_size = GGML_TYPES[ggml_type]
+        n = 1
+        for d in ne:
+            n *= d
+        if any(d > 1 << 40 for d in ne) or n > 1 << 48:
+            raise _Corrupt(f"tensor {name!r} has an absurd shape {tuple(reversed(ne))}")
+        if ne and ne[0] % block:
+            raise _Corrupt(f"tensor {name!r} row length {ne[0]} is not a multiple of the {tname} block ({block})")
+        if rel % alignment:
+            raise _Corrupt(f"tensor {name!r} offset {rel} is not a multiple of the alignment {alignment}")
+        nbytes = n // block * type_size
+        offset = data_start + rel
+        if offset + nbytes > size:
+            raise _Truncated(
+                f"tensor {name!r} data [{offset}, {offset + nbytes}) runs past the end of the file ({size} bytes)")
+        if rel != expected:
+            where = f"the end of {before!r}" if before else "the start of the data"
+            raise _Corrupt(f"tensor {name!r} starts at data offset {rel}, not at {where} ({expected}): "
+                           f"a type, shape or offset in the tensor table is damaged")
+        expected, before = rel + -(-nbytes // alignment) * alignment, name
+        tensors[name] = TensorInfo(name, ggml_type, tuple(int(d) for d in reversed(ne)), offset, nbytes)
+    extra = size - (data_start + expected)
+    if tensors and extra > 0:
+        raise _Corrupt(f"{extra} bytes follow the data of the last tensor {before!r}: a type or shape in the "
+                       f"tensor table is damaged")
+    return tensors
 
 
 class GGUFFile:
@@ -245,6 +380,7 @@ class GGUFFile:
             raise _Corrupt(f"absurd tensor count {n_tensors}")
         if n_kv > _MAX_KV:
             raise _Corrupt(f"absurd metadata count {n_kv}")
+        cur.fits(n_kv, _MIN_KV_BYTES, "the metadata table")
         meta: dict[str, Any] = {}
         for i in range(n_kv):
             key = cur.string(f"metadata key #{i}")
@@ -252,12 +388,13 @@ class GGUFFile:
                 raise _Corrupt(f"duplicate metadata key {key!r}")
             vtype = cur.u32(f"value type of {key!r}")
             meta[key] = cur.value(vtype, f"value of {key!r}")
+        _check_kinds(meta)
         self.metadata = meta
 
         alignment = meta.get("general.alignment", DEFAULT_ALIGNMENT)
         if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
             raise _Corrupt(f"general.alignment {alignment!r} is not a power of two")
-        types = GGML_TYPES
+        cur.fits(n_tensors, _MIN_TENSOR_BYTES, "the tensor table")
         raw_infos = []
         for i in range(n_tensors):
             name = cur.string(f"name of tensor #{i}")
@@ -270,30 +407,7 @@ class GGUFFile:
             raw_infos.append((name, ne, ggml_type, rel))
         data_start = -(-cur.pos // alignment) * alignment
         self.data_offset = data_start
-
-        tensors: dict[str, TensorInfo] = {}
-        for name, ne, ggml_type, rel in raw_infos:
-            if name in tensors:
-                raise _Corrupt(f"duplicate tensor name {name!r}")
-            if ggml_type not in types:
-                raise _Corrupt(f"tensor {name!r} has unknown ggml type {ggml_type}")
-            tname, block, type_size = types[ggml_type]
-            n = 1
-            for d in ne:
-                n *= d
-            if any(d > 1 << 40 for d in ne) or n > 1 << 48:
-                raise _Corrupt(f"tensor {name!r} has an absurd shape {tuple(reversed(ne))}")
-            if ne and ne[0] % block:
-                raise _Corrupt(f"tensor {name!r} row length {ne[0]} is not a multiple of the {tname} block ({block})")
-            if rel % alignment:
-                raise _Corrupt(f"tensor {name!r} offset {rel} is not a multiple of the alignment {alignment}")
-            nbytes = n // block * type_size
-            offset = data_start + rel
-            if offset + nbytes > size:
-                raise _Truncated(
-                    f"tensor {name!r} data [{offset}, {offset + nbytes}) runs past the end of the file ({size} bytes)")
-            tensors[name] = TensorInfo(name, ggml_type, tuple(int(d) for d in reversed(ne)), offset, nbytes)
-        self.tensors = tensors
+        self.tensors = _layout(raw_infos, data_start, alignment, size)
 
     # ---- queries ---------------------------------------------------------------------------
 

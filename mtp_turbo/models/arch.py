@@ -13,6 +13,7 @@ Ignores: the weights' values (load.py), the math (block.py, decoder.py), tokeniz
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 
 from ..errors import ModelFileError
@@ -123,13 +124,15 @@ class ModelConfig:
         """The config of a GGUF file from its metadata and tensor infos ({name: info with .shape,
         torch order}); every contradiction between them is a ModelFileError naming it."""
         arch = meta.get("general.architecture")
-        if arch not in FAMILIES:
+        if not isinstance(arch, str) or arch not in FAMILIES:
             raise ModelFileError(f"unsupported architecture {arch!r} (supported: {', '.join(FAMILIES)})")
         fam = FAMILIES[arch]
         emb = tensors.get("token_embd.weight")
         if emb is None or len(emb.shape) != 2:
             raise ModelFileError("no 2-D token_embd.weight tensor")
         vocab, hidden = (int(x) for x in emb.shape)
+        if vocab < 1 or hidden < 1:
+            raise ModelFileError(f"token_embd.weight has shape {list(emb.shape)}: an empty embedding")
 
         def get(key, default=None, kind=int):
             v = meta.get(f"{arch}.{key}", default)
@@ -137,10 +140,12 @@ class ModelConfig:
                 raise ModelFileError(f"GGUF metadata lacks {arch}.{key}")
             if isinstance(v, (list, tuple)) or hasattr(v, "shape"):
                 raise ModelFileError(f"{arch}.{key} is a per-layer array, which this engine does not support")
-            try:
-                v = kind(v)
-            except (TypeError, ValueError):
-                raise ModelFileError(f"{arch}.{key} = {v!r} is not a number") from None
+            # exact kinds: a float where an integer belongs (or a bool, or a string) is a damaged
+            # file, not something to round
+            ok = isinstance(v, numbers.Integral) if kind is int else isinstance(v, numbers.Real)
+            if not ok or isinstance(v, bool):
+                raise ModelFileError(f"{arch}.{key} = {v!r} is not {'an integer' if kind is int else 'a number'}")
+            v = kind(v)
             if kind is float and not (math.isfinite(v) and v > 0):
                 raise ModelFileError(f"{arch}.{key} = {v!r} must be a finite positive number")
             return v
@@ -152,6 +157,10 @@ class ModelConfig:
                        ("attention.head_count_kv", n_kv), ("embedding_length", d_model)):
             if v < 1:
                 raise ModelFileError(f"{arch}.{key} = {v}: must be at least 1")
+        # every layer has its own tensors: a count past the tensor table is garbage (and would
+        # make the shape table below as long as it says)
+        if n_layers > len(tensors):
+            raise ModelFileError(f"{arch}.block_count = {n_layers} but the file has only {len(tensors)} tensors")
         if n_heads % n_kv:
             raise ModelFileError(f"{n_heads} attention heads do not divide into {n_kv} K/V heads")
         if d_model != hidden:
@@ -186,6 +195,15 @@ class ModelConfig:
                   rope_freqs="rope_freqs.weight" in tensors)
         if cfg.ffn < 1 or cfg.context_length < 1:
             raise ModelFileError(f"{arch}.feed_forward_length and context_length must be at least 1")
+        # a norm's epsilon is ~1e-6; one near 1 or past it flattens every activation (garbage text)
+        if not cfg.eps < 0.1:
+            raise ModelFileError(f"{arch}.attention.layer_norm_rms_epsilon = {cfg.eps!r} is not a small number")
+        if not rope_global.base > 1:
+            raise ModelFileError(f"{arch}.rope.freq_base = {rope_global.base!r} must be greater than 1")
+        # the kernels size their sliding-layer buffers by the window: one past the context is damage
+        if window > cfg.context_length:
+            raise ModelFileError(f"{arch}.attention.sliding_window = {window} is larger than the context "
+                                 f"({cfg.context_length})")
         check_shapes(cfg, tensors)
         return cfg
 

@@ -62,9 +62,9 @@ def test_published_gemma3_shapes():
         meta = _meta("gemma3", block_count=layers, embedding_length=D, feed_forward_length=F,
                      **{"attention.head_count": H, "attention.head_count_kv": HKV, "attention.key_length": DH,
                         "attention.value_length": DH, "attention.sliding_window": W, "rope.freq_base": 1e6,
-                        "rope.scaling.type": "linear", "rope.scaling.factor": 8.0})
+                        "rope.scaling.type": "linear", "rope.scaling.factor": 8.0, "context_length": 131072})
         want = _cfg("gemma3", vocab_size=262144, hidden=D, n_layers=layers, n_heads=H, n_kv_heads=HKV, head_dim=DH, ffn=F,
-                    sliding_window=W, sliding_pattern=6)
+                    sliding_window=W, sliding_pattern=6, context_length=131072)
         cfg = ModelConfig.from_gguf(meta, _tensors(want))
         assert cfg.query_scale == pytest.approx(scale) and cfg.sliding_window == W
         assert cfg.rope_global == Rope(1e6, 8.0) and cfg.rope_local == Rope(1e4)
