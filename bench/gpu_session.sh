@@ -186,6 +186,14 @@
 #                                          llama-tokenize's ids of the tokenizer corpus
 #   bench/gpu_session.sh s27-synth         (built) synthetic Gemma-3 1B / 4B and Qwen2.5-7B (bench/synth_model.py, Q4_K_M by
 #                                          llama-quantize): plain decode and pp512 beside llama-bench
+#
+# Session 26 (serving: one program per sampler shape; the snapshot under test in .ab_head, the start in .ab_before):
+#   bench/gpu_session.sh s28-begin         (carry .whl .ab_before .ab_head .pieces/p05) the snapshots to /tmp; piece 5;
+#                                          the sampler's GPU tests in the background
+#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p00..p04), back to back
+#   bench/gpu_session.sh s28-check         join; GPU tests (spec, models, sampling's log); seed_calls before / after;
+#                                          one-shot generate -n 64 wall and its parts (ttft.py), twice each
+#   bench/gpu_session.sh s28-soak          (carry .whl .ab_head) bench/soak.py through the server, 1000 requests
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -257,6 +265,54 @@ humaneval_12k() {  # HumanEval x 20 and the 12k-token prompt (decode at depth), 
     | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7
 }
 case $step in
+  s28-begin)  # (carry .whl .ab_before .ab_head .pieces/p05)
+    mkdir -p /tmp/logs; cp .pieces/p05/* /tmp/gguf/
+    rm -rf /tmp/head /tmp/before && cp -r .ab_head /tmp/head && cp -r .ab_before /tmp/before
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    (cd /tmp/head && PYTHONPATH=/tmp/site:/tmp/head setsid nohup timeout 500 python3 -m pytest -q -m gpu tests/sampling \
+      -n 4 -p no:cacheprovider -rf > /tmp/logs/sampling.txt 2>&1 &) ; echo started ;;
+  s28-soak)  # (pieces copied; carry .whl .ab_head) the soak through the server; generate through a running server and
+    # in-process; MT-Bench plain / MTP before (.ab_before) and after
+    cat /tmp/gguf/gemma.0* > /tmp/gguf/gemma.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    M=/tmp/gguf/gemma.gguf; H=/tmp/head; export PYTHONPATH=/tmp/site:$H
+    [ -d .ab_head ] && rm -rf $H && cp -r .ab_head $H
+    cd $H
+    timeout 400 python3 bench/soak.py --model $M --requests 1000 --clients 4 -n 64 --out "$OUT/soak.json" 2>&1 | tee "$OUT/soak.txt" | tail -24
+    setsid nohup python3 -m mtp_turbo.cli serve --model $M --port 0 --no-progress > /dev/null 2> /tmp/serve.log &
+    for i in $(seq 120); do grep -q "serving" /tmp/serve.log && break; sleep 0.5; done; sleep 1; grep serving /tmp/serve.log
+    for mode in server server server no-server no-server; do
+      flag=""; [ $mode = no-server ] && flag=--no-server
+      s=$(date +%s.%N); timeout 60 python3 -m mtp_turbo.cli generate --model $M -n 64 --stats $flag "Once upon a time" \
+        > /tmp/gen.txt 2> /tmp/gen.err; e=$(date +%s.%N)
+      echo "$mode: wall $(python3 -c "print(round($e - $s, 2))") s | $(grep -v Warn /tmp/gen.err | tail -n 2 | tr '\n' ' ')"
+    done 2>&1 | tee "$OUT/generate_server.txt"
+    pkill -f "mtp_turbo.cli serve"; sleep 1
+    for t in before head; do
+      (cd /tmp && PYTHONPATH=/tmp/site:/tmp/$t timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp \
+        --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \
+        --json "$OUT/bench_$t.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|it/s\]" | tail -6 | sed "s/^/$t: /")
+    done | tee "$OUT/bench_ab.txt" ;;
+  s28-check)  # (pieces copied) join; GPU tests; seed_calls before / after; one-shot generate
+    cat /tmp/gguf/gemma.0* > /tmp/gguf/gemma.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    M=/tmp/gguf/gemma.gguf; H=/tmp/head
+    [ -d .ab_head ] && rm -rf $H && cp -r .ab_head $H  # (carry .ab_head: a newer snapshot)
+    (cd $H && PYTHONPATH=/tmp/site:$H timeout 200 python3 -m pytest -q -m gpu tests/sampling -n 4 -p no:cacheprovider \
+      -rf 2>&1 | grep -v Warning | tail -4 | tee "$OUT/pytest_sampling.txt")
+    (cd $H && PYTHONPATH=/tmp/site:$H timeout 330 python3 -m pytest -q -m gpu tests/spec tests/models/test_greedy.py -n 4 \
+      --model-path $M -p no:cacheprovider --timeout 300 -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_spec.txt" | tail -8)
+    for t in before head before head; do
+      (cd /tmp && PYTHONPATH=/tmp/site:/tmp/$t timeout 120 python3 $H/bench/seed_calls.py --model $M \
+        --out "$OUT/seed_calls_$t.json" 2>&1 | tail -4 | sed "s/^/$t: /")
+    done | tee "$OUT/seed_calls.txt"
+    for t in before head before head; do
+      (cd /tmp && s=$(date +%s.%N) && PYTHONPATH=/tmp/site:/tmp/$t timeout 60 python3 -m mtp_turbo.cli generate \
+        --model $M -n 64 --stats "Once upon a time" > /tmp/gen.txt 2> /tmp/gen.err; e=$(date +%s.%N)
+        echo "$t: generate -n 64 wall $(python3 -c "print(round($e - $s, 2))") s; $(tail -n 1 /tmp/gen.err)")
+    done | tee "$OUT/generate_wall.txt"
+    for t in head head; do (cd /tmp && PYTHONPATH=/tmp/site:/tmp/$t timeout 60 python3 $H/bench/ttft.py --model $M -n 64 \
+      --profile 12 2>&1 | tail -40 > "$OUT/ttft_$t.txt"); done; tail -40 "$OUT/ttft_head.txt" ;;
   recv) for d in "$@"; do cp "$d"/* /tmp/gguf/; done; ls -la /tmp/gguf ;;
   llama-build)
     cat /tmp/gguf/llama.* > /tmp/llama.tar.gz && echo "$(cat .pieces/LLAMA_SHA256)  /tmp/llama.tar.gz" | sha256sum -c - || exit 1

@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from .cache.kv import KVCache
 from .engine_config import EngineConfig
-from .errors import ConfigError, ModelFileError, MtpTurboError
+from .errors import CacheError, ConfigError, ModelFileError, MtpTurboError
 from .io.gguf_file import GGUFFile
 from .io.registry import resolve_model
 from .io.tokenizer import GGUFTokenizer
@@ -546,17 +546,28 @@ class Engine:
                 "kv_dtype": str(self.kv.k.dtype)}
 
     def save_session(self, path: str | Path) -> None:
-        """Save the committed tokens and their K/V; the pending last token rides in the header."""
+        """Save the committed tokens and their K/V (atomically: a failed write keeps the previous
+        file, cache/session.py); the pending last token rides in the header."""
         if not self.tokens:
             raise MtpTurboError("nothing to save: no tokens in the session")
         self.kv.save_session(path, self.tokens[: self.kv.length], self.identity(), {"pending": self.tokens[-1]})
 
     def load_session(self, path: str | Path) -> None:
-        toks, extra = self.kv.load_session(path, self.identity())
-        pending = extra.get("pending")
-        if not isinstance(pending, int):
-            raise MtpTurboError(f"session file {path} lacks its pending token")
+        """Continue a saved session. Everything is checked (cache/session.py, and the pending token
+        here) before the cache is touched: a refused file leaves the current session as it was."""
+        vocab = self.model.cfg.vocab_size
+        s = self.kv.read_session(path, self.identity(), vocab)
+        pending = s.extra.get("pending")
+        if "pending" not in s.extra:
+            raise CacheError(f"session file {path} lacks its pending token")
+        if not isinstance(pending, int) or isinstance(pending, bool) or not 0 <= pending < vocab:
+            raise CacheError(f"session file {path} is corrupt: its pending token {pending!r} is not a token id "
+                             f"of this model [0, {vocab})")
+        if len(s.tokens) >= self.ctx_size:  # the pending token's forward needs a cell too
+            raise CacheError(f"session file {path} holds {len(s.tokens) + 1} tokens, more than the context "
+                             f"({self.ctx_size})")
+        self.kv.restore_session(s)
         self.tokens = []
-        self._set_tokens(toks + [pending], 0)
+        self._set_tokens(s.tokens + [pending], 0)
         if self.drafter is not None:
             self.drafter.reset()  # the session holds no drafter K/V
