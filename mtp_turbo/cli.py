@@ -41,6 +41,8 @@ HELP = {
     "either way): auto = on CUDA with graphs, on, off",
     "cpu_weights": "matrices on the CPU: int8 (one int8 code a weight, a scale a row, activations rounded to bf16 "
     "for the products: about 4x faster than f32) or f32 (the file's dequantized values in float32: the reference)",
+    "cpu_cache": "keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about "
+    "the model file's size) so that later runs map them instead of quantizing again (about 1 s of a 2-core start)",
     "threads": "CPU threads a step uses (0 = auto: all cores, or one when measuring shows it faster, e.g. beside "
     "another busy process)",
     "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "

@@ -114,7 +114,7 @@ class Engine:
         self.gguf = gguf if gguf is not None else GGUFFile(path)
         # RoPE tables for the cache's positions only, not the model's whole context
         self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size,
-                                cpu_int8=cfg.cpu_weights == "int8")
+                                cpu_int8=cfg.cpu_weights == "int8", cpu_cache=cfg.cpu_cache)
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)

@@ -29,6 +29,9 @@ class EngineConfig:
     # matrices on the CPU: int8 (per-row codes, bf16 activations: the fast path) or f32 (the file's
     # dequantized values: the reference the tests compare with transformers)
     cpu_weights: str = "int8"
+    # keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about the
+    # model file's size): a later load maps them instead of quantizing again (~1 s of a 2-core start)
+    cpu_cache: bool = True
     # CPU threads of a step: 0 = auto (all the cores this process may use, or one when that is
     # faster: measured while decoding, so another busy process does not stall every step)
     threads: int = 0

@@ -57,7 +57,8 @@ class Decoder:
         self.device = torch.device(device)
         self.dtype = dtype
         self.embed = weights["token_embd.weight"]  # [V, D]
-        self.head_weight = self.embed if cfg.tied_head else weights["output.weight"]  # [V, D]
+        # [V, D]; None where the caller holds the head otherwise (a CPU int8 cache: load.py)
+        self.head_weight = self.embed if cfg.tied_head else weights.get("output.weight")
         if head_q8 is not None:
             assert head_q8[0].shape == self.head_weight.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
             assert head_q8[1].shape == (self.head_weight.shape[0], self.head_weight.shape[1] // 32), head_q8[1].shape
@@ -69,12 +70,13 @@ class Decoder:
         nq, nkv = cfg.n_heads * cfg.head_dim, cfg.n_kv_heads * cfg.head_dim
         names = layer_tensors(cfg)
         for i in range(cfg.n_layers):
-            L = {k: weights[f"blk.{i}.{name}"] for k, name in names.items()}
-            # fused rows: one GEMV reads q|k|v (and adds their biases), one reads gate|up
-            L["qkv"] = torch.cat([L.pop("q"), L.pop("k"), L.pop("v")])
-            L["gate_up"] = torch.cat([L.pop("gate"), L.pop("up")])
-            L["q"], L["k"], L["v"] = L["qkv"].split([nq, nkv, nkv])  # [nq + 2 nkv, D] as views
-            L["gate"], L["up"] = L["gate_up"].split([cfg.ffn, cfg.ffn])
+            # (the matrices are absent where the caller sets their ops after: a CPU int8 cache)
+            L = {k: weights[f"blk.{i}.{name}"] for k, name in names.items() if f"blk.{i}.{name}" in weights}
+            if "q" in L:  # fused rows: one GEMV reads q|k|v (and adds their biases), one reads gate|up
+                L["qkv"] = torch.cat([L.pop("q"), L.pop("k"), L.pop("v")])
+                L["gate_up"] = torch.cat([L.pop("gate"), L.pop("up")])
+                L["q"], L["k"], L["v"] = L["qkv"].split([nq, nkv, nkv])  # [nq + 2 nkv, D] as views
+                L["gate"], L["up"] = L["gate_up"].split([cfg.ffn, cfg.ffn])
             if cfg.qkv_bias:
                 L["qkv_bias"] = torch.cat([L.pop("q_bias"), L.pop("k_bias"), L.pop("v_bias")]).float()
                 L["q_bias"], L["k_bias"], L["v_bias"] = L["qkv_bias"].split([nq, nkv, nkv])

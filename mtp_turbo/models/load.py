@@ -17,7 +17,7 @@ from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile, ggml_type_name
 from ..quant.dequant import SUPPORTED_TYPES, dequantize
 from ..quant.repack import split_q8_0
-from .arch import ModelConfig, tensor_shapes
+from .arch import ModelConfig, layer_tensors, tensor_shapes
 from .decoder import Decoder
 
 Q8_0 = 8
@@ -63,9 +63,11 @@ def deinterleave_heads(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 
 
 def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True,
-               max_positions: int | None = None, cpu_int8: bool = False) -> Decoder:
+               max_positions: int | None = None, cpu_int8: bool = False, cpu_cache: bool = False) -> Decoder:
     """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size);
-    cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py)."""
+    cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py);
+    cpu_cache: those int8 matrices mapped from the user's cache when a run made them before, else
+    saved there for the next (quant/cpu_cache.py)."""
     try:
         cfg = model_config(gf)
     except ModelFileError as e:
@@ -73,12 +75,27 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
     device = torch.device(device)
     dtype = dtype or default_dtype(device)
     head_name = "token_embd.weight" if cfg.tied_head else "output.weight"
+    int8 = cpu_int8 and device.type == "cpu"
+    cached, cache_at, skip = None, None, set()
+    if int8 and cpu_cache:
+        from ..quant import cpu_cache as cc
+        from ..quant.cpu_linear import cpu_op_shapes
+
+        cache_at = cc.cache_file(gf.path)
+        cached = cc.load(cache_at, cpu_op_shapes(cfg))
+        if cached is not None:  # their dense matrices are never read: not loaded at all
+            mats = [n for k, n in layer_tensors(cfg).items() if k in ("q", "k", "v", "o", "gate", "up", "down")]
+            skip = {f"blk.{i}.{n}" for i in range(cfg.n_layers) for n in mats}
+            if not cfg.tied_head:
+                skip.add("output.weight")
     weights = {}
     head_q8 = None
     names = list(tensor_shapes(cfg))
     sums = []  # one per tensor, on the device: read once at the end (one sync, not one per tensor)
     for name in tqdm(names, desc="loading weights", unit="tensor", disable=not progress, leave=False):
         t = gf.tensors[name]
+        if name in skip:  # held by the cached ops
+            continue
         if name == head_name and t.ggml_type == Q8_0 and device.type == "cuda":
             # the file's codes and scales stay on the device: the fused step's LM head reads them
             # (fused.py) and the MTP drafter gathers its head rows from them; the dense rows serve
@@ -94,10 +111,12 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             w = deinterleave_heads(w, cfg.n_heads if ".attn_q." in name else cfg.n_kv_heads)
         weights[name] = w
         sums.append(w.sum(dtype=torch.float32))
-    check_finite(gf, names, sums)
+    check_finite(gf, [n for n in names if n not in skip], sums)
     model = Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
-    if cpu_int8 and device.type == "cpu":
+    if int8:
         from ..quant.cpu_linear import quantize_cpu_model
 
-        quantize_cpu_model(model)
+        ops = quantize_cpu_model(model, cached)
+        if cache_at is not None and cached is None:
+            cc.save_in_background(cache_at, ops)
     return model

@@ -34,6 +34,13 @@ class Int8Linear:
         q = torch.round(wf / scale.float()[:, None]).clamp_(-127, 127).to(torch.int8)
         self.q, self.scale = q.contiguous(), scale.contiguous()
 
+    @classmethod
+    def from_codes(cls, q: torch.Tensor, scale: torch.Tensor, k: int) -> "Int8Linear":
+        """An op over codes made before (quant/cpu_cache.py): q int8 [N, K padded], scale bf16 [N]."""
+        op = cls.__new__(cls)
+        op.q, op.scale, op.k = q, scale, k
+        return op
+
     @property
     def shape(self) -> tuple[int, int]:
         return self.q.shape[0], self.k
@@ -53,14 +60,31 @@ class Int8Linear:
         return y.reshape(*lead, self.q.shape[0]).to(out_dtype or x.dtype)
 
 
-def quantize_cpu_model(model) -> None:
+MATRICES = ("qkv", "o", "gate_up", "down")  # a layer's matrices as the Decoder holds them (q|k|v, gate|up fused)
+
+
+def cpu_op_shapes(c) -> dict[str, tuple[int, int]]:
+    """[N, K] of every matrix quantize_cpu_model holds as int8 for a model of ModelConfig c, by
+    name: blk.I.qkv / o / gate_up / down and head."""
+    nkv = c.n_kv_heads * c.head_dim
+    per = {"qkv": (c.n_heads * c.head_dim + 2 * nkv, c.hidden), "o": (c.hidden, c.n_heads * c.head_dim),
+           "gate_up": (2 * c.ffn, c.hidden), "down": (c.hidden, c.ffn)}
+    shapes = {f"blk.{i}.{k}": per[k] for i in range(c.n_layers) for k in MATRICES}
+    shapes["head"] = (c.vocab_size, c.hidden)
+    return shapes
+
+
+def quantize_cpu_model(model, ops: dict[str, Int8Linear] | None = None) -> dict[str, Int8Linear]:
     """Hold a CPU Decoder's layer matrices (the fused qkv and gate|up, o, down) and its LM head as
-    Int8Linear (in place; the dense matrices and their per-part views are dropped). The embedding
-    keeps its dense rows for the lookup."""
+    Int8Linear (in place; the dense matrices and their per-part views are dropped), quantized here
+    or taken from `ops` (cpu_op_shapes' names: a cache's). The embedding keeps its dense rows for the
+    lookup. Returns the ops by name."""
     assert model.device.type == "cpu", model.device
-    for L in model.layers:
+    made = {}
+    for i, L in enumerate(model.layers):
         for k in ("q", "k", "v", "gate", "up"):  # views of the fused matrices: block.py takes the fused ones
             L.pop(k, None)
-        for k in ("qkv", "o", "gate_up", "down"):
-            L[k] = Int8Linear(L[k])
-    model.head_op = Int8Linear(model.head_weight)
+        for k in MATRICES:
+            L[k] = made[f"blk.{i}.{k}"] = ops[f"blk.{i}.{k}"] if ops else Int8Linear(L[k])
+    model.head_op = made["head"] = ops["head"] if ops else Int8Linear(model.head_weight)
+    return made

@@ -94,3 +94,51 @@ def test_int8_speculative_text_equals_plain(int8_engine, temperature):
         e.reset()
         assert e.generate_ids(prompt, sampler=s, max_tokens=32, stop_ids=(),
                               spec=SpecConfig(draft=draft, draft_tokens=3)) == plain, draft
+
+
+def test_int8_cache_maps_the_same_codes_and_is_remade_when_damaged(engine, tmp_path, monkeypatch):
+    """The first load saves the int8 matrices to the user's cache, the next maps them without
+    quantizing (the same codes and scales, the same logits bit for bit); a damaged or foreign cache
+    is a miss (quantized and saved again), and --no-cpu-cache neither reads nor writes one."""
+    import threading
+
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.quant import cpu_cache, cpu_linear
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    path = str(engine.gguf.path)
+
+    def build(**kw):
+        e = Engine(EngineConfig(model=path, device="cpu", ctx_size=256, progress=False, **kw), gguf=engine.gguf)
+        for th in threading.enumerate():
+            if th.name == "mtp-turbo-cpu-cache":
+                th.join()
+        return e
+
+    def logits(e):
+        return e.forward_logits(e.encode_prompt("The old lighthouse keeper climbed"), chunk=8)
+
+    first = build()
+    where = cpu_cache.cache_file(path)
+    assert where.parent == tmp_path / "mtp-turbo" / "cpu-int8" and where.stat().st_size > 100e6
+    made = cpu_linear.Int8Linear.__init__
+
+    def no_quantizing(self, w):
+        raise AssertionError("quantized although the cache holds the codes")
+
+    monkeypatch.setattr(cpu_linear.Int8Linear, "__init__", no_quantizing)
+    second = build()
+    a, b = first.model.layers[3]["gate_up"], second.model.layers[3]["gate_up"]
+    assert torch.equal(a.q, b.q) and torch.equal(a.scale, b.scale) and "q" not in second.model.layers[0]
+    assert torch.equal(first.model.head_op.q, second.model.head_op.q)
+    assert torch.equal(logits(first), logits(second))
+    monkeypatch.setattr(cpu_linear.Int8Linear, "__init__", made)
+
+    for damage in (lambda b: b[: len(b) // 2], lambda b: b"junk" + b[4:], lambda b: b[:20] + b"{" + b[21:]):
+        where.write_bytes(damage(where.read_bytes()))
+        third = build()  # a miss: quantized again (the same codes), and the cache made again
+        assert torch.equal(logits(third), logits(first))
+        assert cpu_cache.load(where, cpu_linear.cpu_op_shapes(third.model.cfg)) is not None
+    where.unlink()
+    build(cpu_cache=False)
+    assert not where.exists()
