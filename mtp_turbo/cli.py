@@ -60,7 +60,8 @@ HELP = {
     "order": "sampler chain order, comma-separated names from top_k,penalties,temperature,min_p,top_p",
     # SpecConfig
     "draft": "drafter: auto (mtp when a head for the model is there, on the CPU with adaptive k and int8 "
-    "matrices; else none), none (plain decoding), ngram (prompt lookup), mtp (the model's MTP head)",
+    "matrices; else none), none (plain decoding), ngram (prompt lookup), mtp (the model's MTP head), model (a "
+    "smaller model of the same tokenizer: --draft-model)",
     "draft_tokens": "drafts per round (k); a round verifies k+1 rows in one forward. 0 = auto: 3 at temperature 0, "
     "2 when sampling (the fastest MTP rounds on MT-Bench on an H200, bench/RESULTS.md)",
     "adaptive": "choose each round's k in 0..draft-tokens from measured acceptance and round times (0 = a "
@@ -74,6 +75,8 @@ HELP = {
     "draft_sink": "MTP drafter: first cells always attended (0 = off, max 1024)",
     "draft_window": "MTP drafter: most recent cells attended",
     "drafter": "MTP head GGUF (default: the head shipped for the default model)",
+    "draft_model": "--draft model: the draft model, a GGUF path or a known model's name (`mtp-turbo models`), "
+    "e.g. qwen2.5-coder-0.5b-instruct for qwen2.5-coder-1.5b-instruct; its tokens must be the main model's",
     "draft_quant": "MTP drafter weights for q/o, fc_embedding, fc_hidden and the FFN: bf16 (the stored Q8_0 "
     "values in the compute dtype, on the main model's fused layer kernels: the fastest draft step on an H200, "
     "bench/RESULTS.md), q8_0 (packed as stored), q5_0, q4_0 (Lloyd scale search); K/V stay Q8_0 in the packed "
@@ -167,6 +170,12 @@ def check_drafter(spec) -> None:
             raise ConfigError(f"--drafter {spec.drafter} is an MTP head: it needs --draft mtp (got --draft {spec.draft})")
         if not Path(spec.drafter).is_file():
             raise ConfigError(f"--drafter {spec.drafter}: no such file")
+    if spec.draft_model:
+        if spec.draft != "model":
+            raise ConfigError(f"--draft-model {spec.draft_model} needs --draft model (got --draft {spec.draft})")
+        from .io.registry import resolve_model
+
+        resolve_model(spec.draft_model)  # a missing file or an uninstalled name, before the main model loads
 
 
 def check_prompt_fits(gf, prompt: str, ctx_size: int) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from ..errors import ConfigError
 
-DRAFTERS = ("auto", "none", "ngram", "mtp")
+DRAFTERS = ("auto", "none", "ngram", "mtp", "model")
 # draft_tokens = 0: the k of the fastest MTP rounds on MT-Bench at temperature 0 and at 0.6 with
 # the sampled chain (H200, rounds launched ahead; bench/RESULTS.md 2026-12-02 session 19)
 AUTO_K = {"greedy": 3, "sampled": 2}
@@ -22,7 +22,7 @@ class SpecConfig:
     # auto: the MTP head when one is there for the model (on the CPU with adaptive k), else plain
     # (1.85x plain greedy, 1.11x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 15;
     # on 2 CPU cores 1.29x / 1.19x, session 25)
-    draft: str = "auto"  # auto | none | ngram | mtp
+    draft: str = "auto"  # auto | none | ngram | mtp | model
     # k: drafts per round at most (verify forwards k+1 rows); 0 = auto: AUTO_K by temperature
     draft_tokens: int = 0
     # choose each round's k in 0..draft_tokens from measured acceptance and round times; off by
@@ -38,6 +38,8 @@ class SpecConfig:
     draft_sink: int = 64  # MTP drafter: first cells always attended (0 = off, max 1024)
     draft_window: int = 256  # MTP drafter: last cells attended
     drafter: str | None = None  # MTP head file (None = the one shipped for the model)
+    # --draft model: a smaller model of the same tokenizer (a GGUF path or a registry name) drafts
+    draft_model: str | None = None
     # MTP drafter weight format: bf16 | q8_0 | q5_0 | q4_0. bf16: the file's Q8_0 values as dense
     # matrices on the main layers' kernels, 50.0 us a draft step against q8_0's packed GEMVs' 56.9
     # on an H200, same values hence same drafts (bench/RESULTS.md session 21)
@@ -62,6 +64,8 @@ class SpecConfig:
             raise ConfigError(f"draft-sink must be in [0, 1024], got {self.draft_sink}")
         if self.draft_window < 1:
             raise ConfigError(f"draft-window must be >= 1, got {self.draft_window}")
+        if self.draft == "model" and not self.draft_model:
+            raise ConfigError("draft model needs --draft-model PATH or NAME (a smaller model of the same tokenizer)")
         if self.draft_quant not in ("q8_0", "q5_0", "q4_0", "bf16"):
             raise ConfigError(f"draft-quant must be one of q8_0, q5_0, q4_0, bf16, got {self.draft_quant!r}")
         if self.draft_tile:

@@ -1,4 +1,5 @@
-"""Drafters (base.py: the interface; ngram.py: prompt lookup; mtp.py: the MTP head) and
+"""Drafters (base.py: the interface; ngram.py: prompt lookup; mtp.py: the MTP head; model.py: a
+smaller model of the same tokenizer) and
 `make_drafter`, which builds the one a SpecConfig names."""
 
 from __future__ import annotations
@@ -18,4 +19,8 @@ def make_drafter(spec, main, main_gguf, capacity: int) -> Drafter:
         from .mtp import load_mtp_drafter
 
         return load_mtp_drafter(spec, main, main_gguf, capacity)
+    if spec.draft == "model":
+        from .model import load_draft_model
+
+        return load_draft_model(spec, main, main_gguf, capacity)
     raise ConfigError(f"no drafter for draft={spec.draft!r}")

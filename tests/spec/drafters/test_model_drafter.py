@@ -1,0 +1,59 @@
+"""A smaller model of the same tokenizer as the drafter (--draft model): the text is plain decoding's
+(temperature 0: the greedy text; 0.6 with the chain: the same seed's text), a model drafting for
+itself is accepted every time, and a draft model whose vocabulary differs is refused by name."""
+
+import pytest
+
+from mtp_turbo.errors import ConfigError
+from mtp_turbo.sampling.config import SamplerConfig
+from mtp_turbo.spec.config import SpecConfig
+from mtp_turbo.spec.drafters.model import check_vocabulary
+
+PROMPT = "def fibonacci(n):\n    "
+SAMPLERS = (SamplerConfig(temperature=0.0),
+            SamplerConfig(temperature=0.6, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.1, seed=7))
+
+
+def _engine(path):
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    return Engine(EngineConfig(model=str(path), device="cpu", ctx_size=512, progress=False))
+
+
+@pytest.mark.parametrize("which", ["smollm2", "qwen05"])
+def test_a_model_drafting_for_itself_gives_plain_text(which, smollm2_path, qwen05_path):
+    path = smollm2_path if which == "smollm2" else qwen05_path
+    eng = _engine(path)
+    for k in (2, 4):
+        spec = SpecConfig(draft="model", draft_model=str(path), draft_tokens=k)
+        for s in SAMPLERS:
+            plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=24)
+            assert eng.generate_ids(PROMPT, sampler=s, max_tokens=24, spec=spec) == plain, (k, s)
+            st = eng.last_stats.spec
+            assert st.drafted > 0
+            if s.greedy:  # its own argmax is the target's greedy token at every position
+                assert st.accepted == st.drafted, st
+    # a new prompt after a long one: the draft's cache keeps only the common prefix
+    spec = SpecConfig(draft="model", draft_model=str(path), draft_tokens=3)
+    g = SAMPLERS[0]
+    other = "Once upon a time, in a small village,"
+    assert eng.generate_ids(other, sampler=g, max_tokens=16, spec=spec) == eng.generate_ids(other, sampler=g,
+                                                                                             max_tokens=16)
+
+
+def test_vocabulary_check():
+    main = ["<s>", "a", "b", "c"]
+    check_vocabulary(main, main[:3], "d.gguf")  # a prefix is fine
+    with pytest.raises(ConfigError, match="token 2 is 'x' there and 'b'"):
+        check_vocabulary(main, ["<s>", "a", "x"], "d.gguf")
+    with pytest.raises(ConfigError, match="more than the main model's"):
+        check_vocabulary(main, main + ["d"], "d.gguf")
+
+
+def test_a_draft_model_of_another_vocabulary_is_refused(smollm2_path, qwen05_path):
+    eng = _engine(smollm2_path)
+    spec = SpecConfig(draft="model", draft_model=str(qwen05_path), draft_tokens=2)
+    with pytest.raises(ConfigError, match="does not share the main model's vocabulary|more than the main model's"):
+        eng.generate_ids(PROMPT, sampler=SAMPLERS[0], max_tokens=4, spec=spec)
+    with pytest.raises(ConfigError, match="--draft-model"):
+        SpecConfig(draft="model")
