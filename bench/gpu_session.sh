@@ -269,6 +269,7 @@ case $step in
     mkdir -p /tmp/logs; cp .pieces/p05/* /tmp/gguf/
     rm -rf /tmp/head /tmp/before && cp -r .ab_head /tmp/head && cp -r .ab_before /tmp/before
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    [ -n "${NOTESTS:-}" ] && { echo "no tests"; exit 0; }
     (cd /tmp/head && PYTHONPATH=/tmp/site:/tmp/head setsid nohup timeout 500 python3 -m pytest -q -m gpu tests/sampling \
       -n 4 -p no:cacheprovider -rf > /tmp/logs/sampling.txt 2>&1 &) ; echo started ;;
   s28-soak)  # (pieces copied; carry .whl .ab_head) the soak through the server; generate through a running server and
@@ -288,6 +289,7 @@ case $step in
       echo "$mode: wall $(python3 -c "print(round($e - $s, 2))") s | $(grep -v Warn /tmp/gen.err | tail -n 2 | tr '\n' ' ')"
     done 2>&1 | tee "$OUT/generate_server.txt"
     pkill -f "mtp_turbo.cli serve"; sleep 1
+    [ -n "${NOBENCH:-}" ] && exit 0
     for t in before head; do
       (cd /tmp && PYTHONPATH=/tmp/site:/tmp/$t timeout 150 python3 -m mtp_turbo.cli bench --model $M --modes plain,mtp \
         --temps 0,0.6 --draft-tokens 3 --max-tokens 256 --n-prompts 20 --prompts mtbench --pp 0 \

@@ -4,14 +4,15 @@ from concurrent clients, beside the same server's warm figure for each kind of r
     python bench/soak.py --model PATH [--requests 1000] [--clients 4] [-n 64] [--out FILE.json]
 
 Starts `mtp-turbo serve` on this machine's GPU (a free port), then
-  1. reference: for each cell (draft mode x temperature x top-p) `--ref` streamed requests one at a
-     time with one fixed seed over the prompts (the first of each cell not counted: it compiles and
-     captures): the warm per-request decode speed the benchmark measures;
+  1. reference: for each cell (draft mode x temperature x top-p) `--ref` warm-up requests (not
+     counted: a cell's first rounds compile and capture), then one streamed request a prompt with
+     one fixed seed, one at a time: the warm per-request decode speed the benchmark measures;
   2. soak: `--requests` streamed requests without a seed, each of a random cell and prompt, from
      `--clients` threads at once; every 50 the server process's GPU memory (nvidia-smi).
 A request's decode speed is (completion tokens - 1) / (last text chunk - first text chunk), client
 side. Prints per cell the reference and soak medians and their ratio, the share of soak requests
-at >= 0.9x their cell's reference, failed requests, and the memory trace.
+at >= 0.9x the reference of their cell and prompt (at temperature 0 the very same text), failed
+requests, and the memory trace.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def main() -> int:
     ap.add_argument("--model", required=True)
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--ref", type=int, default=9, help="reference requests a cell (the first not counted)")
+    ap.add_argument("--ref", type=int, default=3, help="warm-up requests a cell before the reference (not counted)")
     ap.add_argument("-n", type=int, default=64)
     ap.add_argument("--out", default=None)
     ap.add_argument("--server-args", default="", help="more `mtp-turbo serve` flags")
@@ -119,21 +120,29 @@ def main() -> int:
     proc, url, log = start(a.model, ["--max-queue", str(4 * a.clients), *a.server_args.split()])
     try:
         client = httpx.Client()
-        ref: dict[tuple, list[float]] = {}
         t = time.perf_counter()
+        for cell in cells:  # warm-up, not counted: each cell's first rounds compile and capture
+            for i in range(a.ref):
+                request(client, url, prompts[i], cell, a.n, seed=1)
+        ref: dict[tuple, float] = {}  # (cell, prompt index) -> tok/s with seed 1
         for cell in cells:
-            rows = [request(client, url, prompts[i % len(prompts)], cell, a.n, seed=1) for i in range(a.ref)]
-            ref[cell] = [r["tps"] for r in rows[1:] if r["status"] == 200]
-        print(f"reference: {len(cells)} cells x {a.ref} requests in {time.perf_counter() - t:.1f} s")
+            for i, p in enumerate(prompts):
+                r = request(client, url, p, cell, a.n, seed=1)
+                if r["status"] == 200:
+                    ref[cell, i] = r["tps"]
+        print(f"reference: {len(cells)} cells x ({a.ref} warm-up + {len(prompts)}) requests in "
+              f"{time.perf_counter() - t:.1f} s")
         rng = random.Random(0)
-        plan = [(prompts[rng.randrange(len(prompts))], cells[rng.randrange(len(cells))]) for _ in range(a.requests)]
+        plan = [(rng.randrange(len(prompts)), cells[rng.randrange(len(cells))]) for _ in range(a.requests)]
         mem = [(0, gpu_mib(proc.pid))]
         done: list[dict] = []
         lock = threading.Lock()
 
         def one(item):
             with httpx.Client() as c:
-                r = request(c, url, item[0], item[1], a.n, seed=None)
+                r = request(c, url, prompts[item[0]], item[1], a.n, seed=None)
+            r["prompt"] = item[0]
+            r["ratio"] = r.get("tps", float("nan")) / ref.get((item[1], item[0]), float("nan"))
             with lock:
                 done.append(r)
                 if len(done) % 50 == 0:
@@ -150,10 +159,12 @@ def main() -> int:
         print(f"{'cell':24s} {'ref tok/s':>10s} {'soak tok/s':>11s} {'ratio':>6s} {'>=0.9x':>7s} {'n':>4s}")
         table = []
         for cell in cells:
-            got = [r["tps"] for r in done if r["status"] == 200 and r["cell"] == cell and r["tps"] == r["tps"]]
-            rm = statistics.median(ref[cell]) if ref[cell] else float("nan")
+            rows = [r for r in done if r["status"] == 200 and r["cell"] == cell and r["tps"] == r["tps"]]
+            got = [r["tps"] for r in rows]
+            refs = [v for (c, _), v in ref.items() if c == cell and v == v]
+            rm = statistics.median(refs) if refs else float("nan")
             sm = statistics.median(got) if got else float("nan")
-            share = sum(x >= 0.9 * rm for x in got) / max(len(got), 1)
+            share = sum(r["ratio"] >= 0.9 for r in rows) / max(len(rows), 1)  # beside its own prompt's reference
             table.append({"cell": cell, "ref": rm, "soak": sm, "ratio": sm / rm, "share_0.9": share, "n": len(got)})
             print(f"{str(cell):24s} {rm:10.1f} {sm:11.1f} {sm / rm:6.2f} {share:7.0%} {len(got):4d}")
         after = [m for n_, m in mem if n_ >= 50]

@@ -75,6 +75,10 @@ def cmd_serve(args) -> int:
     from ..engine import Engine
 
     eng = Engine(ecfg)
+    if eng.device.type == "cuda":  # the default request's device programs compiled and captured now,
+        for _ in eng.generate("Hello", sampler=sampler, max_tokens=8, spec=spec):  # not in a client's wait
+            pass
+        eng.reset()
     d = Defaults(model_id_of(eng, cfg), sampler, spec, random_seed=args.seed < 0)
     app = create_app(eng, cfg, d)
     where = f"[{host}]" if ":" in host else host
