@@ -16,7 +16,6 @@ import dataclasses
 import math
 import sys
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -37,12 +36,9 @@ from .sampling.config import SamplerConfig
 from .sampling.draw import draw
 from .spec.drafters.base import Drafter
 from .sampling.rng import uniforms
+from .spec.programs import ProgramCache
 from .spec.round import RoundStats
 
-# device programs (one per sampler shape, mode and drafter) and drafters an engine keeps: a server's
-# requests mix seeds, temperatures and draft modes; each program holds CUDA graphs (~2 MiB)
-MAX_PROGRAMS = 16
-MAX_DRAFTERS = 4
 
 @dataclass
 class Stats:
@@ -129,12 +125,8 @@ class Engine:
             else:
                 self.threads = ThreadChooser((available_cores(), 1))
         self.tokens: list[int] = []
-        self.drafter: Drafter | None = None  # the drafter of the last speculative call (keeps its cache)
-        self._drafter_spec = None
         self._auto_plain: set = set()  # --draft auto specs found without a usable head
-        # (sampler shape, mode, split, drafter spec) -> spec.program.RoundProgram; spec -> Drafter
-        self._programs: OrderedDict = OrderedDict()
-        self._drafters: OrderedDict = OrderedDict()
+        self.kept = ProgramCache()  # the device programs and drafters kept between calls
         # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
         # then room for a round's drafts
         self.tok_buf = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
@@ -303,8 +295,8 @@ class Engine:
         if speculative:
             spec = spec.for_sampler(sampler.greedy, cpu=self.device.type == "cpu")
             self._use_drafter(spec)
-        elif self.drafter is not None:  # plain decoding does not keep a drafter's cache current: let it go
-            self._set_drafter(None, None)
+        elif self.drafter is not None:  # plain decoding does not keep a drafter's cache current
+            self.kept.stop_drafting()
         t0 = time.perf_counter()
         stats.prompt_cached = self.start(ids)
         if self.device.type == "cuda":
@@ -343,65 +335,34 @@ class Engine:
             return None
         return mtp
 
+    @property
+    def drafter(self) -> Drafter | None:
+        """The drafter of the current speculative calls (None after plain decoding)."""
+        return self.kept.drafter
+
     def _use_drafter(self, spec) -> None:
-        """Make the drafter for `spec` current, reusing it (and its cache) when spec is unchanged but
-        for the drafts a round takes (a drafter serves any k). Drafters of other specs are kept
-        (MAX_DRAFTERS, least recently used out) with their captured work: a request that switches
-        draft modes pays no load and no captures."""
-        same = dataclasses.replace(spec, draft_tokens=0)
-        if self.drafter is not None and self._drafter_spec == same:
-            return
-        drafter = self._drafters.pop(same, None)
-        if drafter is None:
-            from .spec.drafters import make_drafter
+        """Make the drafter for `spec` current (spec.programs.ProgramCache: kept across calls and
+        draft modes, so a switch loads and captures nothing again)."""
+        from .spec.drafters import make_drafter
 
-            drafter = make_drafter(spec, self.model, self.gguf, self.ctx_size)
-        self._drafters[same] = drafter
-        while len(self._drafters) > MAX_DRAFTERS:
-            old, _ = self._drafters.popitem(last=False)
-            self._drop_programs(lambda key: key[3] == old)
-        self.drafter, self._drafter_spec = drafter, same
-        # it knows nothing the engine committed while another mode ran: it and (when it reads the
-        # main model's states) the main cache start over, so it sees every prompt chunk
-        drafter.reset()
-        if drafter.reads_hidden:
-            self.kv.reset()
-            self.tokens = []
-
-    def _set_drafter(self, drafter: Drafter | None, spec) -> None:
-        """Plain decoding (drafter None): the current drafter stops following the sequence (it is
-        kept for a later call, which starts it over)."""
-        assert drafter is None and spec is None
-        self.drafter, self._drafter_spec = None, None
-
-    def release_drafters(self) -> None:
-        """Forget every drafter kept (the current one too) and the programs that use them."""
-        self._set_drafter(None, None)
-        self._drafters.clear()
-        self._drop_programs(lambda key: key[3] is not None)
-
-    def _drop_programs(self, which) -> None:
-        for key in [key for key in self._programs if which(key)]:
-            self._programs.pop(key).release()
+        if self.kept.use_drafter(spec, lambda: make_drafter(spec, self.model, self.gguf, self.ctx_size)):
+            # it knows nothing the engine committed while another mode ran: it and (when it reads the
+            # main model's states) the main cache start over, so it sees every prompt chunk
+            self.drafter.reset()
+            if self.drafter.reads_hidden:
+                self.kv.reset()
+                self.tokens = []
 
     def _program(self, sampler: SamplerConfig, mode: str, drafter: Drafter | None, split: bool = False):
         """The device program of rounds (k = 0: plain steps) for this sampler's shape and drafter,
-        kept with its CUDA graphs across calls and set to this sampler's values (seeds and values
-        of one shape share it). At most MAX_PROGRAMS are kept, least recently used out."""
-        from .spec.program import RoundProgram, program_shape
+        kept with its CUDA graphs across calls and set to this sampler's values."""
+        from .spec.program import RoundProgram
 
-        shape = program_shape(sampler, self.model.cfg.vocab_size, self.tok_buf.shape[0])
-        key = (shape, mode, split, self._drafter_spec if drafter is not None else None)
-        program = self._programs.pop(key, None)
-        if program is None:
-            program = RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs, split=split,
-                                   pipeline=self.pipelined, vocab=self.model.cfg.vocab_size)
-        else:
-            program.set_sampler(sampler)
-        self._programs[key] = program
-        while len(self._programs) > MAX_PROGRAMS:
-            self._programs.popitem(last=False)[1].release()
-        return program
+        return self.kept.program(sampler, mode, drafter is not None, split, self.model.cfg.vocab_size,
+                                 self.tok_buf.shape[0],
+                                 lambda: RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs,
+                                                      split=split, pipeline=self.pipelined,
+                                                      vocab=self.model.cfg.vocab_size))
 
     @property
     def decode_steps(self) -> int:

@@ -188,7 +188,7 @@ def test_draft_auto_on_cuda_takes_the_mtp_head(engine, monkeypatch):
     monkeypatch.setattr(engine, "device", torch.device("cuda"))
     got = engine._auto_spec(SpecConfig(draft="auto", draft_tokens=3))
     assert got == SpecConfig(draft="mtp", draft_tokens=3) and isinstance(engine.drafter, Head)
-    engine.release_drafters()
+    engine.kept.release_drafters()
 
 
 def test_plain_steps_in_one_program_give_the_single_steps_text(engine):

@@ -334,7 +334,7 @@ def test_cuda_engine_rounds_with_the_kernels_are_the_torch_glue_rounds(model_pat
             ids = eng.generate_ids(prompt, sampler=s, max_tokens=96, **({"spec": spec} if spec else {}))
             st = eng.last_stats.spec if spec else None
             out.append((ids, None if st is None else (st.rounds, st.accepted_per_position, st.ahead > 0)))
-            assert all(p.glue.backend == backend for p in eng._programs.values())
+            assert all(p.glue.backend == backend for p in eng.kept.programs.values())
         plain = [eng.generate_ids(prompt, sampler=s, max_tokens=96) for s, _ in cases]
         return out, plain
 

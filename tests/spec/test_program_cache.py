@@ -20,24 +20,24 @@ def _texts(eng, samplers, spec=None, n=12):
 
 
 def test_seeds_and_values_share_a_program_and_keep_their_text(engine):
-    engine.release_drafters()
+    engine.kept.release_drafters()
     a, b = SamplerConfig(**CHAIN, seed=1), SamplerConfig(**CHAIN, seed=2)
     c = SamplerConfig(**{**CHAIN, "temperature": 1.3, "top_p": 0.8, "min_p": 0.1}, seed=3)
     first = _texts(engine, [a])
-    before = len(engine._programs)
+    before = len(engine.kept.programs)
     got = _texts(engine, [b, c, a, b])
-    assert len(engine._programs) == before, "a new seed or value made a program"
+    assert len(engine.kept.programs) == before, "a new seed or value made a program"
     assert got[2] == first[0] and got[0] == got[3] and len({tuple(t) for t in got[:3]}) == 3
     # a program made for c's values on its own gives c's text: reuse changed nothing
-    engine._drop_programs(lambda key: True)
+    engine.kept.drop(lambda key: True)
     assert _texts(engine, [c]) == [got[1]]
     # a different shape (temperature 1: no temperature stage) is another program
     _texts(engine, [SamplerConfig(**{**CHAIN, "temperature": 1.0})])
-    assert len(engine._programs) == 2
+    assert len(engine.kept.programs) == 2
 
 
 def test_switching_draft_modes_keeps_the_drafter(engine):
-    engine.release_drafters()
+    engine.kept.release_drafters()
     g = SamplerConfig(temperature=0.0)
     mtp, ngram = SpecConfig(draft="mtp", draft_tokens=2), SpecConfig(draft="ngram", draft_tokens=3)
     plain = _texts(engine, [g])[0]
@@ -47,17 +47,17 @@ def test_switching_draft_modes_keeps_the_drafter(engine):
     assert _texts(engine, [g], ngram)[0] == plain
     assert _texts(engine, [g], mtp)[0] == plain and engine.drafter is head, "the MTP drafter was rebuilt"
     assert engine.last_stats.spec.accepted > 0
-    engine.release_drafters()
+    engine.kept.release_drafters()
 
 
 def test_program_and_drafter_caches_are_bounded(engine):
-    from mtp_turbo.engine import MAX_PROGRAMS
+    from mtp_turbo.spec.programs import MAX_PROGRAMS
 
-    engine.release_drafters()
+    engine.kept.release_drafters()
     for last_n in range(1, MAX_PROGRAMS + 4):  # each window length is its own shape
         _texts(engine, [SamplerConfig(**CHAIN, repeat_penalty=1.1, penalty_last_n=last_n)], n=2)
-        assert len(engine._programs) <= MAX_PROGRAMS
-    assert len(engine._programs) == MAX_PROGRAMS
+        assert len(engine.kept.programs) <= MAX_PROGRAMS
+    assert len(engine.kept.programs) == MAX_PROGRAMS
 
 
 @pytest.mark.gpu
@@ -77,8 +77,8 @@ def test_cuda_new_seeds_and_values_replay_captured_graphs(model_path):
         got = eng.generate_ids(PROMPT, sampler=s, max_tokens=48, spec=sp)
         if sp is None and i not in (0, 6):  # plain steps of a shape met before (rounds' shapes also
             assert eng.last_stats.captures == 0, (i, s)  # follow the acceptance: checked by text only)
-        fresh.release_drafters()
-        fresh._drop_programs(lambda key: True)
+        fresh.kept.release_drafters()
+        fresh.kept.drop(lambda key: True)
         assert fresh.generate_ids(PROMPT, sampler=s, max_tokens=48, spec=sp) == got, (i, s, sp)
 
 

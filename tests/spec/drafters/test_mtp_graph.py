@@ -158,7 +158,7 @@ def test_cuda_round_program_text_is_exact_and_graphs_equal_eager(model_path):
             plain = eng.generate_ids(p, sampler=greedy, max_tokens=80)
             assert eng.generate_ids(p, sampler=greedy, max_tokens=80, spec=spec) == plain
             assert eng.last_stats.spec.accepted > 0
-    assert any(prog._graphs for prog in eng._programs.values()), "rounds replay graphs"
+    assert any(prog._graphs for prog in eng.kept.programs.values()), "rounds replay graphs"
     eager = cuda_engine(model_path, cuda_graphs=False)
     spec = SpecConfig(draft="mtp", draft_tokens=3, adaptive=False)
     assert eager.generate_ids(prompts[0], sampler=greedy, max_tokens=64, spec=spec) == \
