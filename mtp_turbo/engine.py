@@ -159,26 +159,11 @@ class Engine:
         n = upto - start
         if n <= 0:
             return
-        fused = self.runner.fused is not None
         bar = tqdm(total=n, desc="prefill", unit="tok", disable=not (progress and n > 2048), leave=False)
-        with torch.inference_mode():
-            c0 = start
-            while c0 < upto:
-                big = self.runner.prefill_chunk(upto - c0) if fused else 0
-                if big:  # a chunk through the row-block kernels, no LM head
-                    c1 = c0 + big
-                    hidden = self.runner.prefill(self.tok_buf[c0:c1], c0)
-                elif fused:  # the rest: decode steps of up to max_rows rows
-                    c1 = min(upto, c0 + self.runner.max_rows)
-                    _, hidden = self.runner.forward(self.tok_buf[c0:c1], c0)
-                else:
-                    c1 = min(upto, c0 + self.cfg.prefill_chunk)
-                    _, hidden = self.model.forward(self.tok_buf[c0:c1], c0, self.kv, logits=False)
-                self.kv.commit(c1)
-                if self.drafter is not None:
-                    self.drafter.on_prefill(c0, c1, hidden, self.tokens)
-                bar.update(c1 - c0)
-                c0 = c1
+        for c0, c1, hidden in self.runner.encode(self.tok_buf, start, upto, self.cfg.prefill_chunk):
+            if self.drafter is not None:
+                self.drafter.on_prefill(c0, c1, hidden, self.tokens)
+            bar.update(c1 - c0)
         bar.close()
 
     def reset(self) -> None:

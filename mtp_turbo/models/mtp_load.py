@@ -131,11 +131,10 @@ def _main_head(main_gguf, vocab_ids: torch.Tensor | None, main=None):
     return pw if vocab_ids is None else pw.rows(vocab_ids.cpu())
 
 
-def int8_ops(W: dict[str, torch.Tensor], head_rows) -> dict:
+def int8_ops(W: dict[str, torch.Tensor], head) -> dict:
     """The drafter's ops on the CPU beside a main model held in int8 (quant/cpu_linear.py): W's norms,
-    its matrices as Int8Linear with q|k|v, gate|up and fc_embedding|fc_hidden fused, the LM head rows
-    as one more (head_rows: a tensor, or the main model's own head op when they are its rows): a draft
-    step reads ~30 MB instead of ~115 MB of float32."""
+    its matrices as Int8Linear with q|k|v, gate|up and fc_embedding|fc_hidden fused, and `head` (the LM
+    head rows' Int8Linear): a draft step reads ~30 MB instead of ~115 MB of float32."""
     from ..quant.cpu_linear import Int8Linear
 
     ops = {k: w for k, w in W.items() if k.endswith("norm")}
@@ -143,7 +142,7 @@ def int8_ops(W: dict[str, torch.Tensor], head_rows) -> dict:
     ops["gate_up"] = Int8Linear(torch.cat([W["gate"], W["up"]]))
     for k in ("fc", "o", "down"):
         ops[k] = Int8Linear(W[k])
-    ops["head"] = head_rows if isinstance(head_rows, Int8Linear) else Int8Linear(head_rows)
+    ops["head"] = head
     return ops
 
 
@@ -213,10 +212,15 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
     W = {k: w if k.endswith("norm") else w.to(dtype) for k, w in Wq.items()}
     ops = None
     if device.type == "cpu" and getattr(main, "head_op", None) is not None:  # the main model's int8 CPU path
-        # the rows of a tied main head are its embedding's: its int8 op serves (the same codes)
-        same = head_rows is None and vocab_ids is None and main.cfg.tied_head
-        ops = int8_ops(W, main.head_op if same else main.embed if head_rows is None and vocab_ids is None else
-                       head_rows if head_rows is not None else main.embed[vocab_ids.to(main.embed.device)])
+        from ..quant.cpu_linear import Int8Linear
+
+        if head_rows is None and vocab_ids is None and main.cfg.tied_head:
+            head = main.head_op  # a tied main head's rows are its embedding's: the same codes
+        elif head_rows is not None:
+            head = Int8Linear(head_rows)
+        else:
+            head = Int8Linear(main.embed if vocab_ids is None else main.embed[vocab_ids.to(main.embed.device)])
+        ops = int8_ops(W, head)
     elif packed_path:
         from ..quant.repack import PackedWeight
 

@@ -12,6 +12,7 @@ row. So one graph serves every position, and rollback needs no re-capture.
 from __future__ import annotations
 
 import sys
+from typing import Iterator
 
 import torch
 
@@ -71,6 +72,29 @@ class StepRunner:
             torch.add(self._arange[:T], pos0, out=pos_buf)
             graph.replay()
             return out[1]
+
+    def encode(self, buf: torch.Tensor, start: int, end: int, chunk: int) -> Iterator[tuple[int, int, torch.Tensor]]:
+        """Encode rows buf[start:end] at their positions without the LM head, committing each chunk's
+        K/V to the cache: the fused kernels' prefill chunks, then decode steps of up to max_rows rows
+        (their K/V bit-identical to one-row steps'), or the torch forward `chunk` rows at a time.
+        Yields (c0, c1, hidden [c1 - c0, D]) a chunk (hidden: a buffer the next chunk overwrites)."""
+        fused = self.fused is not None
+        c0 = start
+        with torch.inference_mode():
+            while c0 < end:
+                big = self.prefill_chunk(end - c0) if fused else 0
+                if big:  # a chunk through the row-block kernels
+                    c1 = c0 + big
+                    hidden = self.prefill(buf[c0:c1], c0)
+                elif fused:
+                    c1 = min(end, c0 + self.max_rows)
+                    _, hidden = self.forward(buf[c0:c1], c0)
+                else:
+                    c1 = min(end, c0 + chunk)
+                    _, hidden = self.model.forward(buf[c0:c1], c0, self.kv, logits=False)
+                self.kv.commit(c1)
+                yield c0, c1, hidden
+                c0 = c1
 
     def forward(self, tokens: torch.Tensor, pos0: int) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [T] on the model's device, rows at positions [pos0, pos0+T).

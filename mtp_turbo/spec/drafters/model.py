@@ -22,6 +22,8 @@ import torch
 from ...errors import ConfigError
 from .base import Drafter
 
+PREFILL_CHUNK = 512  # rows a torch forward encodes at once (EngineConfig.prefill_chunk's default)
+
 
 def check_vocabulary(main_tokens: list[str] | None, draft_tokens: list[str] | None, draft_name: str) -> None:
     """A draft's token ids must mean what they mean to the main model: its pieces equal the main
@@ -76,18 +78,8 @@ class DraftModelDrafter(Drafter):
         self.held[common:] = tokens[common:]
         if len(tokens) > common:
             self.buf[common: len(tokens)] = torch.tensor(tokens[common:], dtype=torch.int64).to(self.buf.device)
-        c0 = common
-        with torch.inference_mode():
-            while c0 < n:
-                big = self.runner.prefill_chunk(n - c0) if self.runner.fused is not None else 0
-                if big:
-                    self.runner.prefill(self.buf[c0: c0 + big], c0)
-                    c1 = c0 + big
-                else:
-                    c1 = min(n, c0 + (self.runner.max_rows if self.runner.fused is not None else 512))
-                    self.runner.forward(self.buf[c0:c1], c0)
-                self.kv.commit(c1)
-                c0 = c1
+        for _ in self.runner.encode(self.buf, common, n, PREFILL_CHUNK):
+            pass
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
         k = min(k, self.capacity - len(tokens))
