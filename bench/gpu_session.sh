@@ -272,6 +272,11 @@ case $step in
     [ -n "${NOTESTS:-}" ] && { echo "no tests"; exit 0; }
     (cd /tmp/head && PYTHONPATH=/tmp/site:/tmp/head setsid nohup timeout 500 python3 -m pytest -q -m gpu tests/sampling \
       -n 4 -p no:cacheprovider -rf > /tmp/logs/sampling.txt 2>&1 &) ; echo started ;;
+  s28-gputest)  # (pieces copied) join; the GPU tests of spec and the greedy / prefill checks on the snapshot
+    cat /tmp/gguf/gemma.0* > /tmp/gguf/gemma.gguf
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    cd /tmp/head && PYTHONPATH=/tmp/site:/tmp/head timeout 150 python3 -m pytest -q -m gpu tests/spec tests/models/test_greedy.py \
+      -n 4 --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider --timeout 140 -rf 2>&1 | grep -v Warning | tail -6 ;;
   s28-soak)  # (pieces copied; carry .whl .ab_head) the soak through the server; generate through a running server and
     # in-process; MT-Bench plain / MTP before (.ab_before) and after
     cat /tmp/gguf/gemma.0* > /tmp/gguf/gemma.gguf
