@@ -109,13 +109,15 @@ class Engine:
             raise ValueError(f"the opened model file {gguf.path} is not the configured {path}")
         self.gguf = gguf if gguf is not None else GGUFFile(path)
         # RoPE tables for the cache's positions only, not the model's whole context
+        kernels = pick_kernels(cfg.kernels, self.device)
         self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size,
-                                cpu_int8=cfg.cpu_weights == "int8", cpu_cache=cfg.cpu_cache)
+                                cpu_int8=cfg.cpu_weights == "int8", cpu_cache=cfg.cpu_cache,
+                                file_weights=cfg.file_weights and kernels == "triton")
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
         self.runner = StepRunner(self.model, self.kv, use_graphs=cfg.cuda_graphs, compile=cfg.compile,
-                                 kernels=pick_kernels(cfg.kernels, self.device))
+                                 kernels=kernels)
         self.threads = None  # the CPU's thread chooser (auto); a fixed --threads is set once here
         if self.device.type == "cpu":
             from .threads import ThreadChooser, available_cores

@@ -32,6 +32,9 @@ class EngineConfig:
     # keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about the
     # model file's size): a later load maps them instead of quantizing again (~1 s of a 2-core start)
     cpu_cache: bool = True
+    # CUDA with the fused kernels: the matrices held as the file's own bytes, dequantized inside the
+    # GEMVs to the dense values bit for bit (quant/planes.py); off: dense bf16 copies
+    file_weights: bool = True
     # CPU threads of a step: 0 = auto (all the cores this process may use, or one when that is
     # faster: measured while decoding, so another busy process does not stall every step)
     threads: int = 0

@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from ..quant.planes import weight_tensors
 from ..sampling.config import SamplerConfig
 from ..spec.config import SpecConfig
 
@@ -165,7 +166,8 @@ def memory(eng) -> dict:
     import resource
 
     m = eng.model
-    weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for t in L.values())])
+    weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for w in L.values() for t in weight_tensors(w)),
+                             *(weight_tensors(m.head_file) if m.head_file is not None else ())])
     head_q8 = _unique_bytes(m.head_q8 or ())
     pw = m.head_packed() if m.head_q8 is not None else None
     layouts = _unique_bytes(t for d in (pw.derived.values() if pw is not None else ())
@@ -215,8 +217,11 @@ def step_weight_bytes(m, q8_head: bool) -> int:
     counted as the memory they span), the final norm, one embedding row, and the LM head: the file's
     Q8_0 codes and scales where the step's head reads them (q8_head), else the dense head (the
     embedding when tied, which holds that row)."""
-    tensors = [m.out_norm, *(t for L in m.layers for t in L.values())]
-    tensors += [m.embed[0], *m.head_q8] if q8_head else [m.embed[0], m.head_weight]
+    tensors = [m.out_norm, *(t for L in m.layers for w in L.values() for t in weight_tensors(w))]
+    if q8_head:
+        tensors += [m.embed[0], *m.head_q8]
+    else:  # the head as the fused step reads it: the file's bytes where kept, else dense
+        tensors += [m.embed[0], *weight_tensors(m.head_weight if m.head_file is None else m.head_file)]
     return _span_bytes(tensors)
 
 

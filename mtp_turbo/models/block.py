@@ -19,12 +19,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..quant.planes import FusedWeight
+
 from .arch import GELU_TANH, BlockSpec
 
 
 def linear(w, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [..., in] @ w.T (+ bias, added in fp32 before the rounding): F.linear for a dense weight,
-    the layer's own GEMV for a PackedLinear."""
+    the layer's own GEMV for a PackedLinear; a matrix held as the file's bytes (quant/planes.py)
+    dequantized for the call (the loader's values: the torch forward off the fused step's path)."""
+    if isinstance(w, FusedWeight):
+        w = w.dense(x.dtype)
     if bias is None:
         return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)
     y = F.linear(x, w).float() if isinstance(w, torch.Tensor) else w(x, out_dtype=torch.float32)

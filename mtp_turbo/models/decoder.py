@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from .arch import ModelConfig, layer_tensors
-from .block import attend, finish, project_qkv, rms_norm, rope_tables
+from .block import attend, finish, linear, project_qkv, rms_norm, rope_tables
 
 
 ROW_ATTENTION_ROWS = 16  # CPU forwards of up to this many rows attend row by row (Decoder.context)
@@ -46,19 +46,23 @@ class Decoder:
     read per row group) with the parts as views."""
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, dtype,
-                 head_q8: tuple[torch.Tensor, torch.Tensor] | None = None, max_positions: int | None = None):
+                 head_q8: tuple[torch.Tensor, torch.Tensor] | None = None, max_positions: int | None = None,
+                 head_file=None):
         """head_q8: the LM head's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file
         (the embedding's when tied, else output.weight's): the fused step's LM head reads them
         (fused.py), the MTP drafter takes its head rows from them (mtp_load.py); the dense head is
         their dequantization. max_positions: positions the RoPE tables cover (default the model's
         context length; an engine passes its cache's, so a 4096-cell engine does not build 32768-row
-        tables)."""
+        tables). head_file: the LM head as the file's bytes (quant/planes.FusedWeight) for the fused
+        step, where the loader keeps them (load.py); weights then hold the layers' matrices the same
+        way ('blk.{i}.qkv', '.gate_up', '.o', '.down') and an untied head only there."""
         self.cfg = cfg
+        self.head_file = head_file
         self.device = torch.device(device)
         self.dtype = dtype
         self.embed = weights["token_embd.weight"]  # [V, D]
         # [V, D]; None where the caller holds the head otherwise (a CPU int8 cache: load.py)
-        self.head_weight = self.embed if cfg.tied_head else weights.get("output.weight")
+        self.head_weight = self.embed if cfg.tied_head else weights.get("output.weight", head_file)
         if head_q8 is not None:
             assert head_q8[0].shape == self.head_weight.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
             assert head_q8[1].shape == (self.head_weight.shape[0], self.head_weight.shape[1] // 32), head_q8[1].shape
@@ -72,6 +76,9 @@ class Decoder:
         for i in range(cfg.n_layers):
             # (the matrices are absent where the caller sets their ops after: a CPU int8 cache)
             L = {k: weights[f"blk.{i}.{name}"] for k, name in names.items() if f"blk.{i}.{name}" in weights}
+            for k in ("qkv", "gate_up", "o", "down"):  # the file's bytes (load.load_file_matrices)
+                if f"blk.{i}.{k}" in weights:
+                    L[k] = weights[f"blk.{i}.{k}"]
             if "q" in L:  # fused rows: one GEMV reads q|k|v (and adds their biases), one reads gate|up
                 L["qkv"] = torch.cat([L.pop("q"), L.pop("k"), L.pop("v")])
                 L["gate_up"] = torch.cat([L.pop("gate"), L.pop("up")])
@@ -109,7 +116,7 @@ class Decoder:
         """[T, D] (after the final norm) -> fp32 logits [T, V]."""
         if self.head_op is not None:
             return self.head_op(h_normed, out_dtype=torch.float32)
-        return F.linear(h_normed, self.head_weight).float()
+        return linear(self.head_weight, h_normed).float()
 
     def final_norm(self, h: torch.Tensor) -> torch.Tensor:
         return rms_norm(h, self.out_norm, self.cfg.eps)

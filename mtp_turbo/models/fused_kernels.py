@@ -48,6 +48,7 @@ def pdl_supported(device) -> bool:
 
 
 if triton is not None:
+    from .weight_tiles import seg_tile
 
     @triton.jit
     def tanh(z):
@@ -132,28 +133,29 @@ if triton is not None:
         return z / (1.0 + tl.exp(-z))
 
     @triton.jit
-    def gemv_tile(X, W, Y, BIAS, M, N, K, pid, b,
+    def gemv_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, pid, b,
                   GATED: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                   PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr, PDL: tl.constexpr = 0,
-                  W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, SILU: tl.constexpr = False):
+                  W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, SILU: tl.constexpr = False,
+                  FA: tl.constexpr = 0, FB: tl.constexpr = -1):
         """linear's body (its docstring): the tile of output columns pid of row block b. CG: X read
         past L1 (ld); ST: the K loop's pipelining depth (None: the launch's num_stages); PDL: see
         pdl_enter, which this runs before its first input is read; W0: the first BK columns of the
         weight tile loaded before that (constant: the launch's DRAM round trip overlaps the kernel
-        before it), their product taken before the loop (the same products in the same order)."""
+        before it), their product taken before the loop (the same products in the same order).
+        WA, WB, SPLIT, FA, FB: the weight's segments (weight_tiles.seg_tile)."""
         ACT: tl.constexpr = X.dtype.element_ty
+        NT = 2 * N if GATED else N  # the weight's rows: gate rows n, up rows N + n
+        row0 = pid * BN
         if W0:
-            rn0 = pid * BN + tl.arange(0, BN)
-            rk0 = tl.arange(0, BK)
-            w0_msk = (rn0 < N)[:, None] & (rk0 < K)[None, :]
-            w0 = tl.load(W + rn0[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)  # [BN, BK]
+            w0 = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0, 0, K, BN, BK, ACT)  # [BN, BK]
             wu0 = w0
             if GATED:
-                wu0 = tl.load(W + (rn0 + N)[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)
+                wu0 = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0 + N, 0, K, BN, BK, ACT)
         pdl_enter(PDL)
         rm = b * MP + tl.arange(0, MP)
         m_mask = rm < M
-        rn = pid * BN + tl.arange(0, BN)
+        rn = row0 + tl.arange(0, BN)
         n_mask = rn < N
         acc = tl.zeros([MP, BN], dtype=tl.float32)
         acc_u = tl.zeros([MP, BN], dtype=tl.float32)
@@ -166,13 +168,11 @@ if triton is not None:
                 acc_u = tl.dot(x, tl.trans(wu0), acc_u, input_precision=PREC)
         for k0 in tl.range(K0, K, BK, num_stages=ST):
             rk = k0 + tl.arange(0, BK)
-            k_mask = rk < K
-            x = _x_rows(X, rm, m_mask, rk, k_mask, K, ACT, CG)
-            w_msk = n_mask[:, None] & k_mask[None, :]
-            w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
+            x = _x_rows(X, rm, m_mask, rk, rk < K, K, ACT, CG)
+            w = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0, k0, K, BN, BK, ACT)  # [BN, BK]
             acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
             if GATED:
-                wu = tl.load(W + (rn + N)[:, None] * K + rk[None, :], mask=w_msk, other=0.0)
+                wu = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0 + N, k0, K, BN, BK, ACT)
                 acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
         if HAS_BIAS:
             acc += tl.load(BIAS + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
@@ -188,19 +188,20 @@ if triton is not None:
         tl.store(Y + rm[:, None] * N + rn[None, :], acc.to(Y.dtype.element_ty), mask=y_msk)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear(X, W, Y, BIAS, M, N, K,
+    def linear(X, WA, WB, SPLIT, Y, BIAS, M, N, K,
                GATED: tl.constexpr, MP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
                PDL: tl.constexpr = 0, W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False,
-               SILU: tl.constexpr = False):
+               SILU: tl.constexpr = False, FA: tl.constexpr = 0, FB: tl.constexpr = -1):
         """Y[M, N] = X[M, K] @ W[:N].T (+ BIAS[N] with HAS_BIAS); GATED: act(X @ W[:N].T) * (X @
         W[N:2N].T), act GELU (tanh) or SiLU (SILU), each product rounded to the activation dtype
-        first. W [N or 2N, K] row-major in the activation dtype (X's); Y [M, N].
+        first. The weight W [N or 2N, K]: segments WA (rows < SPLIT) and WB in formats FA / FB
+        (weight_tiles.seg_tile; FA 0: a dense matrix in the activation dtype, X's); Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits).
         PDL, W0: see gemv_tile (FusedTiles.pdl, pdl_w0)."""
-        gemv_tile(X, W, Y, BIAS, M, N, K, tl.program_id(0), tl.program_id(1), GATED, MP, BN, BK, PREC, False,
-                  None, PDL, W0, HAS_BIAS, SILU)
+        gemv_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, tl.program_id(0), tl.program_id(1), GATED, MP, BN, BK, PREC,
+                  False, None, PDL, W0, HAS_BIAS, SILU, FA, FB)
 
     @triton.jit
     def last_arrival(CNT, n):
@@ -214,10 +215,11 @@ if triton is not None:
         return last
 
     @triton.jit(do_not_specialize=["M"])
-    def linear_norm(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
+    def linear_norm(X, WA, WB, SPLIT, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT,
                     MP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
                     BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, TP: tl.constexpr,
-                    PDL: tl.constexpr = 0, W0: tl.constexpr = False, POST: tl.constexpr = True):
+                    PDL: tl.constexpr = 0, W0: tl.constexpr = False, POST: tl.constexpr = True,
+                    FA: tl.constexpr = 0, FB: tl.constexpr = -1):
         """Y = X @ W.T (linear), then the norm after it in the program of each row block that
         finishes last (FusedTiles.tails). TP 2, the residual norm: HOUT = RES + rmsnorm(Y) * WPOST
         (POST: Gemma's sandwich norm; else RES + Y), XOUT = rmsnorm(HOUT) * WPRE; TP 1 (the MTP
@@ -225,19 +227,19 @@ if triton is not None:
         unused). Over the block's rows, RT rows a pass (residual_norm's arithmetic on the same [RT,
         NP] tiles, so a row's bits do not depend on which kernel or block ran it). CNT: int32 [row
         blocks], zero before the launch and after it. Y/RES/HOUT/XOUT [M, N]. PDL, W0: see gemv_tile."""
-        linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
+        linear_norm_tile(X, WA, WB, SPLIT, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, tl.program_id(0),
                          tl.program_id(1), tl.num_programs(0), MP, NP, RT, BN, BK, PREC, False, None, TP,
-                         PDL, W0, POST)
+                         PDL, W0, POST, FA, FB)
 
     @triton.jit
-    def linear_norm_tile(X, W, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, pid, b, n_tiles,
+    def linear_norm_tile(X, WA, WB, SPLIT, Y, M, N, K, eps, CNT, RES, WPOST, WPRE, HOUT, XOUT, pid, b, n_tiles,
                          MP: tl.constexpr, NP: tl.constexpr, RT: tl.constexpr,
                          BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
                          ST: tl.constexpr, TP: tl.constexpr, PDL: tl.constexpr = 0, W0: tl.constexpr = False,
-                         POST: tl.constexpr = True):
+                         POST: tl.constexpr = True, FA: tl.constexpr = 0, FB: tl.constexpr = -1):
         """linear_norm's body: column tile pid (of n_tiles) of row block b, then the tail (TP)."""
         ACT: tl.constexpr = X.dtype.element_ty
-        gemv_tile(X, W, Y, X, M, N, K, pid, b, False, MP, BN, BK, PREC, CG, ST, PDL, W0)
+        gemv_tile(X, WA, WB, SPLIT, Y, X, M, N, K, pid, b, False, MP, BN, BK, PREC, CG, ST, PDL, W0, FA=FA, FB=FB)
         if last_arrival(CNT + b, n_tiles):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
                 rm = r0 + tl.arange(0, RT)
@@ -248,29 +250,32 @@ if triton is not None:
                     _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True, POST)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear_rope(X, W, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+    def linear_rope(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
                     H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
                     RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
                     PDL: tl.constexpr = 0, W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False,
-                    QKN: tl.constexpr = True):
+                    QKN: tl.constexpr = True, FA: tl.constexpr = 0, FB: tl.constexpr = -1):
         """The qkv GEMV (linear, + BIAS with HAS_BIAS; Y [M, (H + 2 HKV) DH]), then qk_rope_write's
         work for each head in the program that finishes that head's DH / BN column tiles of a row
         block last (FusedTiles.tails): query heads (normed with QKN) + roped into QOUT, K heads
         (normed) + roped and V heads copied into the cache cells at POS, RT rows a pass (_rope_rows:
         the same arithmetic as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and
         after. PDL, W0: see gemv_tile."""
-        linear_rope_tile(X, W, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, tl.program_id(0),
-                         tl.program_id(1), H, HKV, DH, MP, RT, BN, BK, PREC, False, None, PDL, W0, HAS_BIAS, QKN)
+        linear_rope_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+                         tl.program_id(0), tl.program_id(1), H, HKV, DH, MP, RT, BN, BK, PREC, False, None, PDL, W0,
+                         HAS_BIAS, QKN, FA, FB)
 
     @triton.jit
-    def linear_rope_tile(X, W, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
+    def linear_rope_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
                          H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
                          RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr, PDL: tl.constexpr = 0,
-                         W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, QKN: tl.constexpr = True):
+                         W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False, QKN: tl.constexpr = True,
+                         FA: tl.constexpr = 0, FB: tl.constexpr = -1):
         """linear_rope's body: column tile pid of row block b, then the tail of its head."""
         ACT: tl.constexpr = KC.dtype.element_ty
-        gemv_tile(X, W, Y, BIAS, M, N, K, pid, b, False, MP, BN, BK, PREC, CG, ST, PDL, W0, HAS_BIAS)
+        gemv_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, pid, b, False, MP, BN, BK, PREC, CG, ST, PDL, W0, HAS_BIAS,
+                  FA=FA, FB=FB)
         j = pid * BN // DH
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):

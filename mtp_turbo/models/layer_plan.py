@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..quant.planes import DENSE, FusedWeight
 from . import fused_kernels as fk
 from .arch import SILU, BlockSpec
 
@@ -91,6 +92,25 @@ def pow2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
+def weight_args(w, bn: int, bk: int) -> tuple[tuple, int, dict]:
+    """(WA, WB, SPLIT), the K step and the format switches a fused GEMV launch takes for weight `w`:
+    a dense [N, K] matrix or a FusedWeight (quant/planes.py). A weight read from the file's bytes
+    steps K by the largest BK <= bk that is a multiple of its formats' chunk and divides K (the
+    tiles have no column mask); its segments' boundary must fall between BN-row tiles."""
+    if isinstance(w, torch.Tensor):
+        t = (w, w, w, w, w.shape[1], 0, 0, 0)
+        return (t, t, w.shape[0]), bk, {}
+    fa, a, fb, b, split = w.kernel_args()
+    K, c = w.shape[1], w.chunk
+    step = bk
+    if not (fa == DENSE and w.b is None):
+        step = max((s for s in range(c, max(bk, c) + 1, c) if K % s == 0 and s & (s - 1) == 0), default=0)
+        assert step, f"no K step for K {K} in chunks of {c}"
+    one = w.b is None
+    assert one or split % bn == 0, f"a {bn}-row tile straddles the segments at row {split}"
+    return (a, b, split), step, {"FA": fa, "FB": -1 if one else fb}
+
+
 class LayerPlan:
     """The launches of one block's parts for `spec` on `device` in activation dtype `dtype`.
     Buffers are the caller's; every method launches with fixed grids (capturable in CUDA graphs)."""
@@ -129,9 +149,11 @@ class LayerPlan:
         N = w.shape[0] // 2 if gated else w.shape[0]
         assert M <= y.shape[0] and w.shape[1] == K and y.shape[1] == N, (x.shape, w.shape, y.shape)
         bn, bk, launch = self.tiles.gemv(K, gated, head)
-        fk.linear[(-(-N // bn), -(-M // MP))](x, w, y, x if bias is None else bias, M, N, K, GATED=gated, MP=MP,
-                                              BN=bn, BK=bk, PREC=self.prec, HAS_BIAS=bias is not None,
-                                              SILU=self.silu, **launch, **self.gemv_go)
+        (wa, wb, split), bk, fmt = weight_args(w, bn, bk)
+        fk.linear[(-(-N // bn), -(-M // MP))](x, wa, wb, split, y, x if bias is None else bias, M, N, K,
+                                              GATED=gated, MP=MP, BN=bn, BK=bk, PREC=self.prec,
+                                              HAS_BIAS=bias is not None, SILU=self.silu, **fmt, **launch,
+                                              **self.gemv_go)
         return y[:M]
 
     # ---- a block's parts ---------------------------------------------------------------------------
@@ -147,10 +169,11 @@ class LayerPlan:
         kn = xn if kn is None else kn
         if t.tails:
             bn, bk, launch = t.gemv(K)
+            (wa, wb, split), bk, fmt = weight_args(w, bn, bk)
             fk.linear_rope[(-(-N // bn), -(-M // MP))](
-                xn, w, qkv, xn if bias is None else bias, M, N, K, s.eps, cnt, pos, qn, kn, cos, sin, q_out, kc, vc,
-                H=s.n_heads, HKV=s.n_kv_heads, DH=s.head_dim, MP=MP, RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec,
-                HAS_BIAS=bias is not None, QKN=s.qk_norm, **launch, **self.gemv_go)
+                xn, wa, wb, split, qkv, xn if bias is None else bias, M, N, K, s.eps, cnt, pos, qn, kn, cos, sin,
+                q_out, kc, vc, H=s.n_heads, HKV=s.n_kv_heads, DH=s.head_dim, MP=MP, RT=NORM_ROWS, BN=bn, BK=bk,
+                PREC=self.prec, HAS_BIAS=bias is not None, QKN=s.qk_norm, **fmt, **launch, **self.gemv_go)
             return
         self.rope_write(self.gemv(xn, w, qkv, bias), pos, qn, kn, cos, sin, q_out, kc, vc)
 
@@ -179,10 +202,12 @@ class LayerPlan:
                 self.norm(res, wpre, xout, delta=y[:M], wpost=wpost, hout=hout)
             return
         bn, bk, launch = self.tiles.gemv(K)
-        fk.linear_norm[(-(-N // bn), -(-M // MP))](x, w, y, M, N, K, self.spec.eps, cnt, y if res is None else res,
-                                                  wpre if wpost is None else wpost, wpre, y if hout is None else hout,
-                                                  xout, MP=MP, NP=pow2(N), RT=NORM_ROWS, BN=bn, BK=bk, PREC=self.prec,
-                                                  TP=1 if res is None else 2, POST=self.post, **launch, **self.gemv_go)
+        (wa, wb, split), bk, fmt = weight_args(w, bn, bk)
+        fk.linear_norm[(-(-N // bn), -(-M // MP))](x, wa, wb, split, y, M, N, K, self.spec.eps, cnt,
+                                                  y if res is None else res, wpre if wpost is None else wpost, wpre,
+                                                  y if hout is None else hout, xout, MP=MP, NP=pow2(N), RT=NORM_ROWS,
+                                                  BN=bn, BK=bk, PREC=self.prec, TP=1 if res is None else 2,
+                                                  POST=self.post, **fmt, **launch, **self.gemv_go)
 
     def mlp(self, xn, gate_up, gu) -> torch.Tensor:
         """The gated half of the MLP: gu [M, F] = act(xn @ gate.T) * (xn @ up.T). Returns gu[:M]."""

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile, ggml_type_name
 from ..quant.dequant import SUPPORTED_TYPES, dequantize
+from ..quant.planes import fused_weight, plane_format
 from ..quant.repack import split_q8_0
 from .arch import ModelConfig, layer_tensors, tensor_shapes
 from .decoder import Decoder
@@ -62,12 +63,41 @@ def deinterleave_heads(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, rows // n_heads // 2, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape).contiguous()
 
 
+FUSED_ROWS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up"), "o": ("o",), "down": ("down",)}
+
+
+def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, names: list[str],
+                       sums: list, progress: bool) -> dict:
+    """Every layer's matrices as the fused GEMVs read them from the file's own bytes
+    (quant/planes.py): 'blk.{i}.qkv', '.gate_up', '.o', '.down' -> FusedWeight. Each tensor's
+    loader values are summed for check_finite (appended to sums, its name to names) and dropped."""
+    keys = layer_tensors(cfg)
+    out = {}
+    for i in tqdm(range(cfg.n_layers), desc="loading matrices", unit="layer", disable=not progress, leave=False):
+        for fused, parts in FUSED_ROWS.items():
+            raws = []
+            for k in parts:
+                name = f"blk.{i}.{keys[k]}"
+                t = gf.tensors[name]
+                raw = gf.raw_tensor(name, device)
+                if cfg.traits.qk_interleaved and k in ("q", "k"):  # rows of blocks: permuted like rows
+                    raw = deinterleave_heads(raw.reshape(t.shape[0], -1), cfg.n_heads if k == "q" else cfg.n_kv_heads)
+                raws.append((raw.reshape(-1), t.ggml_type, tuple(t.shape)))
+                names.append(name)
+                sums.append(dequantize(raw, t.ggml_type, t.shape).sum(dtype=torch.float32))
+            out[f"blk.{i}.{fused}"] = fused_weight(raws, dtype)
+    return out
+
+
 def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True,
-               max_positions: int | None = None, cpu_int8: bool = False, cpu_cache: bool = False) -> Decoder:
+               max_positions: int | None = None, cpu_int8: bool = False, cpu_cache: bool = False,
+               file_weights: bool = False) -> Decoder:
     """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size);
     cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py);
     cpu_cache: those int8 matrices mapped from the user's cache when a run made them before, else
-    saved there for the next (quant/cpu_cache.py)."""
+    saved there for the next (quant/cpu_cache.py); file_weights (for the fused step: the engine
+    asks on CUDA, the tests in the CPU interpreter): the layers' matrices and an LM head that is not Q8_0 held as the file's own bytes (quant/planes.py), no
+    dense copy (the torch forward dequantizes them as it goes)."""
     try:
         cfg = model_config(gf)
     except ModelFileError as e:
@@ -89,12 +119,24 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             if not cfg.tied_head:
                 skip.add("output.weight")
     weights = {}
-    head_q8 = None
+    head_q8 = head_file = None
     names = list(tensor_shapes(cfg))
     sums = []  # one per tensor, on the device: read once at the end (one sync, not one per tensor)
+    checked = []
+    if file_weights:
+        weights.update(load_file_matrices(gf, cfg, device, dtype, checked, sums, progress))
+        skip |= set(checked)
+        h = gf.tensors[head_name]
+        if h.ggml_type != Q8_0 and plane_format(h.ggml_type):
+            raw = gf.raw_tensor(head_name, device)
+            head_file = fused_weight([(raw, h.ggml_type, tuple(h.shape))], dtype)
+            if not cfg.tied_head:  # its dense rows serve nothing else
+                skip.add(head_name)
+                checked.append(head_name)
+                sums.append(dequantize(raw, h.ggml_type, h.shape).sum(dtype=torch.float32))
     for name in tqdm(names, desc="loading weights", unit="tensor", disable=not progress, leave=False):
         t = gf.tensors[name]
-        if name in skip:  # held by the cached ops
+        if name in skip:  # held by the cached ops, or as the file's bytes
             continue
         if name == head_name and t.ggml_type == Q8_0 and device.type == "cuda":
             # the file's codes and scales stay on the device: the fused step's LM head reads them
@@ -111,8 +153,8 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             w = deinterleave_heads(w, cfg.n_heads if ".attn_q." in name else cfg.n_kv_heads)
         weights[name] = w
         sums.append(w.sum(dtype=torch.float32))
-    check_finite(gf, [n for n in names if n not in skip], sums)
-    model = Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions)
+    check_finite(gf, checked + [n for n in names if n not in skip], sums)
+    model = Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions, head_file=head_file)
     if int8:
         from ..quant.cpu_linear import quantize_cpu_model
 
