@@ -7,6 +7,8 @@ same speed). Run once per tree (PYTHONPATH=TREE), then --compare the files:
     PYTHONPATH=$PWD python3 bench/ab_logits.py --model M --out /tmp/after.pt
     python3 bench/ab_logits.py --compare /tmp/before.pt /tmp/after.pt
 
+Two configurations of one tree compare the same way (--set file_weights=False: the dense matrices).
+
 Saved: the prefill's K/V cells (chunks of the runner's sizes, then one-row steps), a 4-row verify's
 logits and hidden rows and the four one-row steps', and 64 greedy and 64 sampled tokens. Only the
 Engine's long-standing interface is used, so the file runs on older trees too.
@@ -23,11 +25,11 @@ TEXT = ("It was the best of times, it was the worst of times, it was the age of 
         "foolishness, it was the epoch of belief, it was the epoch of incredulity. ") * 12
 
 
-def run(model: str, device: str) -> dict:
+def run(model: str, device: str, **engine_args) -> dict:
     from mtp_turbo.engine import Engine, EngineConfig
     from mtp_turbo.sampling.config import SamplerConfig
 
-    eng = Engine(EngineConfig(model=model, device=device, ctx_size=2048, progress=False))
+    eng = Engine(EngineConfig(model=model, device=device, ctx_size=2048, progress=False, **engine_args))
     ids = eng.tokenizer.encode(TEXT)[:700]
     out = {}
     with torch.inference_mode():
@@ -56,13 +58,17 @@ def main(argv=None) -> int:
     p.add_argument("--out")
     p.add_argument("--device", default="cuda")
     p.add_argument("--compare", nargs=2, metavar="FILE")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="an EngineConfig field for this run (a Python literal), e.g. file_weights=False")
     a = p.parse_args(argv)
     if a.compare:
         x, y = (torch.load(f) for f in a.compare)
         same = {k: torch.equal(x[k], y[k]) for k in x if k in y}
         print("bit for bit equal:", same)
         return 0 if all(same.values()) else 1
-    torch.save(run(a.model, a.device), a.out)
+    import ast
+
+    torch.save(run(a.model, a.device, **{k: ast.literal_eval(v) for k, v in (x.split("=", 1) for x in a.set)}), a.out)
     print(f"saved {a.out}")
     return 0
 

@@ -194,6 +194,15 @@
 #   bench/gpu_session.sh s28-check         join; GPU tests (spec, models, sampling's log); seed_calls before / after;
 #                                          one-shot generate -n 64 wall and its parts (ttft.py), twice each
 #   bench/gpu_session.sh s28-soak          (carry .whl .ab_head) bench/soak.py through the server, 1000 requests
+#
+# Session 27 (issue 37: the matrices as the file's own bytes):
+#   bench/gpu_session.sh s29-start         (carry .carry .whl .pieces/meta .pieces/p00) llama-bench + llama-quantize built
+#                                          in the background; synthetic F16 models written in the background; the
+#                                          planes' GPU tests
+#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p01..p04), back to back
+#   bench/gpu_session.sh s29-gemma         join; file weights vs dense: bits (ab_logits), GPU tests, bench beside llama-bench
+#   bench/gpu_session.sh s29-synth SHAPE.. quantize the synthetic models (Q4_K_M); plain decode file weights vs dense
+#                                          beside llama-bench, memory
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -264,7 +273,52 @@ humaneval_12k() {  # HumanEval x 20 and the 12k-token prompt (decode at depth), 
     --max-tokens 256 --prompts /tmp/long.json --n-prompts 1 --ctx-size 16384 --pp 0 --json "$OUT/bench_12k.json" 2>&1 \
     | tr '\r' '\n' | grep -v "run/s\]\|s/run\]" | tail -7
 }
+synth_f16() {  # SHAPE...: the synthetic F16 files written one after another in the background
+  (setsid nohup bash -c "for s in $*; do like=/tmp/gguf/gemma-meta.gguf; case \$s in qwen*) like=/tmp/gguf/qwen-meta.gguf ;; esac;
+     python3 bench/synth_model.py --like \$like --shape \$s --out /tmp/synth-\$s-f16.gguf > /tmp/logs/synth-\$s.log 2>&1;
+     echo SYNTH_DONE >> /tmp/logs/synth-\$s.log; done" > /dev/null 2>&1 &)
+}
+bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes and with dense matrices, llama-bench beside
+  local n=$1 m=$2 L=/tmp/llama.cpp/build/bin; shift 2
+  timeout 200 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
+    --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench --llama-args "-ngl 99" "$@" \
+    --json "$OUT/bench_$n.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" \
+    | tee "$OUT/bench_$n.txt" | tail -12
+  timeout 150 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
+    --prompts mtbench --pp 512 --floor --no-file-weights "$@" --json "$OUT/bench_${n}_dense.json" 2>&1 | tr '\r' '\n' \
+    | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" | tee "$OUT/bench_${n}_dense.txt" | tail -8
+}
+
 case $step in
+  s29-start)  # (carry .carry .whl .pieces/meta .pieces/p00)
+    mkdir -p /tmp/logs; cp .pieces/meta/* .pieces/p00/* /tmp/gguf/
+    llama_build 16 "llama-bench llama-quantize" || exit 1
+    synth_f16 ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-1.5b}
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 400 python3 -m pytest -q -m gpu tests/quant/test_planes.py -p no:cacheprovider -x -rf 2>&1 | grep -v Warning \
+      | tee "$OUT/pytest_planes_gpu.txt" | tail -15 ;;
+  s29-gemma)  # join; the file's bytes vs dense on the real model: bits, GPU tests, bench beside llama-bench
+    cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --out /tmp/ab_file.pt 2>&1 | tail -1
+    timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=False --out /tmp/ab_dense.pt 2>&1 | tail -1
+    python3 bench/ab_logits.py --compare /tmp/ab_dense.pt /tmp/ab_file.pt | tee "$OUT/ab_file_vs_dense.txt"
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    MODES=plain,mtp bench_pair gemma /tmp/gguf/gemma.gguf --draft-tokens 3 ;;
+  s29-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_pair
+    L=/tmp/llama.cpp/build/bin
+    for shape in "$@"; do
+      for i in $(seq 60); do grep -q SYNTH_DONE /tmp/logs/synth-$shape.log 2>/dev/null && break; sleep 3; done
+      tail -n 2 /tmp/logs/synth-$shape.log | head -1
+      timeout 200 $L/llama-quantize /tmp/synth-$shape-f16.gguf /tmp/synth-$shape.gguf Q4_K_M 16 > /tmp/logs/quant-$shape.log 2>&1 \
+        || { tail -3 /tmp/logs/quant-$shape.log; continue; }
+      rm -f /tmp/synth-$shape-f16.gguf; ls -la /tmp/synth-$shape.gguf
+      python3 -c "
+import collections, gguf
+r = gguf.GGUFReader('/tmp/synth-$shape.gguf')
+print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
+      bench_pair synth_$shape /tmp/synth-$shape.gguf
+    done ;;
   s28-begin)  # (carry .whl .ab_before .ab_head .pieces/p05)
     mkdir -p /tmp/logs; cp .pieces/p05/* /tmp/gguf/
     rm -rf /tmp/head /tmp/before && cp -r .ab_head /tmp/head && cp -r .ab_before /tmp/before
