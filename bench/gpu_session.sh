@@ -196,10 +196,10 @@
 #   bench/gpu_session.sh s28-soak          (carry .whl .ab_head) bench/soak.py through the server, 1000 requests
 #
 # Session 27 (issue 37: the matrices as the file's own bytes):
-#   bench/gpu_session.sh s29-start         (carry .carry .whl .pieces/meta .pieces/p00) llama-bench + llama-quantize built
+#   bench/gpu_session.sh s29-start         (carry .carry .whl .pieces/meta) llama-bench + llama-quantize built
 #                                          in the background; synthetic F16 models written in the background; the
 #                                          planes' GPU tests
-#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p01..p04), back to back
+#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p00..p04), back to back
 #   bench/gpu_session.sh s29-gemma         join; file weights vs dense: bits (ab_logits), GPU tests, bench beside llama-bench
 #   bench/gpu_session.sh s29-synth SHAPE.. quantize the synthetic models (Q4_K_M); plain decode file weights vs dense
 #                                          beside llama-bench, memory
@@ -290,8 +290,8 @@ bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes an
 }
 
 case $step in
-  s29-start)  # (carry .carry .whl .pieces/meta .pieces/p00)
-    mkdir -p /tmp/logs; cp .pieces/meta/* .pieces/p00/* /tmp/gguf/
+  s29-start)  # (carry .carry .whl .pieces/meta)
+    mkdir -p /tmp/logs; cp .pieces/meta/* /tmp/gguf/
     llama_build 16 "llama-bench llama-quantize" || exit 1
     synth_f16 ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-1.5b}
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
