@@ -111,11 +111,14 @@ if triton is not None:
         sb = c // 4
         l = tl.arange(0, 32)
         q = tl.load(A[0] + (rows * A[4] + c * 32)[:, None] + l[None, :], mask=rm[:, None], other=0)
-        SP = 2 if Q5 else 1
-        DP = 3 if Q5 else 2
+        if Q5:  # planes (qs, qh, scales, d|dmin), else (qs, scales, d|dmin)
+            sp = A[2] + rows * A[6] + sb * 12
+            dd = A[3] + rows * A[7] + sb * 2
+        else:
+            sp = A[1] + rows * A[5] + sb * 12
+            dd = A[2] + rows * A[6] + sb * 2
         j = 2 * (c % 4)[:, None] + tl.arange(0, 2)[None, :]
-        sc, mn = _scale_min_k4(A[SP] + (rows * A[4 + SP] + sb * 12)[:, None], rm, j)
-        dd = A[DP] + rows * A[4 + DP] + sb * 2
+        sc, mn = _scale_min_k4(sp[:, None], rm, j)
         dsc = _f16(dd, 0, rm)[:, None] * sc
         dmn = _f16(dd, 1, rm)[:, None] * mn
         dlo, dhi = tl.split(dsc)
