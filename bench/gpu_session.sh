@@ -303,6 +303,16 @@ case $step in
     timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --out /tmp/ab_file.pt 2>&1 | tail -1
     timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=False --out /tmp/ab_dense.pt 2>&1 | tail -1
     python3 bench/ab_logits.py --compare /tmp/ab_dense.pt /tmp/ab_file.pt | tee "$OUT/ab_file_vs_dense.txt"
+    python3 -c "
+import torch
+a, b = torch.load('/tmp/ab_dense.pt'), torch.load('/tmp/ab_file.pt')
+for k in a:
+    if a[k].is_floating_point():
+        d = (a[k].float() - b[k].float()).abs()
+        print(k, 'elements differing', int((d > 0).sum()), 'of', d.numel(), 'max', float(d.max()))
+print('greedy', a['greedy'].tolist() == b['greedy'].tolist(), 'sampled', a['sampled'].tolist() == b['sampled'].tolist())" | tee -a "$OUT/ab_file_vs_dense.txt"
+    timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py tests/spec -x --model-path /tmp/gguf/gemma.gguf \
+      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
     MODES=plain,mtp bench_pair gemma /tmp/gguf/gemma.gguf --draft-tokens 3 ;;
   s29-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_pair
