@@ -295,8 +295,7 @@ case $step in
     llama_build 16 "llama-bench llama-quantize" || exit 1
     synth_f16 ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-1.5b}
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-    timeout 400 python3 -m pytest -q -m gpu tests/quant/test_planes.py -p no:cacheprovider -x -rf 2>&1 | grep -v Warning \
-      | tee "$OUT/pytest_planes_gpu.txt" | tail -15 ;;
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" ;;
   s29-gemma)  # join; the file's bytes vs dense on the real model: bits, GPU tests, bench beside llama-bench
     cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
