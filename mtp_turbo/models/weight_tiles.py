@@ -9,8 +9,11 @@ code widened to fp32, multiplied by the fp32 block scale (a K-quant's d * scale 
 code), its min subtracted or added, then rounded to the activation dtype. Each product before an
 add is exact in fp32 (an fp16 scale's 11 bits times a code of at most 8 bits), so a fused
 multiply-add rounds once where the loader rounds once; Q6_K's one inexact product (d * scale times
-a 6-bit code) has no add after it. The tile is then the dense path's tile, bit for bit, and the
-GEMV's dot over it gives the dense GEMV's bits.
+a 6-bit code) has no add after it. The tile is then the dense path's tile, bit for bit (the CPU
+interpreter's GEMV gives the dense bits). On the GPU, Triton's dot over a tile built in registers
+may order a K step's products differently from one over a tile it loads, so an output can differ
+from the dense GEMV's by a rounding (1 in ~8000 on an H200); a row's bits still never depend on the
+rows beside it.
 
 A tile of BK columns is BK / C chunks of the format's C elements (planes.CHUNK), laid out as R =
 BN * (BK / C) rows of chunks, built, then reshaped to [BN, BK]. A segment's K is a multiple of BK

@@ -10,7 +10,8 @@ a model has (models/load.py), the drafter's packed weights (repack.py).
 
 Why planes: ggml's blocks (34, 22, 210 bytes) put a row's codes at odd offsets; split by field, a
 tile's codes load as aligned vectors. The planes hold exactly the file's bytes (plus at most 15
-bytes of alignment each): resident memory stays the file's size.
+bytes of alignment each): resident memory stays the file's size. Measured slower than dense bf16
+matrices at every size so far (bench/RESULTS.md session 27): EngineConfig.file_weights is off by default.
 """
 
 from __future__ import annotations
@@ -191,9 +192,9 @@ def fused_weight(parts, dtype: torch.dtype) -> FusedWeight:
 
 
 def weight_tensors(w) -> list[torch.Tensor]:
-    """The tensors holding a weight (a dense tensor, a PlaneMatrix or a FusedWeight)."""
-    if isinstance(w, torch.Tensor):
-        return [w]
+    """The tensors holding a PlaneMatrix or a FusedWeight; anything else (a tensor, another op) as it is."""
     if isinstance(w, PlaneMatrix):
         return list(w.planes)
-    return weight_tensors(w.a) + ([] if w.b is None else weight_tensors(w.b))
+    if isinstance(w, FusedWeight):
+        return weight_tensors(w.a) + ([] if w.b is None else weight_tensors(w.b))
+    return [w]

@@ -5,7 +5,7 @@ the same bits as the GEMV over the loader's dense matrix (the tile the kernel bu
 loader's tile); and its result matches gguf's own dequantization times the input in float64.
 Random block bytes with finite scales are valid blocks of every format, so no quantizer is
 needed. On the CPU the kernels run in Triton's interpreter (conftest.py), in fp32 (the loader's
-values exactly); test_planes_gpu below checks bf16 on CUDA.
+values exactly); test_planes_gpu below checks bf16 on CUDA, where the dot's rounding may differ.
 """
 
 from __future__ import annotations
@@ -95,13 +95,23 @@ def test_k_step_divides_k():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("t", FORMATS, ids=lambda t: t.name)
-@pytest.mark.parametrize("rows", [1, 4, 16])
-def test_planes_gpu_bitwise(t, rows):
-    # bf16 on the GPU: the plane GEMV's bits equal the dense bf16 GEMV's, at every tile kind
+def test_planes_gpu(t):
+    # bf16 on the GPU. A row's bits do not depend on the rows beside it (a verify of k+1 rows = k+1
+    # one-row steps, what speculation's exactness rests on). Against the dense bf16 GEMV: the tiles
+    # hold the same values, but Triton's dot over a tile built in registers may order a K step's
+    # products differently from one over a loaded tile (H200, session 27: 1 output in ~8000 one
+    # bf16 ulp apart), so the check there is closeness, not bits.
     n, k = 512, 2048
     raw = torch.from_numpy(random_blocks(t, n, k, 8)).cuda()
     pm = PlaneMatrix.from_gguf(raw, t, (n, k))
     dense = pm.dequantize().to(torch.bfloat16)
-    x = torch.randn(rows, k, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).cuda()
+    x = torch.randn(16, k, generator=torch.Generator().manual_seed(9)).to(torch.bfloat16).cuda()
     for tiles in (FusedTiles(), FusedTiles(bk_small=64, bk_tall=128, stages_tall=2)):
-        assert torch.equal(gemv(FusedWeight(pm), x, torch.bfloat16, tiles), gemv(dense, x, torch.bfloat16, tiles))
+        y = gemv(FusedWeight(pm), x, torch.bfloat16, tiles)
+        for r in (0, 5, 15):
+            assert torch.equal(gemv(FusedWeight(pm), x[r:r + 1], torch.bfloat16, tiles)[0], y[r])
+        assert torch.equal(gemv(FusedWeight(pm), x[:4], torch.bfloat16, tiles)[:4], y[:4])
+        yd = gemv(dense, x, torch.bfloat16, tiles).float()
+        d = (y.float() - yd).abs()
+        assert int((d > 0).sum()) <= d.numel() // 1000
+        assert bool((d <= yd.abs() * 2**-7 + 1e-6).all())  # at most a bf16 ulp or so
