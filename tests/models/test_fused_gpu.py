@@ -1,7 +1,8 @@
 """The fused Triton step on the GPU with a real model (bf16; --model-path picks the file, any
 family: the GPU session runs this file on a Gemma-3, a Llama and a Qwen2 model): close to the torch
 forward, and bit-identical between a k+1-row verify and one-row steps, so speculation reproduces
-plain decoding token for token on the GPU (DESIGN.md: "Same seed, same text")."""
+plain decoding token for token on the GPU (DESIGN.md: "Same seed, same text"); with dense matrices
+and with the file's own bytes."""
 
 import pytest
 import torch
@@ -9,12 +10,13 @@ import torch
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(scope="module")
-def cuda_engine(model_path):
+@pytest.fixture(scope="module", params=[False, True], ids=["dense", "file-weights"])
+def cuda_engine(model_path, request):
+    # dense matrices, and the matrices as the file's own bytes (quant/planes.py)
     from mtp_turbo.engine import Engine, EngineConfig
 
     return Engine(EngineConfig(model=str(model_path), device="cuda", ctx_size=2048, kernels="triton",
-                               progress=False))
+                               progress=False, file_weights=request.param))
 
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
