@@ -290,6 +290,18 @@ bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes an
 }
 
 case $step in
+  s29-planes)  # (carry .whl .pieces/meta) the plane GEMV per matrix and tile at 4B; a 4B model of random Q4_K_M blocks:
+    # plain decode with the file's bytes and dense (no llama.cpp in this lease: its tg128 of the same shape is call 21's)
+    cp .pieces/meta/* /tmp/gguf/
+    timeout 240 python3 bench/experiments/plane_gemv_bench.py --out "$OUT/plane_gemv.json" 2>&1 | grep -v Warn \
+      | tee "$OUT/plane_gemv.txt" | tail -14
+    timeout 60 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
+      --out /tmp/blocks-4b.gguf 2>&1 | tail -1
+    for fw in --file-weights --no-file-weights; do
+      timeout 150 python3 -m mtp_turbo.cli bench --model /tmp/blocks-4b.gguf --modes plain --temps 0 --max-tokens 128 \
+        --n-prompts 8 --prompts mtbench --pp 512 --floor $fw --json "$OUT/bench_blocks4b$fw.json" 2>&1 | tr '\r' '\n' \
+        | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]\|^|---" | tail -6
+    done ;;
   s29-start)  # (carry .carry .whl .pieces/meta)
     mkdir -p /tmp/logs; cp .pieces/meta/* /tmp/gguf/
     llama_build 16 "llama-bench llama-quantize" || exit 1

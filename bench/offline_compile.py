@@ -818,8 +818,61 @@ def wl_ngram(dry_all: bool) -> None:
                     dr.lookup(tok, n, k)
 
 
+def wl_planes(dry_all: bool) -> None:  # noqa: C901
+    """The fused GEMVs on the file's own bytes (quant/planes.py): every format at the default tiles of
+    each matrix class, a two-segment q|k|v and a gated gate|up, 1 and 4 rows, bf16 (dry)."""
+    import sys as _sys
+
+    import torch
+    from gguf import GGMLQuantizationType as T
+
+    _sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests", "quant"))
+    from blocks import FORMATS, random_blocks
+
+    from mtp_turbo.models.arch import BlockSpec
+    from mtp_turbo.models.layer_plan import FusedTiles, LayerPlan
+    from mtp_turbo.quant.planes import FusedWeight, PlaneMatrix
+
+    def pm(t, n, k):
+        return PlaneMatrix.from_gguf(torch.from_numpy(random_blocks(t, n, k, 0)), t, (n, k))
+
+    spec = BlockSpec(hidden=2560, n_heads=8, n_kv_heads=4, head_dim=256, ffn=10240, eps=1e-6, query_scale=0.1,
+                     qk_norm=True, sandwich_norms=True, activation="gelu_tanh", qkv_bias=False)
+    plan = LayerPlan(spec, FusedTiles(tails=False), torch.bfloat16, torch.device("cpu"))
+    with workload("plane GEMVs", dry=True):
+        for t in FORMATS:
+            for n, k, gated in ((512, 2560, False), (512, 10240, False), (1024, 2560, True)):
+                w = FusedWeight(pm(t, n, k))
+                for rows in (1, 4):
+                    x = torch.zeros(rows, k, dtype=torch.bfloat16)
+                    plan.gemv(x, w, torch.zeros(16, n // 2 if gated else n, dtype=torch.bfloat16), gated=gated)
+        w = FusedWeight(pm(T.Q4_K, 512, 2560), pm(T.Q6_K, 256, 2560))
+        plan.gemv(torch.zeros(1, 2560, dtype=torch.bfloat16), w, torch.zeros(16, 768, dtype=torch.bfloat16))
+    # a whole step (tails: linear_rope / linear_norm) and a prefill chunk over a model mixing every format
+    import importlib.util
+    import tempfile
+
+    from mtp_turbo.cache.kv import KVCache
+    from mtp_turbo.io.gguf_file import GGUFFile
+    from mtp_turbo.models.fused import FusedDecoder
+    from mtp_turbo.models.load import load_model
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec_ = importlib.util.spec_from_file_location("tfw", os.path.join(here, "tests", "models", "test_file_weights.py"))
+    tfw = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tfw)
+    with tempfile.TemporaryDirectory() as d, workload("a mixed-format model's step on the file's bytes", dry=True):
+        m = load_model(GGUFFile(tfw.write_model(tfw.Path(d) / "mixed.gguf")), "cpu", torch.bfloat16, progress=False,
+                       file_weights=True)
+        kv = KVCache(2, 256, tfw.KV_HEADS, tfw.HEAD_DIM, "cpu", torch.bfloat16)
+        dec = FusedDecoder(m, kv)
+        for T_ in (1, 4, 32):
+            dec.forward(torch.zeros(T_, dtype=torch.int64), torch.arange(T_), head=T_ <= 8)
+
+
 WORKLOADS = {"main": wl_main, "mtp": wl_mtp, "sampler": wl_sampler, "gemv": wl_gemv, "glue": wl_glue,
-             "ngram": wl_ngram, "gemv_tiles": wl_gemv_tiles}
+             "ngram": wl_ngram, "gemv_tiles": wl_gemv_tiles,
+             "planes": wl_planes}
 DEFAULT_WORKLOADS = ("main", "mtp", "sampler", "gemv", "glue", "ngram")
 
 
@@ -952,6 +1005,10 @@ def compile_one(rec: dict) -> dict:
             k = triton.compile(src, target=target, options=options.__dict__)
     except Exception as e:  # noqa: BLE001
         msg = f"{type(e).__name__}: {e}"
+        cause = e.__cause__
+        while cause is not None:  # a CompilationError's own text names the outer call only
+            msg = f"{type(cause).__name__}: {cause}\n(inside) {msg}"
+            cause = cause.__cause__
         if "PTXASError" in type(e).__name__:
             msg = msg.split("\n\n")[0][:4000]
         d = _diagnostics(_restore_fd2(saved, diag))

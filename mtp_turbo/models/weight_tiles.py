@@ -170,14 +170,13 @@ if triton is not None:
         lh = tl.arange(0, 2)
         for p in tl.static_range(2):
             ql = tl.load(A[0] + row + 32 * p, mask=nm3, other=0).to(tl.int32)
-            for h in tl.static_range(2):
-                jj: tl.constexpr = 2 * h + p
-                q = ((ql >> (4 * h)) & 15) | (((qh >> (2 * jj)) & 3) << 4)
-                sc = tl.load(A[2] + (n * A[6])[:, None, None] + (c * 8)[None, :, None] + 2 * jj + lh[None, None, :],
-                             mask=nm3, other=0)
+            for h in tl.static_range(2):  # element group jj = 2 h + p
+                q = ((ql >> (4 * h)) & 15) | (((qh >> (4 * h + 2 * p)) & 3) << 4)
+                sc = tl.load(A[2] + (n * A[6])[:, None, None] + (c * 8)[None, :, None] + (4 * h + 2 * p)
+                             + lh[None, None, :], mask=nm3, other=0)
                 dsc = d * sc.to(tl.float32)  # [BN, G, 2]
                 w = tl.reshape((q - 32).to(tl.float32), (BN, G, 2, 16)) * dsc[:, :, :, None]
-                acc = _mma(acc, tl.reshape(w, (BN, BK // 4)), X, rm, m_mask, _cols(k0, G, 32, 128, 32 * jj), K,
+                acc = _mma(acc, tl.reshape(w, (BN, BK // 4)), X, rm, m_mask, _cols(k0, G, 32, 128, 64 * h + 32 * p), K,
                            ACT, CG, PREC)
         return acc
 
