@@ -48,7 +48,7 @@ def pdl_supported(device) -> bool:
 
 
 if triton is not None:
-    from .weight_tiles import seg_dot
+    from .weight_tiles import seg_tile
 
     @triton.jit
     def tanh(z):
@@ -143,59 +143,37 @@ if triton is not None:
         pdl_enter, which this runs before its first input is read; W0: the first BK columns of the
         weight tile loaded before that (constant: the launch's DRAM round trip overlaps the kernel
         before it), their product taken before the loop (the same products in the same order).
-        WA, WB, SPLIT, FA, FB: the weight's segments; a dense matrix (FA 0, FB < 0) is read as
-        before, the file's bytes through weight_tiles.seg_dot (W0 unused there)."""
+        WA, WB, SPLIT, FA, FB: the weight's segments (weight_tiles.seg_tile)."""
         ACT: tl.constexpr = X.dtype.element_ty
-        PLANES: tl.constexpr = FA != 0 or FB >= 0
+        NT = 2 * N if GATED else N  # the weight's rows: gate rows n, up rows N + n
         row0 = pid * BN
+        if W0:
+            w0 = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0, 0, K, BN, BK, ACT)  # [BN, BK]
+            wu0 = w0
+            if GATED:
+                wu0 = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0 + N, 0, K, BN, BK, ACT)
+        pdl_enter(PDL)
+        rm = b * MP + tl.arange(0, MP)
+        m_mask = rm < M
         rn = row0 + tl.arange(0, BN)
         n_mask = rn < N
-        if PLANES:
-            NT = 2 * N if GATED else N  # the weight's rows: gate rows n, up rows N + n
-            pdl_enter(PDL)
-            rm = b * MP + tl.arange(0, MP)
-            m_mask = rm < M
-            acc_t = tl.zeros([BN, MP], dtype=tl.float32)
-            acc_ut = tl.zeros([BN, MP], dtype=tl.float32)
-            for k0 in tl.range(0, K, BK, num_stages=ST):
-                acc_t = seg_dot(acc_t, WA, WB, FA, FB, SPLIT, NT, row0, k0, K, X, rm, m_mask, BN, BK, ACT, CG, PREC)
-                if GATED:
-                    acc_ut = seg_dot(acc_ut, WA, WB, FA, FB, SPLIT, NT, row0 + N, k0, K, X, rm, m_mask, BN, BK, ACT,
-                                     CG, PREC)
-            acc = tl.trans(acc_t)
-            acc_u = tl.trans(acc_ut)
-        else:
-            W = WA[0]
-            if W0:
-                rn0 = pid * BN + tl.arange(0, BN)
-                rk0 = tl.arange(0, BK)
-                w0_msk = (rn0 < N)[:, None] & (rk0 < K)[None, :]
-                w0 = tl.load(W + rn0[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)  # [BN, BK]
-                wu0 = w0
-                if GATED:
-                    wu0 = tl.load(W + (rn0 + N)[:, None] * K + rk0[None, :], mask=w0_msk, other=0.0)
-            pdl_enter(PDL)
-            rm = b * MP + tl.arange(0, MP)
-            m_mask = rm < M
-            acc = tl.zeros([MP, BN], dtype=tl.float32)
-            acc_u = tl.zeros([MP, BN], dtype=tl.float32)
-            K0: tl.constexpr = BK if W0 else 0
-            if W0:  # the loop's first step, on the weights loaded above
-                rk0 = tl.arange(0, BK)
-                x = _x_rows(X, rm, m_mask, rk0, rk0 < K, K, ACT, CG)
-                acc = tl.dot(x, tl.trans(w0), acc, input_precision=PREC)
-                if GATED:
-                    acc_u = tl.dot(x, tl.trans(wu0), acc_u, input_precision=PREC)
-            for k0 in tl.range(K0, K, BK, num_stages=ST):
-                rk = k0 + tl.arange(0, BK)
-                k_mask = rk < K
-                x = _x_rows(X, rm, m_mask, rk, k_mask, K, ACT, CG)
-                w_msk = n_mask[:, None] & k_mask[None, :]
-                w = tl.load(W + rn[:, None] * K + rk[None, :], mask=w_msk, other=0.0)  # [BN, BK]
-                acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
-                if GATED:
-                    wu = tl.load(W + (rn + N)[:, None] * K + rk[None, :], mask=w_msk, other=0.0)
-                    acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
+        acc = tl.zeros([MP, BN], dtype=tl.float32)
+        acc_u = tl.zeros([MP, BN], dtype=tl.float32)
+        K0: tl.constexpr = BK if W0 else 0
+        if W0:  # the loop's first step, on the weights loaded above
+            rk0 = tl.arange(0, BK)
+            x = _x_rows(X, rm, m_mask, rk0, rk0 < K, K, ACT, CG)
+            acc = tl.dot(x, tl.trans(w0), acc, input_precision=PREC)
+            if GATED:
+                acc_u = tl.dot(x, tl.trans(wu0), acc_u, input_precision=PREC)
+        for k0 in tl.range(K0, K, BK, num_stages=ST):
+            rk = k0 + tl.arange(0, BK)
+            x = _x_rows(X, rm, m_mask, rk, rk < K, K, ACT, CG)
+            w = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0, k0, K, BN, BK, ACT)  # [BN, BK]
+            acc = tl.dot(x, tl.trans(w), acc, input_precision=PREC)
+            if GATED:
+                wu = seg_tile(WA, WB, FA, FB, SPLIT, NT, row0 + N, k0, K, BN, BK, ACT)
+                acc_u = tl.dot(x, tl.trans(wu), acc_u, input_precision=PREC)
         if HAS_BIAS:
             acc += tl.load(BIAS + rn, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         if GATED:
@@ -217,7 +195,7 @@ if triton is not None:
         """Y[M, N] = X[M, K] @ W[:N].T (+ BIAS[N] with HAS_BIAS); GATED: act(X @ W[:N].T) * (X @
         W[N:2N].T), act GELU (tanh) or SiLU (SILU), each product rounded to the activation dtype
         first. The weight W [N or 2N, K]: segments WA (rows < SPLIT) and WB in formats FA / FB
-        (weight_tiles.seg_dot; FA 0 with FB < 0: a dense matrix in the activation dtype, X's); Y [M, N].
+        (weight_tiles.seg_tile; FA 0: a dense matrix in the activation dtype, X's); Y [M, N].
         Program (n, b): output columns n * BN.. of rows b * MP.. (MP >= 16 rows computed, those < M
         stored): a row's arithmetic is the same whatever b and M.
         PREC: the dot's input precision ("ieee" for fp32 weights, as tf32 would lose bits).

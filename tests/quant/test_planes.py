@@ -3,9 +3,10 @@
 For every format: the planes turn back into the same file bytes; the GEMV's weights are the
 loader's values exactly (one-hot input rows pick single columns, a sum with one term: exact on
 any device); its result matches gguf's dequantization times the input in float64; and a row's
-bits do not depend on the rows beside it. Random block bytes with finite scales are valid blocks
-of every format, so no quantizer is needed. On the CPU the kernels run in Triton's interpreter
-(conftest.py) in fp32; the GPU tests run the same checks in bf16.
+bits do not depend on the rows beside it. On the CPU (Triton's interpreter, conftest.py, fp32)
+the plane GEMV gives the dense GEMV's bits; on the GPU (bf16) its dot may round a rare output
+differently (weight_tiles.py), so there it is compared within roundings. Random block bytes with
+finite scales are valid blocks of every format, so no quantizer is needed.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ def test_plane_gemv_values_order_and_rows(t):
     one_hot_columns(fw, dense, [(37 * i) % 256 + 256 * (i % 2) for i in range(32)], torch.float32)
     x = torch.randn(3, k, generator=torch.Generator().manual_seed(3))
     y = check_rows_alone(fw, x, torch.float32)[:3]
+    assert torch.equal(y, gemv(dense, x, torch.float32)[:3])
     want = x.double() @ torch.from_numpy(gguf_dequantize(raw.numpy().reshape(n, -1), t).reshape(n, k)).double().T
     assert torch.allclose(y.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max().item())
 
@@ -98,11 +100,10 @@ def test_two_segments_and_gated(ta, tb):
     tiles = FusedTiles(bn_small=16, bn_gated=16)
     one_hot_columns(fw, dense, [0, 17, 40, 63, 64, 100, 130, 255], torch.float32, tiles)
     x = 0.1 * torch.randn(2, k, generator=torch.Generator().manual_seed(6))
-    yq, yd = gemv(fw, x, torch.float32, tiles), gemv(dense, x, torch.float32, tiles)
-    assert torch.allclose(yq, yd, rtol=1e-5, atol=1e-5 * yd.abs().max().item())
+    assert torch.equal(gemv(fw, x, torch.float32, tiles), gemv(dense, x, torch.float32, tiles))
     yq = gemv(fw, x, torch.float32, tiles, gated=True)
     yd = gemv(dense, x, torch.float32, tiles, gated=True)
-    assert torch.allclose(yq, yd, rtol=1e-4, atol=1e-5 * yd.abs().max().item()) and yq[:2].abs().sum() > 0
+    assert torch.equal(yq, yd) and yq[:2].abs().sum() > 0
 
 
 def test_k_step_divides_k():
@@ -117,7 +118,8 @@ def test_k_step_divides_k():
 @pytest.mark.parametrize("t", FORMATS, ids=lambda t: t.name)
 def test_planes_gpu(t):
     # bf16 on the GPU, at the default tiles and smaller K steps: the loader's values exactly, rows
-    # independent, and within bf16 roundings of the dense GEMV (the K order is the kernel's own)
+    # independent, and within bf16 roundings of the dense GEMV (1 output in ~8000 one ulp apart on an
+    # H200: bench/RESULTS.md session 27)
     n, k = 512, 2048
     raw = torch.from_numpy(random_blocks(t, n, k, 8)).cuda()
     pm = PlaneMatrix.from_gguf(raw, t, (n, k))
