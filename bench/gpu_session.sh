@@ -290,6 +290,18 @@ bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes an
 }
 
 case $step in
+  s29-memory)  # (carry .whl .pieces/meta) the planes' GPU tests; 4B and Qwen2.5-1.5B shapes of random Q4_K_M blocks with
+    # the file's bytes (the embedding's rows gathered from them): decode, memory
+    cp .pieces/meta/* /tmp/gguf/
+    timeout 150 python3 -m pytest -q -m gpu tests/quant/test_planes.py -p no:cacheprovider -rf 2>&1 | grep -v Warning \
+      | tee "$OUT/pytest_planes_gpu.txt" | tail -3
+    for shape in gemma3-4b qwen2.5-1.5b; do
+      like=/tmp/gguf/gemma-meta.gguf; case $shape in qwen*) like=/tmp/gguf/qwen-meta.gguf ;; esac
+      timeout 60 python3 bench/synth_model.py --like $like --shape $shape --blocks --out /tmp/blocks.gguf 2>&1 | tail -1
+      timeout 120 python3 -m mtp_turbo.cli bench --model /tmp/blocks.gguf --modes plain --temps 0 --max-tokens 64 \
+        --n-prompts 4 --prompts mtbench --pp 0 --floor --file-weights --json "$OUT/bench_mem_$shape.json" 2>&1 \
+        | tr '\r' '\n' | grep "^| plain\|memory\|floor"
+    done ;;
   s29-planes)  # (carry .whl .pieces/meta) the plane GEMV per matrix and tile at 4B; a 4B model of random Q4_K_M blocks:
     # plain decode with the file's bytes and dense (no llama.cpp in this lease: its tg128 of the same shape is call 21's)
     cp .pieces/meta/* /tmp/gguf/

@@ -166,7 +166,8 @@ def memory(eng) -> dict:
     import resource
 
     m = eng.model
-    weights = _unique_bytes([m.embed, m.out_norm, *(t for L in m.layers for w in L.values() for t in weight_tensors(w)),
+    weights = _unique_bytes([*m.embed_tensors(), m.out_norm,
+                             *(t for L in m.layers for w in L.values() for t in weight_tensors(w)),
                              *(weight_tensors(m.head_file) if m.head_file is not None else ())])
     head_q8 = _unique_bytes(m.head_q8 or ())
     pw = m.head_packed() if m.head_q8 is not None else None
@@ -219,9 +220,10 @@ def step_weight_bytes(m, q8_head: bool) -> int:
     embedding when tied, which holds that row)."""
     tensors = [m.out_norm, *(t for L in m.layers for w in L.values() for t in weight_tensors(w))]
     if q8_head:
-        tensors += [m.embed[0], *m.head_q8]
+        tensors += [*m.embed_tensors(one_row=True), *m.head_q8]
     else:  # the head as the fused step reads it: the file's bytes where kept, else dense
-        tensors += [m.embed[0], *weight_tensors(m.head_weight if m.head_file is None else m.head_file)]
+        tensors += [*m.embed_tensors(one_row=True), *weight_tensors(m.head_weight if m.head_file is None
+                                                                    else m.head_file)]
     return _span_bytes(tensors)
 
 

@@ -47,7 +47,7 @@ class Decoder:
 
     def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], device, dtype,
                  head_q8: tuple[torch.Tensor, torch.Tensor] | None = None, max_positions: int | None = None,
-                 head_file=None):
+                 head_file=None, embed_file=None):
         """head_q8: the LM head's Q8_0 codes int8 [V, D] and scales fp16 [V, D / 32] as in the file
         (the embedding's when tied, else output.weight's): the fused step's LM head reads them
         (fused.py), the MTP drafter takes its head rows from them (mtp_load.py); the dense head is
@@ -55,14 +55,19 @@ class Decoder:
         context length; an engine passes its cache's, so a 4096-cell engine does not build 32768-row
         tables). head_file: the LM head as the file's bytes (quant/planes.FusedWeight) for the fused
         step, where the loader keeps them (load.py); weights then hold the layers' matrices the same
-        way ('blk.{i}.qkv', '.gate_up', '.o', '.down') and an untied head only there."""
+        way ('blk.{i}.qkv', '.gate_up', '.o', '.down') and an untied head only there. embed_file: the
+        embedding as the file's bytes (quant/planes.PlaneMatrix) instead of weights' dense table: rows
+        are dequantized as a forward gathers them (embedding_rows)."""
         self.cfg = cfg
         self.head_file = head_file
+        self.embed_file = embed_file
         self.device = torch.device(device)
         self.dtype = dtype
-        self.embed = weights["token_embd.weight"]  # [V, D]
+        self._embed = weights.get("token_embd.weight")  # [V, D]; None with embed_file (see embed)
+        assert (self._embed is None) != (embed_file is None), "the embedding is dense or the file's bytes"
         # [V, D]; None where the caller holds the head otherwise (a CPU int8 cache: load.py)
-        self.head_weight = self.embed if cfg.tied_head else weights.get("output.weight", head_file)
+        tied = self._embed if self._embed is not None else head_file
+        self.head_weight = tied if cfg.tied_head else weights.get("output.weight", head_file)
         if head_q8 is not None:
             assert head_q8[0].shape == self.head_weight.shape and head_q8[0].dtype == torch.int8, head_q8[0].shape
             assert head_q8[1].shape == (self.head_weight.shape[0], self.head_weight.shape[1] // 32), head_q8[1].shape
@@ -98,9 +103,35 @@ class Decoder:
         self.embed_scale = torch.tensor(cfg.embed_scale, dtype=dtype, device=self.device)  # rounded like HF
 
     # ---- pieces -------------------------------------------------------------------------------
+    @property
+    def embed(self) -> torch.Tensor:
+        """The dense embedding [V, D] in the activation dtype. Held as the file's bytes (embed_file),
+        it is dequantized whole on first use and kept (what reads the whole table: an MTP head's
+        rows, training); a forward's rows come from embedding_rows without it."""
+        if self._embed is None:
+            self._embed = self.embed_file.dequantize().to(self.dtype)
+        return self._embed
+
+    @property
+    def dense_embed(self) -> bool:
+        """True when the dense embedding table is held (made or loaded), False while only the file's bytes are."""
+        return self._embed is not None
+
+    def embedding_rows(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[T, D] unscaled embedding rows of tokens [T] in the activation dtype: the dense table's rows,
+        or the same values dequantized from the file's bytes (no host sync: capturable)."""
+        if self._embed is not None:
+            return self._embed[tokens]
+        return self.embed_file.rows(tokens).dequantize().to(self.dtype)
+
+    def embed_tensors(self, one_row: bool = False) -> list[torch.Tensor]:
+        """The tensors holding the embedding (one_row: one row of each), as the model holds it now."""
+        held = [self._embed] if self._embed is not None else list(self.embed_file.planes)
+        return [t[0] for t in held] if one_row else held
+
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
         """tokens [T] -> [T, D] scaled embedding."""
-        return self.embed[tokens] * self.embed_scale
+        return self.embedding_rows(tokens) * self.embed_scale
 
     def head_packed(self):
         """head_q8 as one q8_0 PackedWeight [V, D] over the same tensors (no copy), or None without

@@ -93,6 +93,7 @@ class FusedDecoder:
         self.down = buf(R, D)
         self.xn = buf(R, D)  # the normed input of the next GEMV
         self.hidden = buf(R, D)
+        self.row_ids = torch.arange(R, device=dev)  # rows 0.. of a gathered embedding (see forward)
         self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)  # the head runs on <= MAX_ROWS rows
         bs = tiles.block_keys
         # key chunks a program grid covers: global layers every chunk of the cache; sliding layers
@@ -170,7 +171,10 @@ class FusedDecoder:
             plan = self.chunk_plan
         res = [r[:T] for r in self.res]
         xn = self.xn[:T]
-        scaled_embedding(m.embed, m.embed_scale, tokens, res[0])  # [T, D]: one launch, torch's bits
+        if m.dense_embed:
+            scaled_embedding(m.embed, m.embed_scale, tokens, res[0])  # [T, D]: one launch, torch's bits
+        else:  # the rows dequantized from the file's bytes, then the same scaling launch over them
+            scaled_embedding(m.embedding_rows(tokens), m.embed_scale, self.row_ids[:T], res[0])
         plan.norm(res[0], m.layers[0]["attn_norm"], xn)  # layer 0's; every later one follows a GEMV
         cur = 0  # res[cur] holds the residual stream
         for i in range(c.n_layers):

@@ -16,7 +16,7 @@ from tqdm import tqdm
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile, ggml_type_name
 from ..quant.dequant import SUPPORTED_TYPES, dequantize
-from ..quant.planes import fused_weight, plane_format
+from ..quant.planes import FusedWeight, PlaneMatrix, fused_weight, plane_format
 from ..quant.repack import split_q8_0
 from .arch import ModelConfig, layer_tensors, tensor_shapes
 from .decoder import Decoder
@@ -95,9 +95,10 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
     """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size);
     cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py);
     cpu_cache: those int8 matrices mapped from the user's cache when a run made them before, else
-    saved there for the next (quant/cpu_cache.py); file_weights (for the fused step: the engine
-    asks on CUDA, the tests in the CPU interpreter): the layers' matrices and an LM head that is not Q8_0 held as the file's own bytes (quant/planes.py), no
-    dense copy (the torch forward dequantizes them as it goes)."""
+    saved there for the next (quant/cpu_cache.py); file_weights (for the fused step: the engine asks
+    on CUDA, the tests in the CPU interpreter): the layers' matrices, and the embedding and LM head
+    unless they are Q8_0, held as the file's own bytes (quant/planes.py) with no dense copy (the
+    torch forward dequantizes what it reads as it goes)."""
     try:
         cfg = model_config(gf)
     except ModelFileError as e:
@@ -119,21 +120,27 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             if not cfg.tied_head:
                 skip.add("output.weight")
     weights = {}
-    head_q8 = head_file = None
+    head_q8 = head_file = embed_file = None
     names = list(tensor_shapes(cfg))
     sums = []  # one per tensor, on the device: read once at the end (one sync, not one per tensor)
     checked = []
     if file_weights:
         weights.update(load_file_matrices(gf, cfg, device, dtype, checked, sums, progress))
         skip |= set(checked)
-        h = gf.tensors[head_name]
-        if h.ggml_type != Q8_0 and plane_format(h.ggml_type):
-            raw = gf.raw_tensor(head_name, device)
-            head_file = fused_weight([(raw, h.ggml_type, tuple(h.shape))], dtype)
-            if not cfg.tied_head:  # its dense rows serve nothing else
-                skip.add(head_name)
-                checked.append(head_name)
-                sums.append(dequantize(raw, h.ggml_type, h.shape).sum(dtype=torch.float32))
+        # the embedding (and the tied head) and an untied head, unless Q8_0 (the frag8 head's own path)
+        for name in dict.fromkeys(["token_embd.weight", head_name]):
+            t = gf.tensors[name]
+            if t.ggml_type == Q8_0 or not plane_format(t.ggml_type):
+                continue
+            raw = gf.raw_tensor(name, device)
+            pm = PlaneMatrix.from_gguf(raw, t.ggml_type, tuple(t.shape))
+            if name == "token_embd.weight":
+                embed_file = pm
+            if name == head_name:
+                head_file = FusedWeight(pm)
+            skip.add(name)
+            checked.append(name)
+            sums.append(dequantize(raw, t.ggml_type, t.shape).sum(dtype=torch.float32))
     for name in tqdm(names, desc="loading weights", unit="tensor", disable=not progress, leave=False):
         t = gf.tensors[name]
         if name in skip:  # held by the cached ops, or as the file's bytes
@@ -154,7 +161,8 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
         weights[name] = w
         sums.append(w.sum(dtype=torch.float32))
     check_finite(gf, checked + [n for n in names if n not in skip], sums)
-    model = Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions, head_file=head_file)
+    model = Decoder(cfg, weights, device, dtype, head_q8=head_q8, max_positions=max_positions, head_file=head_file,
+                    embed_file=embed_file)
     if int8:
         from ..quant.cpu_linear import quantize_cpu_model
 

@@ -96,6 +96,12 @@ class PlaneMatrix:
         """float32 [n, k], bit-identical to quant/dequant.py on the file's bytes (the loader's values)."""
         return dequantize(self.gguf_bytes(), self.ggml_type, (self.n, self.k))
 
+    def rows(self, index: torch.Tensor) -> "PlaneMatrix":
+        """The rows `index` (int64 [T], on the planes' device) as a PlaneMatrix of their own (copies;
+        no host sync: capturable in a CUDA graph)."""
+        return PlaneMatrix(self.ggml_type, int(index.shape[0]), self.k,
+                           tuple(p.index_select(0, index) for p in self.planes))
+
 
 def _args(seg) -> tuple:
     """A segment's kernel arguments: (fmt code, (P0, P1, P2, P3, S0, S1, S2, S3)), plane tensors

@@ -41,18 +41,19 @@ LAYER_TYPES = [(T.Q4_K, T.Q4_K, T.Q6_K, T.Q5_K, T.Q4_0, T.Q4_1, T.Q5_0),
 KEYS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
-def write_model(path: Path, nan_in: str | None = None) -> Path:
+def write_model(path: Path, nan_in: str | None = None, tied: bool = False) -> Path:
+    """Untied: an F32 embedding and a Q6_K output matrix; tied: a Q6_K embedding that is the head too."""
     cfg = ModelConfig(family="llama", vocab_size=V, hidden=D, n_layers=2, n_heads=HEADS, n_kv_heads=KV_HEADS,
                       head_dim=HEAD_DIM, ffn=FFN, eps=1e-5, rope_global=Rope(1e4), rope_local=Rope(1e4),
                       sliding_window=0, sliding_pattern=0, query_scale=HEAD_DIM**-0.5, context_length=128,
-                      tied_head=False)
+                      tied_head=tied)
     types = {f"blk.{i}.{k}.weight": t for i, ts in enumerate(LAYER_TYPES) for k, t in zip(KEYS, ts)}
-    types["output.weight"] = T.Q6_K
+    types["token_embd.weight" if tied else "output.weight"] = T.Q6_K
     rng = np.random.default_rng(0)
     tensors = {}
     for j, (name, shape) in enumerate(tensor_shapes(cfg).items()):
         if name in types:
-            raw = random_blocks(types[name], shape[0], shape[1], j, scale=2e-4)
+            raw = random_blocks(types[name], shape[0], shape[1], j, scale=2e-3 if "token_embd" in name else 2e-4)
             if name == nan_in:
                 raw[:2] = np.array([np.nan], np.float16).view(np.uint8) if types[name] != T.Q6_K else raw[:2]
             tensors[name] = (raw, int(types[name]), shape)
@@ -99,6 +100,20 @@ def test_file_weights_give_the_dense_bits(model_file):
     kv2 = KVCache(2, 64, KV_HEADS, HEAD_DIM, "cpu", torch.float32)
     a, b = planes.forward(toks, 0, kv1)[0], dense.forward(toks, 0, kv2)[0]
     assert torch.equal(a, b) and torch.isfinite(a).all()
+
+
+def test_a_tied_embedding_held_as_the_file_bytes(tmp_path):
+    # the Q6_K embedding is the head too: its rows gathered and dequantized per forward, no dense table
+    gf = GGUFFile(write_model(tmp_path / "tied.gguf", tied=True))
+    planes = load_model(gf, "cpu", torch.float32, progress=False, file_weights=True)
+    dense = load_model(gf, "cpu", torch.float32, progress=False)
+    assert not planes.dense_embed and planes.head_file.a is planes.embed_file
+    assert all(t.dtype != torch.float32 for t in planes.embed_tensors())  # the planes, not a table
+    toks = torch.randint(0, V, (13,), generator=torch.Generator().manual_seed(1))
+    for got, want in zip(run(planes, toks, 9), run(dense, toks, 9)):
+        assert torch.equal(got, want)
+    assert not planes.dense_embed  # the forward made no table
+    assert torch.equal(planes.embed, dense.embed) and planes.dense_embed  # made whole on demand
 
 
 def test_a_nan_scale_in_a_file_matrix_is_refused(tmp_path):
