@@ -33,8 +33,8 @@ class EngineConfig:
     # model file's size): a later load maps them instead of quantizing again (~1 s of a 2-core start)
     cpu_cache: bool = True
     # CUDA with the fused kernels: the matrices held as the file's own bytes, dequantized inside the
-    # GEMVs to the dense values (quant/planes.py): about half the memory at 4B, but slower than the
-    # dense bf16 copies at every size measured (bench/RESULTS.md session 27), hence off by default
+    # GEMVs to the dense values (quant/planes.py): 3.1 GB instead of 8.1 at a 4B shape, but slower than
+    # the dense bf16 copies at every size measured (bench/RESULTS.md session 27), hence off by default
     file_weights: bool = False
     # CPU threads of a step: 0 = auto (all the cores this process may use, or one when that is
     # faster: measured while decoding, so another busy process does not stall every step)
