@@ -166,9 +166,8 @@ def memory(eng) -> dict:
     import resource
 
     m = eng.model
-    weights = _unique_bytes([*m.embed_tensors(), m.out_norm,
-                             *(t for L in m.layers for w in L.values() for t in weight_tensors(w)),
-                             *(weight_tensors(m.head_file) if m.head_file is not None else ())])
+    weights = _unique_bytes([*m.embed_tensors(), m.out_norm, *weight_tensors(m.head_weight),
+                             *(t for L in m.layers for w in L.values() for t in weight_tensors(w))])
     head_q8 = _unique_bytes(m.head_q8 or ())
     pw = m.head_packed() if m.head_q8 is not None else None
     layouts = _unique_bytes(t for d in (pw.derived.values() if pw is not None else ())
@@ -221,9 +220,8 @@ def step_weight_bytes(m, q8_head: bool) -> int:
     tensors = [m.out_norm, *(t for L in m.layers for w in L.values() for t in weight_tensors(w))]
     if q8_head:
         tensors += [*m.embed_tensors(one_row=True), *m.head_q8]
-    else:  # the head as the fused step reads it: the file's bytes where kept, else dense
-        tensors += [*m.embed_tensors(one_row=True), *weight_tensors(m.head_weight if m.head_file is None
-                                                                    else m.head_file)]
+    else:  # the head as the fused step reads it: dense, or the file's bytes where kept
+        tensors += [*m.embed_tensors(one_row=True), *weight_tensors(m.head_weight)]
     return _span_bytes(tensors)
 
 

@@ -146,9 +146,8 @@ class FusedDecoder:
         T = x.shape[0]
         assert 1 <= T <= MAX_ROWS and x.shape[1] == self.model.cfg.hidden, x.shape
         logits = self.logits[:T]
-        if self.head_w is None:  # the file's bytes where the model keeps them (not Q8_0), else the dense head
-            m = self.model
-            self.plan.gemv(x, m.head_weight if m.head_file is None else m.head_file, logits, head=True)
+        if self.head_w is None:  # the dense head, or the file's bytes where the model keeps them (not Q8_0)
+            self.plan.gemv(x, self.model.head_weight, logits, head=True)
             return logits
         for r0 in range(0, T, HEAD_Q8_ROWS):  # the kernel takes at most 4 rows
             r1 = min(T, r0 + HEAD_Q8_ROWS)

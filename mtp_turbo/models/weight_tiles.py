@@ -57,39 +57,34 @@ if triton is not None:
         return tl.reshape((q.to(tl.float32) * d[:, None]).to(ACT), (BN, BK))
 
     @triton.jit
-    def _q4(A, row0, nseg, k0, BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, MIN: tl.constexpr):
-        # Q4_0 (code - 8) * d; Q4_1 (MIN) code * d + m. A block's byte l: elements l and l + 16.
+    def _q32(A, row0, nseg, k0, BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr, FMT: tl.constexpr):
+        # 32-element blocks of 16 code bytes, byte l: elements l (low nibble) and l + 16 (high).
+        # FMT 2 Q4_0: (code - 8) d; 3 Q4_1: code d + m; 4 Q5_0: ((code | high bit << 4) - 16) d, the
+        # block's uint32 qh holding element i's high bit at bit i
         G: tl.constexpr = BK // 32
         rows, g, rm = _rows(row0, nseg, BN, G)
         blk = k0 // 32 + g
         l = tl.arange(0, 16)
         q = tl.load(A[0] + (rows * A[4] + blk * 16)[:, None] + l[None, :], mask=rm[:, None], other=0)
-        d = _f16(A[1], rows * A[5] + blk, rm)[:, None]
         lo = (q & 15).to(tl.int32)
         hi = (q >> 4).to(tl.int32)
-        if MIN:
+        if FMT == 4:  # planes (qs, qh, d), else (qs, d[, m])
+            qh = tl.load(A[1] + rows * A[5] + blk, mask=rm, other=0)[:, None]
+            d = _f16(A[2], rows * A[6] + blk, rm)[:, None]
+            lo = (lo | (((qh >> l[None, :]) & 1) << 4)) - 16
+            hi = (hi | (((qh >> (l[None, :] + 16)) & 1) << 4)) - 16
+        else:
+            d = _f16(A[1], rows * A[5] + blk, rm)[:, None]
+        if FMT == 3:
             m = _f16(A[2], rows * A[6] + blk, rm)[:, None]
             vlo = lo.to(tl.float32) * d + m
             vhi = hi.to(tl.float32) * d + m
         else:
-            vlo = (lo - 8).to(tl.float32) * d
-            vhi = (hi - 8).to(tl.float32) * d
-        return tl.reshape(_halves(vlo.to(ACT), vhi.to(ACT), BN * G, 32), (BN, BK))
-
-    @triton.jit
-    def _q5_0(A, row0, nseg, k0, BN: tl.constexpr, BK: tl.constexpr, ACT: tl.constexpr):
-        # (code | high bit << 4) - 16, times d; the block's uint32 qh: bit i = element i's high bit
-        G: tl.constexpr = BK // 32
-        rows, g, rm = _rows(row0, nseg, BN, G)
-        blk = k0 // 32 + g
-        l = tl.arange(0, 16)
-        q = tl.load(A[0] + (rows * A[4] + blk * 16)[:, None] + l[None, :], mask=rm[:, None], other=0)
-        qh = tl.load(A[1] + rows * A[5] + blk, mask=rm, other=0)[:, None]
-        d = _f16(A[2], rows * A[6] + blk, rm)[:, None]
-        lo = (q & 15).to(tl.int32) | (((qh >> l[None, :]) & 1) << 4)
-        hi = (q >> 4).to(tl.int32) | (((qh >> (l[None, :] + 16)) & 1) << 4)
-        vlo = (lo - 16).to(tl.float32) * d
-        vhi = (hi - 16).to(tl.float32) * d
+            if FMT == 2:
+                lo = lo - 8
+                hi = hi - 8
+            vlo = lo.to(tl.float32) * d
+            vhi = hi.to(tl.float32) * d
         return tl.reshape(_halves(vlo.to(ACT), vhi.to(ACT), BN * G, 32), (BN, BK))
 
     @triton.jit
@@ -175,12 +170,8 @@ if triton is not None:
             w = tl.load(A[0] + rn[:, None] * K + rk[None, :], mask=msk, other=0.0)
         elif FMT == 1:
             w = _q8_0(A, row0, nseg, k0, BN, BK, ACT)
-        elif FMT == 2:
-            w = _q4(A, row0, nseg, k0, BN, BK, ACT, False)
-        elif FMT == 3:
-            w = _q4(A, row0, nseg, k0, BN, BK, ACT, True)
-        elif FMT == 4:
-            w = _q5_0(A, row0, nseg, k0, BN, BK, ACT)
+        elif FMT <= 4:
+            w = _q32(A, row0, nseg, k0, BN, BK, ACT, FMT)
         elif FMT == 5:
             w = _qk45(A, row0, nseg, k0, BN, BK, ACT, False)
         elif FMT == 6:
