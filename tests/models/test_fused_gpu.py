@@ -91,6 +91,7 @@ def test_head_rows_bit_identical_at_every_row_count(cuda_engine):
 
 @pytest.mark.parametrize("temperature", [0.0, 0.6])
 def test_speculative_text_equals_plain_on_gpu(cuda_engine, temperature):
+    from mtp_turbo.errors import ModelFileError
     from mtp_turbo.sampling.config import SamplerConfig
     from mtp_turbo.spec.config import SpecConfig
 
@@ -108,7 +109,12 @@ def test_speculative_text_equals_plain_on_gpu(cuda_engine, temperature):
     for prompt in PROMPTS:
         plain = fresh()
         for draft in (("ngram", "mtp") if e.model.cfg.family == "gemma3" else ("ngram",)):
-            assert fresh(spec=SpecConfig(draft=draft, draft_tokens=3)) == plain, (draft, prompt)
+            try:
+                got = fresh(spec=SpecConfig(draft=draft, draft_tokens=3))
+            except ModelFileError as err:  # a Gemma-3 the shipped head was not trained for (a synthetic shape)
+                assert draft == "mtp" and "trained for the model" in str(err), err
+                continue
+            assert got == plain, (draft, prompt)
         try:  # one step a program: the same text
             e.cfg = dataclasses.replace(old, decode_steps=1)
             assert fresh() == plain, prompt
