@@ -7,7 +7,9 @@ loaded: a tile is [BN rows, G chunks of 64, 32] codes (a chunk's 32 code bytes g
 high sub-blocks), dequantized in the loader's fp32 arithmetic and rounded to bf16 (the same values
 as the dense matrix), multiplied by the activations loaded in that same shape, and reduced with
 plain FMAs (no tensor core). FMT 0 is the same kernel over a dense bf16 matrix, for the cost of
-the FMA reduction itself. Split-K writes partial sums (the merge is not timed: it reads NR x N x
+the FMA reduction itself; FMT 6 skips the bf16 rounding of the values, FMT 7 factors the scales
+out of each sub-block's sum (d sc sum(q x) - dmin m sum(x), llama.cpp's form in float): both no
+longer the loader's values, there to price what the exact values cost. Split-K writes partial sums (the merge is not timed: it reads NR x N x
 SPLITK floats). Checks each variant against a float64 matmul of the dequantized matrix.
 
     python bench/experiments/fma_gemv_bench.py [--quick] [--out F]
@@ -72,13 +74,27 @@ def fma_gemv(W, QS, SC, DD, X, Y, N, K, s_qs, s_sc, s_dd,
             dmn = dm * mn
             dlo, dhi = tl.split(dsc)  # [BN, G]
             mlo, mhi = tl.split(dmn)
-            vlo = ((q & 15).to(tl.float32) * dlo[:, :, None] - mlo[:, :, None]).to(tl.bfloat16).to(tl.float32)
-            vhi = ((q >> 4).to(tl.float32) * dhi[:, :, None] - mhi[:, :, None]).to(tl.bfloat16).to(tl.float32)
         xo = X + ri * K + (c * 64 + l)[None]  # [NR, 1, G, 32]
         xlo = tl.load(xo).to(tl.float32)
         xhi = tl.load(xo + 32).to(tl.float32)
-        p = vlo[None] * xlo + vhi[None] * xhi  # [NR, BN, G, 32]
-        acc += tl.sum(tl.sum(p, axis=3), axis=2)
+        if FMT == 7:  # factored: d sc sum(q x) - dmin m sum(x) per sub-block (not the loader's values)
+            qlo = (q & 15).to(tl.float32)
+            qhi = (q >> 4).to(tl.float32)
+            slo = tl.sum(qlo[None] * xlo, axis=3)  # [NR, BN, G]
+            shi = tl.sum(qhi[None] * xhi, axis=3)
+            sx_lo = tl.sum(xlo, axis=3)  # [NR, 1, G]
+            sx_hi = tl.sum(xhi, axis=3)
+            t = dlo[None] * slo - mlo[None] * sx_lo + dhi[None] * shi - mhi[None] * sx_hi
+            acc += tl.sum(t, axis=2)
+        else:
+            if FMT != 0:
+                vlo = (q & 15).to(tl.float32) * dlo[:, :, None] - mlo[:, :, None]
+                vhi = (q >> 4).to(tl.float32) * dhi[:, :, None] - mhi[:, :, None]
+                if FMT == 5:  # the loader's bf16 values
+                    vlo = vlo.to(tl.bfloat16).to(tl.float32)
+                    vhi = vhi.to(tl.bfloat16).to(tl.float32)
+            p = vlo[None] * xlo + vhi[None] * xhi  # [NR, BN, G, 32]
+            acc += tl.sum(tl.sum(p, axis=3), axis=2)
     ro = pid * BN + tl.arange(0, BN)
     tl.store(Y + (ks * NR + tl.arange(0, NR)[:, None]) * N + ro[None, :], acc, mask=(ro < N)[None, :])
 
@@ -95,11 +111,15 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out")
+    p.add_argument("--fmts", type=lambda t: [int(v) for v in t.split(",")], default=[0, 5, 6, 7])
+    p.add_argument("--variants", default=None, help="bn:g:splitk:warps,... (default: a sweep)")
     a = p.parse_args()
     dev = torch.device("cuda")
     variants = [(bn, g, s, w) for bn in (8, 16, 32) for g in (2, 4, 8) for s in (1, 2, 4) for w in (4, 8)]
     if a.quick:
         variants = [(16, 4, 1, 4), (32, 4, 2, 4), (8, 8, 4, 4)]
+    if a.variants:
+        variants = [tuple(int(v) for v in t.split(":")) for t in a.variants.split(",")]
     out = {}
     from mtp_turbo.models.arch import BlockSpec
     from mtp_turbo.models.layer_plan import FusedTiles, LayerPlan
@@ -116,7 +136,7 @@ def main():
             yd = torch.zeros(16, n, dtype=torch.bfloat16, device=dev)
             ms = triton.testing.do_bench(lambda: plan.gemv(x, dense, yd, gated=False, head=False), warmup=5, rep=40)
             res = {"mma_dense": (ms * 1e3, dense.numel() * 2 / ms / 1e6)}
-            for fmt in (0, 5):
+            for fmt in a.fmts:
                 nbytes = dense.numel() * 2 if fmt == 0 else pm.nbytes
                 for v in variants:
                     bn, g, s, w = v
@@ -132,7 +152,7 @@ def main():
                     except Exception as e:  # noqa: BLE001
                         res[f"{fmt}/{v}"] = (1e9, f"{type(e).__name__}: {str(e)[:80]}", 0)
             out[f"{name}/{nr}"] = res
-            for fmt in (0, 5):
+            for fmt in a.fmts:
                 best = min(((kk, r) for kk, r in res.items() if kk.startswith(f"{fmt}/")), key=lambda t: t[1][0])
                 print(f"{name:8s} rows {nr} fmt {fmt}: best {best[0]} {best[1][0]:8.1f} us ({best[1][1]:6.0f} GB/s, "
                       f"rel err {best[1][2]:.1e}) | mma dense {res['mma_dense'][0]:8.1f} us "
