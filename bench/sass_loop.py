@@ -55,7 +55,9 @@ def loops(sass: str) -> list[tuple[int, collections.Counter]]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("kernel", help="MODULE:FUNCTION under mtp_turbo.quant.kernels, e.g. triton_gemv:gemv_i8w")
+    ap.add_argument("kernel", help="MODULE:FUNCTION under mtp_turbo.quant.kernels, e.g. triton_gemv:gemv_i8w, "
+                    "or PATH.py:FUNCTION (an experiment's kernel)")
+    ap.add_argument("--ptr", action="append", default=[], help="NAME=TYPE: a pointer argument's type (e.g. SC=*u8)")
     ap.add_argument("constexprs", nargs="*", help="NAME=INT for the kernel's constexpr parameters")
     ap.add_argument("--warps", type=int, default=4)
     ap.add_argument("--stages", type=int, default=3)
@@ -65,7 +67,16 @@ def main(argv=None) -> int:
     from triton.compiler import ASTSource
 
     mod, name = args.kernel.split(":")
-    fn = getattr(importlib.import_module(f"mtp_turbo.quant.kernels.{mod}"), name)
+    if mod.endswith(".py"):
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("experiment_kernel", mod)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = importlib.import_module(f"mtp_turbo.quant.kernels.{mod}")
+    fn = getattr(module, name)
+    pointers = dict(_POINTERS, **dict(p.split("=") for p in args.ptr))
     given = dict(_DEFAULTS, **{k: int(v) for k, v in (c.split("=") for c in args.constexprs)})
     sig, const, attrs = {}, {}, {}
     for i, a in enumerate(fn.arg_names):
@@ -74,7 +85,7 @@ def main(argv=None) -> int:
                 ap.error(f"constexpr {a} needs a value (NAME=INT)")
             sig[a], const[(i,)] = "constexpr", given[a]
         else:
-            sig[a] = _POINTERS.get(a, "i32")
+            sig[a] = pointers.get(a, "i32")
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource
     if type(fn).__name__ == "GluonJITFunction":  # Gluon kernels: the layouts need the module's warp count

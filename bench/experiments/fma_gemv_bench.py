@@ -7,9 +7,10 @@ loaded: a tile is [BN rows, G chunks of 64, 32] codes (a chunk's 32 code bytes g
 high sub-blocks), dequantized in the loader's fp32 arithmetic and rounded to bf16 (the same values
 as the dense matrix), multiplied by the activations loaded in that same shape, and reduced with
 plain FMAs (no tensor core). FMT 0 is the same kernel over a dense bf16 matrix, for the cost of
-the FMA reduction itself; FMT 6 skips the bf16 rounding of the values, FMT 7 factors the scales
+the FMA reduction itself (defer: products summed in place over the K loop, one reduction at the end); FMT 6 skips the bf16 rounding of the values, FMT 7 factors the scales
 out of each sub-block's sum (d sc sum(q x) - dmin m sum(x), llama.cpp's form in float): both no
-longer the loader's values, there to price what the exact values cost. Split-K writes partial sums (the merge is not timed: it reads NR x N x
+longer the loader's values, there to price what the exact values cost. FMT 8 is FMT 5 with the
+codes loaded as 32-bit words and turned into floats by bit arithmetic (no I2F, no byte permutes). Split-K writes partial sums (the merge is not timed: it reads NR x N x
 SPLITK floats). Checks each variant against a float64 matmul of the dequantized matrix.
 
     python bench/experiments/fma_gemv_bench.py [--quick] [--out F]
@@ -46,7 +47,7 @@ def _scale_min_k4(S, m, j):
 
 @triton.jit
 def fma_gemv(W, QS, SC, DD, X, Y, N, K, s_qs, s_sc, s_dd,
-             FMT: tl.constexpr, NR: tl.constexpr, BN: tl.constexpr, G: tl.constexpr, SPLITK: tl.constexpr):
+             FMT: tl.constexpr, DEFER: tl.constexpr, NR: tl.constexpr, BN: tl.constexpr, G: tl.constexpr, SPLITK: tl.constexpr):
     pid = tl.program_id(0)
     ks = tl.program_id(1)
     rows = pid * BN + tl.arange(0, BN)[:, None, None]  # [BN, 1, 1]
@@ -55,6 +56,7 @@ def fma_gemv(W, QS, SC, DD, X, Y, N, K, s_qs, s_sc, s_dd,
     rm = rows < N
     ri = tl.arange(0, NR)[:, None, None, None]
     acc = tl.zeros([NR, BN], tl.float32)
+    acc4 = tl.zeros([NR, BN, G, 32], tl.float32)
     per = (K // 64) // SPLITK
     c0 = ks * per
     for it in range(0, per, G):
@@ -63,6 +65,23 @@ def fma_gemv(W, QS, SC, DD, X, Y, N, K, s_qs, s_sc, s_dd,
             base = W + rows * K + c * 64 + l
             vlo = tl.load(base, mask=rm, other=0.0).to(tl.float32)
             vhi = tl.load(base + 32, mask=rm, other=0.0).to(tl.float32)
+        elif FMT == 8:  # Q4_K from 32-bit words: nibble t of word j is element 4 j + t (low) or 32 + 4 j + t (high)
+            wq = tl.load(QS.to(tl.pointer_type(tl.int32)) + rows * (s_qs // 4) + c * 8 + tl.arange(0, 8)[None, None, :],
+                         mask=rm, other=0)  # [BN, G, 8]
+            sh = (8 * tl.arange(0, 4))[None, None, None, :]
+            nb = wq[:, :, :, None] >> sh  # [BN, G, 8, 4]
+            # exact int -> float without I2F: 2^23 + n as a float's bits, minus 2^23
+            flo = tl.reshape(((nb & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0, (BN, G, 32))
+            fhi = tl.reshape((((nb >> 4) & 15) | 0x4B000000).to(tl.float32, bitcast=True) - 8388608.0, (BN, G, 32))
+            sb = c // 4
+            j = 2 * (c % 4) + tl.arange(0, 2)[None, None, :]
+            sc, mn = _scale_min_k4(SC + rows * s_sc + sb * 12, rm, j)
+            d = tl.load(DD + rows * s_dd + sb * 2, mask=rm, other=0.0).to(tl.float32)
+            dm = tl.load(DD + rows * s_dd + sb * 2 + 1, mask=rm, other=0.0).to(tl.float32)
+            dlo, dhi = tl.split(d * sc)
+            mlo, mhi = tl.split(dm * mn)
+            vlo = (flo * dlo[:, :, None] - mlo[:, :, None]).to(tl.bfloat16).to(tl.float32)
+            vhi = (fhi * dhi[:, :, None] - mhi[:, :, None]).to(tl.bfloat16).to(tl.float32)
         else:
             q = tl.load(QS + rows * s_qs + c * 32 + l, mask=rm, other=0)  # [BN, G, 32]
             sb = c // 4
@@ -87,24 +106,29 @@ def fma_gemv(W, QS, SC, DD, X, Y, N, K, s_qs, s_sc, s_dd,
             t = dlo[None] * slo - mlo[None] * sx_lo + dhi[None] * shi - mhi[None] * sx_hi
             acc += tl.sum(t, axis=2)
         else:
-            if FMT != 0:
+            if FMT != 0 and FMT != 8:
                 vlo = (q & 15).to(tl.float32) * dlo[:, :, None] - mlo[:, :, None]
                 vhi = (q >> 4).to(tl.float32) * dhi[:, :, None] - mhi[:, :, None]
                 if FMT == 5:  # the loader's bf16 values
                     vlo = vlo.to(tl.bfloat16).to(tl.float32)
                     vhi = vhi.to(tl.bfloat16).to(tl.float32)
-            p = vlo[None] * xlo + vhi[None] * xhi  # [NR, BN, G, 32]
-            acc += tl.sum(tl.sum(p, axis=3), axis=2)
+            if DEFER:  # products summed in place, across the whole K loop; reduced once at the end
+                acc4 += vlo[None] * xlo + vhi[None] * xhi
+            else:
+                p = vlo[None] * xlo + vhi[None] * xhi  # [NR, BN, G, 32]
+                acc += tl.sum(tl.sum(p, axis=3), axis=2)
+    if DEFER:
+        acc += tl.sum(tl.sum(acc4, axis=3), axis=2)
     ro = pid * BN + tl.arange(0, BN)
     tl.store(Y + (ks * NR + tl.arange(0, NR)[:, None]) * N + ro[None, :], acc, mask=(ro < N)[None, :])
 
 
-def run(fmt, pm, dense, x, y, bn, g, splitk, warps):
+def run(fmt, pm, dense, x, y, bn, g, splitk, warps, defer=0):
     n, k = dense.shape
     qs, sc, dd = pm.planes
     grid = (triton.cdiv(n, bn), splitk)
     fma_gemv[grid](dense, qs, sc, dd, x, y, n, k, qs.stride(0), sc.stride(0), dd.stride(0),
-                   FMT=fmt, NR=x.shape[0], BN=bn, G=g, SPLITK=splitk, num_warps=warps)
+                   FMT=fmt, DEFER=bool(defer), NR=x.shape[0], BN=bn, G=g, SPLITK=splitk, num_warps=warps)
 
 
 def main():
@@ -112,7 +136,7 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out")
     p.add_argument("--fmts", type=lambda t: [int(v) for v in t.split(",")], default=[0, 5, 6, 7])
-    p.add_argument("--variants", default=None, help="bn:g:splitk:warps,... (default: a sweep)")
+    p.add_argument("--variants", default=None, help="bn:g:splitk:warps[:defer],... (default: a sweep)")
     a = p.parse_args()
     dev = torch.device("cuda")
     variants = [(bn, g, s, w) for bn in (8, 16, 32) for g in (2, 4, 8) for s in (1, 2, 4) for w in (4, 8)]
@@ -137,9 +161,9 @@ def main():
             ms = triton.testing.do_bench(lambda: plan.gemv(x, dense, yd, gated=False, head=False), warmup=5, rep=40)
             res = {"mma_dense": (ms * 1e3, dense.numel() * 2 / ms / 1e6)}
             for fmt in a.fmts:
-                nbytes = dense.numel() * 2 if fmt == 0 else pm.nbytes
+                nbytes = dense.numel() * 2 if fmt == 0 else pm.nbytes  # (FMT 8 reads the same bytes)
                 for v in variants:
-                    bn, g, s, w = v
+                    bn, g, s, w = v[:4]
                     if (k // 64) % (s * g):
                         continue
                     y = torch.zeros(s * nr, n, dtype=torch.float32, device=dev)

@@ -174,8 +174,10 @@ class RoundProgram:
         the argmax at temp 0 without penalties, else the sampler chain; plain steps and
         verification alike."""
         s = self.sampler
-        if not self.cuda and self.vocab is not None and not bool(logits.isfinite().all()):
-            self._no_token()  # (the CPU's argmax would pick a NaN's id; a GPU's ids are checked on read)
+        if not self.cuda and self.vocab is not None and not bool(torch.stack(torch.aminmax(logits)).isfinite().all()):
+            # (the CPU's argmax would pick a NaN's id; a GPU's ids are checked on read). The row's min
+            # and max are finite iff every logit is (NaN propagates): one pass, ~8x cheaper on the CPU
+            self._no_token()
         if s.greedy and not s.uses_penalties:
             return self.pick(logits)
         return sample_tokens(logits, self.target.tok_buf, pos, s, backend=self.sample_backend, params=self.params)

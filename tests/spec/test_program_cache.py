@@ -83,7 +83,8 @@ def test_cuda_new_seeds_and_values_replay_captured_graphs(model_path):
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_non_finite_logits_are_an_error_not_a_token(engine, monkeypatch, temperature):
+@pytest.mark.parametrize("poison", ["all nan", "one nan", "one inf", "one -inf"])
+def test_non_finite_logits_are_an_error_not_a_token(engine, monkeypatch, temperature, poison):
     import torch
 
     from mtp_turbo.errors import MtpTurboError
@@ -92,7 +93,11 @@ def test_non_finite_logits_are_an_error_not_a_token(engine, monkeypatch, tempera
 
     def nan_forward(n_rows, pad_to=0):
         logits, hidden = real(n_rows, pad_to)
-        return torch.full_like(logits, float("nan")), hidden
+        if poison == "all nan":
+            return torch.full_like(logits, float("nan")), hidden
+        logits = logits.clone()
+        logits[:, 7] = float(poison.split()[1])  # one entry a row, away from the argmax
+        return logits, hidden
 
     monkeypatch.setattr(engine, "forward", nan_forward)
     with pytest.raises(MtpTurboError, match="not finite"):
