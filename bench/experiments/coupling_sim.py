@@ -76,9 +76,10 @@ def sample_path(eng: Engine, ids: list[int], cfg: SamplerConfig, seed: int, n: i
     return toks
 
 
-def accepts(fp: torch.Tensor, fq: torch.Tensor, x: int, g: torch.Tensor) -> dict[str, bool]:
-    """Whether each method's proposal(s) hold the sampled token x (p: final logits fp, head: fq)."""
-    order = torch.argsort(fq, descending=True)
+def accepts(fp: torch.Tensor, fq: torch.Tensor, x: int, g: torch.Tensor, raw: torch.Tensor) -> dict[str, bool]:
+    """Whether each method's proposal(s) hold the sampled token x (p: final logits fp, head: fq; the
+    head's children ranked on fq, or at temp 0 (fq one-hot) on its raw logits)."""
+    order = torch.argsort(fq if int(torch.isfinite(fq).sum()) > 1 else raw, descending=True)
     a1, a2 = int(order[0]), int(order[1])
     gum = int((fq + g).argmax())
     # icdf: the uniform that draws x from p (its own interval's midpoint stands for a random one)
@@ -109,7 +110,7 @@ def main() -> int:
     head = load_head(str(HEAD), model, device="cpu", dtype=torch.float32, draft_quant="bf16", head_quant="bf16")
     ids_map = head.vocab_ids
     extra = SAMPLED if a.chain == "bench" else {}
-    cfg = SamplerConfig(temperature=a.temperature, **extra)
+    cfg = SamplerConfig(temperature=a.temperature, **(extra if a.temperature > 0 else {}))
     V = model.cfg.vocab_size
     hits = {m: [[] for _ in range(a.depth)] for m in METHODS}
     rounds = {m: [] for m in METHODS}
@@ -137,7 +138,7 @@ def main() -> int:
                     full[ids_map if ids_map is not None else slice(None)] = hq
                     fq = fl_of(full, hist, cfg)
                     g, _ = noise(seed, s + 1, V)
-                    r = accepts(fp, fq, x, g)
+                    r = accepts(fp, fq, x, g, full)
                     for m in METHODS:
                         hits[m][j - 1].append(r[m])
                         if acc[m] and r[m]:
