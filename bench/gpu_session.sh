@@ -203,6 +203,13 @@
 #   bench/gpu_session.sh s29-gemma         join; file weights vs dense: bits (ab_logits), GPU tests, bench beside llama-bench
 #   bench/gpu_session.sh s29-synth SHAPE.. quantize the synthetic models (Q4_K_M); plain decode file weights vs dense
 #                                          beside llama-bench, memory
+#
+# Session 28 (issue 38: the draft model on the GPU):
+#   bench/gpu_session.sh s30-start         (carry .carry .whl .pieces/p08) llama-bench + llama-speculative built in the
+#                                          background; the first piece
+#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p09..p30: Qwen2.5-Coder-1.5B; p31..p40: 0.5B), back to back
+#   bench/gpu_session.sh s30-pair          join both; the pair's GPU test; HumanEval x 8 plain / draft model / n-gram
+#                                          beside llama-bench and llama-speculative (0.5B drafting) on the same prompts
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -215,7 +222,7 @@ export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 llama_build() {  # JOBS [TARGETS]: unpack .carry/llama.tar.gz, build llama-bench + llama-completion in the background
   tar xzf .carry/llama.tar.gz -C /tmp && [ -d /tmp/llama.cpp ] || return 1
   (cd /tmp/llama.cpp && setsid nohup bash -c "cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
+    -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=${LLAMA_EXAMPLES:-OFF} -DLLAMA_BUILD_SERVER=OFF -DCMAKE_BUILD_TYPE=Release \
     > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target ${2:-llama-bench llama-completion} \
     >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
 }
@@ -408,6 +415,37 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
     for t in head head; do (cd /tmp && PYTHONPATH=/tmp/site:/tmp/$t timeout 60 python3 $H/bench/ttft.py --model $M -n 64 \
       --profile 12 2>&1 | tail -40 > "$OUT/ttft_$t.txt"); done; tail -40 "$OUT/ttft_head.txt" ;;
   recv) for d in "$@"; do cp "$d"/* /tmp/gguf/; done; ls -la /tmp/gguf ;;
+  s30-start)  # (carry .carry .whl .pieces/p08)
+    mkdir -p /tmp/logs; cp .pieces/p08/* /tmp/gguf/
+    LLAMA_EXAMPLES=ON llama_build 16 "llama-bench llama-speculative" || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" ;;
+  s30-pair)  # join both Qwen files into the registry's folder; the pair's GPU test; the bench beside llama.cpp
+    M=$HOME/.cache/mtp-turbo/models; mkdir -p $M
+    for m in qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046:qwen2.5-coder-1.5b-instruct-q4_k_m \
+             qwen05:1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32:qwen2.5-coder-0.5b-instruct-q4_k_m; do
+      n=${m%%:*}; r=${m#*:}; f=$M/${r#*:}.gguf
+      cat /tmp/gguf/$n.[0-9]* > $f && echo "${r%%:*}  $f" | sha256sum -c - || exit 1
+    done
+    timeout 200 python3 -m pytest -q -m gpu tests/spec/drafters/test_model_drafter.py -p no:cacheprovider -rf 2>&1 \
+      | grep -v Warning | tee "$OUT/pytest_gpu_pair.txt" | tail -3
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    L=/tmp/llama.cpp/build/bin
+    timeout 420 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-1.5b-instruct --modes plain,model,ngram \
+      --draft-model qwen2.5-coder-0.5b-instruct --temps 0,0.6 --draft-tokens ${KS:-3,5} --max-tokens 256 --n-prompts 8 \
+      --prompts humaneval --pp 512 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pair.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_pair.txt" | tail -14
+    python3 -c "
+import json; from mtp_turbo.benchmark.config import load_prompts
+for i, p in enumerate(load_prompts('humaneval', 8)): open(f'/tmp/he{i}.txt', 'w').write(p)"
+    for t in 0 0.6; do for dm in 4 8; do
+      for i in $(seq 0 7); do
+        timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+          -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/he$i.txt -n 256 --temp $t --draft-max $dm \
+          -ngl 99 -ngld 99 -fa on --seed 1 2>&1 | grep -E "decoded|accept" | tr '\n' ' '; echo
+      done | tee "$OUT/llama_spec_t${t}_d$dm.txt" | awk -v t=$t -v d=$dm '{for(i=1;i<=NF;i++) if($i=="speed:") {s+=$(i+1); n++}}
+        END {printf "llama-speculative temp %s draft-max %s: mean %.1f tok/s over %d prompts\n", t, d, s/n, n}'
+    done; done ;;
   llama-build)
     cat /tmp/gguf/llama.* > /tmp/llama.tar.gz && echo "$(cat .pieces/LLAMA_SHA256)  /tmp/llama.tar.gz" | sha256sum -c - || exit 1
     mkdir -p /tmp/llama && tar xzf /tmp/llama.tar.gz -C /tmp/llama

@@ -66,3 +66,8 @@ def smollm2_path():
 @pytest.fixture(scope="session")
 def qwen05_path():
     return _registry_model("qwen2.5-coder-0.5b-instruct")
+
+
+@pytest.fixture(scope="session")
+def qwen15_path():  # GPU tests only (the README's install does not fetch it)
+    return _registry_model("qwen2.5-coder-1.5b-instruct")

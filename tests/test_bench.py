@@ -87,9 +87,11 @@ def test_config_checks_and_prompt_sets(tmp_path):
     for bad, word in [(dict(modes="plain,magic"), "modes"), (dict(temps="-1"), "temps"), (dict(draft_tokens="9"),
                       "draft-tokens"), (dict(draft_tokens="1.5"), "draft-tokens"), (dict(reps=0), "reps"),
                       (dict(prompts="nope.txt"), "prompts"), (dict(llama_bench="/no/such"), "llama-bench"),
-                      (dict(plot="/no/such/dir/x.png"), "plot")]:
+                      (dict(plot="/no/such/dir/x.png"), "plot"), (dict(modes="plain,auto"), "modes"),
+                      (dict(modes="plain,model"), "draft-model"), (dict(draft_model="x.gguf"), "draft-model")]:
         with pytest.raises(ConfigError, match=word):
             BenchConfig(**bad)
+    assert BenchConfig(modes="plain,model", draft_model="qwen2.5-coder-0.5b-instruct").mode_list == ("none", "model")
     mt = load_prompts("mtbench", 3)
     assert len(mt) == 3 and mt[0].startswith("Compose an engaging travel blog post")
     assert load_prompts("humaneval", 1)[0].startswith("from typing import List")

@@ -24,7 +24,8 @@ def _floats(s: str, name: str) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class BenchConfig:
-    modes: str = "plain,mtp,ngram"  # comma list from none/plain, mtp, ngram
+    modes: str = "plain,mtp,ngram"  # comma list from none/plain, mtp, ngram, model
+    draft_model: str = ""  # the draft model of the model rows: a GGUF path or a registry name
     temps: str = "0,0.6"  # 0 = greedy (no penalties); > 0 = the sampled chain at that temperature
     draft_tokens: str = "1,2,3,4"  # k of the speculative rows
     max_tokens: int = 128  # generated per prompt
@@ -45,8 +46,10 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         bad = [m for m in self.mode_list if m not in DRAFTERS]
-        if bad or not self.mode_list:
-            raise ConfigError(f"--modes takes names from plain, mtp, ngram; got {self.modes!r}")
+        if bad or not self.mode_list or "auto" in self.mode_list:
+            raise ConfigError(f"--modes takes names from plain, mtp, ngram, model; got {self.modes!r}")
+        if ("model" in self.mode_list) != bool(self.draft_model):
+            raise ConfigError("--modes model and --draft-model go together (the model rows' draft model)")
         if not self.temp_list or any(not t >= 0 for t in self.temp_list):
             raise ConfigError(f"--temps takes temperatures >= 0, got {self.temps!r}")
         ks = _floats(self.draft_tokens, "draft-tokens")
@@ -104,7 +107,9 @@ def load_prompts(source: str, n: int) -> list[str]:
 
 
 HELP = {
-    "modes": "rows to run: plain (no drafter), mtp (the model's MTP head), ngram (prompt lookup)",
+    "modes": "rows to run: plain (no drafter), mtp (the model's MTP head), ngram (prompt lookup), model (a "
+    "smaller model of the same tokenizer: --draft-model)",
+    "draft_model": "the draft model of the model rows: a GGUF path or a known model's name (`mtp-turbo models`)",
     "temps": "temperatures; 0 = greedy, > 0 = the sampled chain (--top-k ... --penalty-last-n) at that temperature",
     "draft_tokens": "drafts per round (k) of the speculative rows, comma-separated",
     "max_tokens": "tokens generated per prompt",

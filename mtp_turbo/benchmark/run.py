@@ -96,7 +96,8 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
         ref_name = ""
         for mode, k in configs:
             spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k, adaptive=cfg.adaptive,
-                                                          round_split=cfg.split)
+                                                          round_split=cfg.split,
+                                                          draft_model=cfg.draft_model if mode == "model" else None)
             name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
             bar.set_description(name)
             if cfg.warmup:  # every prompt once, as timed: each shape the runs use captures its graph here

@@ -9,8 +9,9 @@ Drafting runs on the host side of a round (the round's host-drafter path): the d
 brought to the committed sequence (the longest prefix it already holds is kept, which after a round
 is the committed part of its own drafts; the rest is encoded), then k one-row steps each take the
 argmax of the draft's logits as the next input. The k - 1 drafts' K/V stay in its cache: the next
-round keeps those the main model accepted. Each step reads its token on the host (one sync a draft);
-drafting chained on the device inside the round's program is the next step (issue 38).
+round keeps those the main model accepted. The steps are chained on the device: each argmax is
+written into the step buffer the next step reads, and the k drafts are read back once (one host sync
+a round, not one a draft). Drafting inside the round's own program is the next step (issue 38).
 """
 
 from __future__ import annotations
@@ -87,14 +88,12 @@ class DraftModelDrafter(Drafter):
             return []
         self._sync(tokens)
         n = len(tokens)
-        drafts = []
         with torch.inference_mode():
-            for j in range(k):  # step j: input at position n-1+j, its argmax the token at n+j
+            for j in range(k):  # step j: input at position n-1+j, its argmax the token at n+j (no sync)
                 logits, _ = self.runner.forward(self.buf[n - 1 + j: n + j], n - 1 + j)
-                d = int(logits[0].argmax())
+                torch.argmax(logits[0], out=self.buf[n + j])  # the lowest id on ties, as int(argmax()) was
                 self.kv.commit(n + j)
-                drafts.append(d)
-                self.buf[n + j] = d
+            drafts = self.buf[n: n + k].tolist()  # the round's one read of the drafts
         self.held = list(tokens) + drafts
         return drafts
 

@@ -1,6 +1,7 @@
 """A smaller model of the same tokenizer as the drafter (--draft model): the text is plain decoding's
 (temperature 0: the greedy text; 0.6 with the chain: the same seed's text), a model drafting for
-itself is accepted every time, and a draft model whose vocabulary differs is refused by name."""
+itself is accepted every time, and a draft model whose vocabulary differs is refused by name. On a
+GPU: the real pair (Qwen2.5-Coder-0.5B drafting for 1.5B) gives plain's text."""
 
 import pytest
 
@@ -57,3 +58,17 @@ def test_a_draft_model_of_another_vocabulary_is_refused(smollm2_path, qwen05_pat
         eng.generate_ids(PROMPT, sampler=SAMPLERS[0], max_tokens=4, spec=spec)
     with pytest.raises(ConfigError, match="--draft-model"):
         SpecConfig(draft="model")
+
+
+@pytest.mark.gpu
+def test_the_qwen_pair_gives_plain_text_on_the_gpu(qwen05_path, qwen15_path):
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(qwen15_path), device="cuda", ctx_size=1024, progress=False))
+    for k in (3, 5):
+        spec = SpecConfig(draft="model", draft_model=str(qwen05_path), draft_tokens=k)
+        for s in SAMPLERS:
+            plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=48)
+            assert eng.generate_ids(PROMPT, sampler=s, max_tokens=48, spec=spec) == plain, (k, s)
+            st = eng.last_stats.spec
+            assert st.accepted > 0 and st.drafted >= st.accepted, st
