@@ -205,9 +205,8 @@
 #                                          beside llama-bench, memory
 #
 # Session 28 (issue 38: the draft model on the GPU):
-#   bench/gpu_session.sh s30-start         (carry .carry .whl .pieces/p08) llama-bench + llama-speculative built in the
-#                                          background; the first piece
-#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p09..p30: Qwen2.5-Coder-1.5B; p31..p40: 0.5B), back to back
+#   bench/gpu_session.sh s30-start         (carry .carry .whl) llama-bench + llama-speculative built in the background
+#   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p08..p30: Qwen2.5-Coder-1.5B; p31..p40: 0.5B), back to back
 #   bench/gpu_session.sh s30-pair          join both; the pair's GPU test; HumanEval x 8 plain / draft model / n-gram
 #                                          beside llama-bench and llama-speculative (0.5B drafting) on the same prompts
 set -uo pipefail
@@ -415,8 +414,8 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
     for t in head head; do (cd /tmp && PYTHONPATH=/tmp/site:/tmp/$t timeout 60 python3 $H/bench/ttft.py --model $M -n 64 \
       --profile 12 2>&1 | tail -40 > "$OUT/ttft_$t.txt"); done; tail -40 "$OUT/ttft_head.txt" ;;
   recv) for d in "$@"; do cp "$d"/* /tmp/gguf/; done; ls -la /tmp/gguf ;;
-  s30-start)  # (carry .carry .whl .pieces/p08)
-    mkdir -p /tmp/logs; cp .pieces/p08/* /tmp/gguf/
+  s30-start)  # (carry .carry .whl)
+    mkdir -p /tmp/logs
     LLAMA_EXAMPLES=ON llama_build 16 "llama-bench llama-speculative" || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" ;;
