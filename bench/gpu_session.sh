@@ -430,14 +430,14 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
       | grep -v Warning | tee "$OUT/pytest_gpu_pair.txt" | tail -3
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
     L=/tmp/llama.cpp/build/bin
-    timeout 420 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-1.5b-instruct --modes plain,model,ngram \
+    timeout 420 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-1.5b-instruct --modes ${MODES:-plain,model,ngram} \
       --draft-model qwen2.5-coder-0.5b-instruct --temps 0,0.6 --draft-tokens ${KS:-3,5} --max-tokens 256 --n-prompts 8 \
       --prompts humaneval --pp 512 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pair.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_pair.txt" | tail -14
     python3 -c "
 import json; from mtp_turbo.benchmark.config import load_prompts
 for i, p in enumerate(load_prompts('humaneval', 8)): open(f'/tmp/he{i}.txt', 'w').write(p)"
-    for t in 0 0.6; do for dm in 4 8; do
+    for t in 0 0.6; do for dm in ${DMS:-4 8}; do
       for i in $(seq 0 7); do
         timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
           -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/he$i.txt -n 256 --temp $t --draft-max $dm \

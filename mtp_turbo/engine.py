@@ -332,7 +332,8 @@ class Engine:
         draft modes, so a switch loads and captures nothing again)."""
         from .spec.drafters import make_drafter
 
-        if self.kept.use_drafter(spec, lambda: make_drafter(spec, self.model, self.gguf, self.ctx_size)):
+        kernels = self.runner.kernels  # a draft model steps on the main model's kernels
+        if self.kept.use_drafter(spec, lambda: make_drafter(spec, self.model, self.gguf, self.ctx_size, kernels)):
             # it knows nothing the engine committed while another mode ran: it and (when it reads the
             # main model's states) the main cache start over, so it sees every prompt chunk
             self.drafter.reset()

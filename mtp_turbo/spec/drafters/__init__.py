@@ -8,9 +8,10 @@ from ...errors import ConfigError
 from .base import Drafter
 
 
-def make_drafter(spec, main, main_gguf, capacity: int) -> Drafter:
+def make_drafter(spec, main, main_gguf, capacity: int, kernels: str = "torch") -> Drafter:
     """The drafter SpecConfig `spec` names, for main model `main` (from GGUFFile `main_gguf`) with
-    a context of `capacity` tokens."""
+    a context of `capacity` tokens; kernels: the main model's step kernels ("triton" / "torch"),
+    which a draft model's steps use too."""
     if spec.draft == "ngram":
         from .ngram import NGramDrafter
 
@@ -22,5 +23,5 @@ def make_drafter(spec, main, main_gguf, capacity: int) -> Drafter:
     if spec.draft == "model":
         from .model import load_draft_model
 
-        return load_draft_model(spec, main, main_gguf, capacity)
+        return load_draft_model(spec, main, main_gguf, capacity, kernels)
     raise ConfigError(f"no drafter for draft={spec.draft!r}")

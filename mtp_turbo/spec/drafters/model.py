@@ -44,9 +44,11 @@ def check_vocabulary(main_tokens: list[str] | None, draft_tokens: list[str] | No
 class DraftModelDrafter(Drafter):
     name = "model"
 
-    def __init__(self, model, capacity: int, graphs: bool = True):
+    def __init__(self, model, capacity: int, graphs: bool = True, kernels: str = "torch"):
         """model: the draft Decoder (models/decoder.py) on the main model's device; capacity: the
-        main model's context (the draft's cache holds as many cells, plus a round's drafts)."""
+        main model's context (the draft's cache holds as many cells, plus a round's drafts);
+        kernels: the step's kernels, the main model's ("triton" on CUDA: the torch step's eager
+        catch-up made a round 30-40 ms on an H200, bench/RESULTS.md session 28)."""
         from ...cache.kv import KVCache
         from ...models.step import StepRunner
 
@@ -54,7 +56,7 @@ class DraftModelDrafter(Drafter):
         self.model = model
         self.capacity = capacity + 16
         self.kv = KVCache(c.n_layers, self.capacity, c.n_kv_heads, c.head_dim, model.device, model.dtype)
-        self.runner = StepRunner(model, self.kv, use_graphs=graphs and model.device.type == "cuda")
+        self.runner = StepRunner(model, self.kv, use_graphs=graphs and model.device.type == "cuda", kernels=kernels)
         self.buf = torch.zeros(self.capacity, dtype=torch.int64, device=model.device)
         self.held: list[int] = []  # tokens whose K/V cells [0, kv.length) hold (held[:kv.length])
 
@@ -98,10 +100,10 @@ class DraftModelDrafter(Drafter):
         return drafts
 
 
-def load_draft_model(spec, main, main_gguf, capacity: int) -> DraftModelDrafter:
+def load_draft_model(spec, main, main_gguf, capacity: int, kernels: str = "torch") -> DraftModelDrafter:
     """The drafter of SpecConfig `spec` (draft "model", draft_model a path or a registry name) for
-    main model `main` from GGUFFile `main_gguf`: same device, and on the CPU its matrices held as the
-    main model's are (int8 when the main model's are, from the same cache)."""
+    main model `main` from GGUFFile `main_gguf`: same device and step kernels, and on the CPU its
+    matrices held as the main model's are (int8 when the main model's are, from the same cache)."""
     from ...io.gguf_file import GGUFFile
     from ...io.registry import resolve_model
     from ...models.load import load_model
@@ -113,4 +115,4 @@ def load_draft_model(spec, main, main_gguf, capacity: int) -> DraftModelDrafter:
                      Path(gf.path).name)
     int8 = main.device.type == "cpu" and main.head_op is not None
     model = load_model(gf, main.device, progress=False, max_positions=capacity + 16, cpu_int8=int8, cpu_cache=int8)
-    return DraftModelDrafter(model, capacity)
+    return DraftModelDrafter(model, capacity, kernels=kernels)
