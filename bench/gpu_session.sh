@@ -440,7 +440,7 @@ for i, p in enumerate(load_prompts('humaneval', 8)): open(f'/tmp/he{i}.txt', 'w'
     for t in 0 0.6; do for dm in ${DMS:-4 8}; do
       for i in $(seq 0 7); do
         timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
-          -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/he$i.txt -n 256 --temp $t --draft-max $dm \
+          -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/he$i.txt -n 256 --temp $t --spec-draft-n-max $dm \
           -ngl 99 -ngld 99 -fa on --seed 1 2>&1 | grep -E "decoded|accept" | tr '\n' ' '; echo
       done | tee "$OUT/llama_spec_t${t}_d$dm.txt" | awk -v t=$t -v d=$dm '{for(i=1;i<=NF;i++) if($i=="speed:") {s+=$(i+1); n++}}
         END {printf "llama-speculative temp %s draft-max %s: mean %.1f tok/s over %d prompts\n", t, d, s/n, n}'
