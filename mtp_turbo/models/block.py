@@ -73,6 +73,8 @@ def project_qkv(W: dict, d: BlockSpec, h: torch.Tensor, cos: torch.Tensor, sin: 
     and k, v [..., T, Hkv, Dh]: attention norm, projection (+ biases), q/k norms, RoPE on q and k."""
     a = rms_norm(h, W["attn_norm"], d.eps)
     qd, kvd = d.n_heads * d.head_dim, d.n_kv_heads * d.head_dim
+    if "qkv" in W and d.qk_norm and h.dtype == torch.float32 and not h.is_cuda:
+        return _project_qk_rows(W, d, linear(W["qkv"], a, W.get("qkv_bias")), h.shape[:-1], cos, sin)
     if "qkv" in W:  # one GEMV over the fused rows
         q, k, v = linear(W["qkv"], a, W.get("qkv_bias")).split([qd, kvd, kvd], dim=-1)
     else:
@@ -84,6 +86,21 @@ def project_qkv(W: dict, d: BlockSpec, h: torch.Tensor, cos: torch.Tensor, sin: 
         q, k = rms_norm(q, W["q_norm"], d.eps), rms_norm(k, W["k_norm"], d.eps)
     v = v.reshape(*lead, d.n_kv_heads, d.head_dim)
     return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+
+def _project_qk_rows(W: dict, d: BlockSpec, y: torch.Tensor, lead, cos: torch.Tensor, sin: torch.Tensor):
+    """project_qkv's tail on the CPU in float32: the q and k heads of the fused rows y normed and
+    rotated as one tensor (q|k heads: one norm, one rotation, with sin's first half negated instead
+    of x's), the same values bit for bit as the per-part path in ~8 ops instead of ~20 (the CPU's
+    eager step is bound by op count: bench/RESULTS.md session 28)."""
+    H, G, Dh = d.n_heads, d.n_kv_heads, d.head_dim
+    half = Dh // 2
+    qk = F.rms_norm(y[..., : (H + G) * Dh].reshape(*lead, H + G, Dh), (Dh,), None, d.eps)
+    qk[..., :H, :].mul_(W["q_norm"])
+    qk[..., H:, :].mul_(W["k_norm"])
+    rs = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1)[:, None, :]  # (-x2) * s == x2 * (-s), exactly
+    qk = qk * cos[:, None, :] + qk.roll(half, -1) * rs
+    return qk[..., :H, :], qk[..., H:, :], y[..., (H + G) * Dh:].reshape(*lead, G, Dh)
 
 
 def attend(d: BlockSpec, q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, mask: torch.Tensor | None,
