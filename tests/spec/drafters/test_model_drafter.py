@@ -21,19 +21,25 @@ def _engine(path):
     return Engine(EngineConfig(model=str(path), device="cpu", ctx_size=512, progress=False))
 
 
+def _speculative_runs(eng, draft_path, ks, max_tokens):
+    """For each k and sampler: asserts the draft model's text is plain decoding's, then yields
+    (sampler, the speculative run's stats)."""
+    for k in ks:
+        spec = SpecConfig(draft="model", draft_model=str(draft_path), draft_tokens=k)
+        for s in SAMPLERS:
+            plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=max_tokens)
+            assert eng.generate_ids(PROMPT, sampler=s, max_tokens=max_tokens, spec=spec) == plain, (k, s)
+            yield s, eng.last_stats.spec
+
+
 @pytest.mark.parametrize("which", ["smollm2", "qwen05"])
 def test_a_model_drafting_for_itself_gives_plain_text(which, smollm2_path, qwen05_path):
     path = smollm2_path if which == "smollm2" else qwen05_path
     eng = _engine(path)
-    for k in (2, 4):
-        spec = SpecConfig(draft="model", draft_model=str(path), draft_tokens=k)
-        for s in SAMPLERS:
-            plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=24)
-            assert eng.generate_ids(PROMPT, sampler=s, max_tokens=24, spec=spec) == plain, (k, s)
-            st = eng.last_stats.spec
-            assert st.drafted > 0
-            if s.greedy:  # its own argmax is the target's greedy token at every position
-                assert st.accepted == st.drafted, st
+    for s, st in _speculative_runs(eng, path, (2, 4), 24):
+        assert st.drafted > 0
+        if s.greedy:  # its own argmax is the target's greedy token at every position
+            assert st.accepted == st.drafted, st
     # a new prompt after a long one: the draft's cache keeps only the common prefix
     spec = SpecConfig(draft="model", draft_model=str(path), draft_tokens=3)
     g = SAMPLERS[0]
@@ -65,10 +71,5 @@ def test_the_qwen_pair_gives_plain_text_on_the_gpu(qwen05_path, qwen15_path):
     from mtp_turbo.engine import Engine, EngineConfig
 
     eng = Engine(EngineConfig(model=str(qwen15_path), device="cuda", ctx_size=1024, progress=False))
-    for k in (3, 5):
-        spec = SpecConfig(draft="model", draft_model=str(qwen05_path), draft_tokens=k)
-        for s in SAMPLERS:
-            plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=48)
-            assert eng.generate_ids(PROMPT, sampler=s, max_tokens=48, spec=spec) == plain, (k, s)
-            st = eng.last_stats.spec
-            assert st.accepted > 0 and st.drafted >= st.accepted, st
+    for _, st in _speculative_runs(eng, qwen05_path, (3, 5), 48):
+        assert st.accepted > 0 and st.drafted >= st.accepted, st
