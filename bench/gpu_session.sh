@@ -434,6 +434,9 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
       --draft-model qwen2.5-coder-0.5b-instruct --temps 0,0.6 --draft-tokens ${KS:-3,5} --max-tokens 256 --n-prompts 8 \
       --prompts humaneval --pp 512 --llama-bench $L/llama-bench --llama-args "-ngl 99" --json "$OUT/bench_pair.json" 2>&1 \
       | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_pair.txt" | tail -14
+    timeout 120 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-0.5b-instruct --modes plain --temps 0 \
+      --max-tokens 256 --n-prompts 8 --prompts humaneval 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" \
+      | tee "$OUT/bench_draft_alone.txt" | tail -4
     python3 -c "
 import json; from mtp_turbo.benchmark.config import load_prompts
 for i, p in enumerate(load_prompts('humaneval', 8)): open(f'/tmp/he{i}.txt', 'w').write(p)"
