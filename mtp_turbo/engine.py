@@ -27,7 +27,7 @@ from .cache.kv import KVCache
 from .engine_config import EngineConfig
 from .errors import CacheError, ConfigError, ModelFileError, MtpTurboError
 from .io.gguf_file import GGUFFile
-from .io.registry import resolve_model
+from .io.registry import paired_draft, resolve_model
 from .io.tokenizer import GGUFTokenizer
 from .models.load import load_model
 from .models.step import StepRunner
@@ -127,7 +127,7 @@ class Engine:
             else:
                 self.threads = ThreadChooser((available_cores(), 1))
         self.tokens: list[int] = []
-        self._auto_plain: set = set()  # --draft auto specs found without a usable head
+        self._auto: dict = {}  # --draft auto: spec -> the spec it drafts with (None: plain), found once
         self.kept = ProgramCache()  # the device programs and drafters kept between calls
         # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
         # then room for a round's drafts
@@ -307,20 +307,34 @@ class Engine:
             stats.captures = program.captures - before
 
     def _auto_spec(self, spec):
-        """--draft auto: the MTP head when one is there for this model (on the CPU with adaptive k,
-        which keeps a round that would not pay a plain step), else None (plain decoding; why is said
-        once on stderr). The CPU's head runs on int8 matrices only: with --cpu-weights f32 plain."""
+        """--draft auto: the MTP head made for this model (on the CPU with adaptive k, which keeps
+        a round that would not pay a plain step); else the draft model the registry pairs with it,
+        when installed (io/registry.py); else None (plain decoding). Which, and why not a drafter,
+        is said once on stderr. On the CPU drafting needs the int8 matrices (--cpu-weights f32:
+        plain, as measured)."""
         cpu = self.device.type == "cpu"
-        if spec in self._auto_plain or (cpu and self.model.head_op is None):
+        if cpu and self.model.head_op is None:
             return None
+        if spec in self._auto:
+            return self._auto[spec]
+        choice, said = None, ""
         mtp = dataclasses.replace(spec, draft="mtp", adaptive=spec.adaptive or cpu)
         try:
             self._use_drafter(mtp)
+            choice, said = mtp, "drafts with the MTP head"
         except ModelFileError as e:
-            print(f"mtp-turbo: --draft auto decodes without a drafter: {e}", file=sys.stderr)
-            self._auto_plain.add(spec)
-            return None
-        return mtp
+            said = f"decodes without a drafter: {e}"
+            pair = paired_draft(self.gguf.path)
+            if pair is not None:
+                model = dataclasses.replace(spec, draft="model", draft_model=pair.name)
+                try:
+                    self._use_drafter(model)
+                    choice, said = model, f"drafts with the draft model {pair.name} (no MTP head for this model)"
+                except (ModelFileError, ConfigError) as e2:
+                    said += f"; draft model {pair.name}: {e2}"
+        self._auto[spec] = choice
+        print(f"mtp-turbo: --draft auto {said}", file=sys.stderr)
+        return choice
 
     @property
     def drafter(self) -> Drafter | None:

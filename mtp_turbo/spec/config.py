@@ -14,14 +14,18 @@ AUTO_K = {"greedy": 3, "sampled": 2}
 # on the CPU (int8 matrices, 2 cores): k = 2 with adaptive k, by MT-Bench and HumanEval beside plain
 # (bench/RESULTS.md session 25): a verify row costs more there than on a GPU
 AUTO_K_CPU = 2
+# a draft model (--draft model): k = 2 at temp 0 and 0.6, on an H200 and on 2 CPU cores (Qwen2.5-Coder
+# 0.5B drafting for 1.5B, HumanEval: 1.33x / 1.29x plain on the GPU, 1.21x / 1.23x on the CPU; a draft
+# step costs about half a target step there, so longer chains lose: bench/RESULTS.md session 29)
+AUTO_K_MODEL = 2
 SPEC_SAMPLE = ("exact", "greedy")
 
 
 @dataclass(frozen=True)
 class SpecConfig:
-    # auto: the MTP head when one is there for the model (on the CPU with adaptive k), else plain
-    # (1.85x plain greedy, 1.11x plain at temp 0.6 on an H200, bench/RESULTS.md 2026-12-01 session 15;
-    # on 2 CPU cores 1.29x / 1.19x, session 25)
+    # auto: the MTP head when one is there for the model (on the CPU with adaptive k), else the
+    # registry's draft model for it when installed (io/registry.py), else plain (MTP: 1.85x plain
+    # greedy, 1.11x at temp 0.6 on an H200, bench/RESULTS.md session 15; 1.29x / 1.19x on 2 CPU cores, session 25)
     draft: str = "auto"  # auto | none | ngram | mtp | model
     # k: drafts per round at most (verify forwards k+1 rows); 0 = auto: AUTO_K by temperature
     draft_tokens: int = 0
@@ -80,4 +84,6 @@ class SpecConfig:
         sampled run, on a GPU or the CPU."""
         if self.draft_tokens:
             return self
+        if self.draft == "model":
+            return dataclasses.replace(self, draft_tokens=AUTO_K_MODEL)
         return dataclasses.replace(self, draft_tokens=AUTO_K_CPU if cpu else AUTO_K["greedy" if greedy else "sampled"])

@@ -2,6 +2,7 @@
 of pip, a tmp cache (XDG_CACHE_HOME); plus the real table's consistency."""
 
 import argparse
+import dataclasses
 import errno
 import hashlib
 import random
@@ -86,6 +87,8 @@ def test_real_table_is_consistent():
     assert [e.name for e in table if e.bundled] == [registry.DEFAULT_MODEL]
     assert registry.find_entry("SmolLM2-135M-Instruct").name == "smollm2-135m-instruct"
     assert len(registry.find_entry("qwen2.5-coder-1.5b-instruct").parts) == 22
+    for e in table:  # a pairing names another entry of the same family
+        assert not e.draft or (registry.find_entry(e.draft).family == e.family and registry.find_entry(e.draft) is not e)
 
 
 def test_install_assembles_the_right_bytes(fake, cache):
@@ -208,6 +211,22 @@ def test_resolve(fake, cache, tmp_path):
     with pytest.raises(ModelFileError, match="wrong sha256.*models install fake-7m"):
         registry.resolve_model("fake")
     assert registry.install(entry, progress=False, downloader=dl).read_bytes() == payload  # rebuilt
+
+
+def test_the_paired_draft_model_is_found_by_file_name_and_size_when_installed(fake, cache, tmp_path):
+    entry, payload, dl = fake
+    small, _ = make_entry(tmp_path, name="fake-1m", file_name="Fake-1M.Q4_0.gguf", seed=1)
+    big = dataclasses.replace(entry, draft=small.name)
+    table = (big, small)
+    registry.install(big, progress=False, downloader=dl)
+    main = cache / big.file_name
+    assert registry.paired_draft(main, table) is None  # the draft model is not installed
+    registry.install(small, progress=False, downloader=dl, table=table)
+    assert registry.paired_draft(main, table) == small
+    other = tmp_path / big.file_name  # same name, other size: not the registry's file
+    other.write_bytes(b"GGUF")
+    assert registry.paired_draft(other, table) is None
+    assert registry.paired_draft(cache / small.file_name, table) is None  # no pairing for the small one
 
 
 def test_default_cache_folder(monkeypatch, tmp_path):

@@ -91,3 +91,24 @@ def test_rounds_launched_ahead_give_plain_text(sampler, smollm2_path):
     assert s.ahead >= s.rounds // 2 and s.accepted > 0, s.summary()
     if sampler.greedy:
         assert s.accepted == s.drafted, s.summary()
+
+
+def test_draft_auto_takes_the_draft_model_the_registry_pairs(qwen05_path, monkeypatch, capsys):
+    # no MTP head for a Qwen model: --draft auto drafts with the registry's draft model for it (here
+    # the 0.5B paired with itself), k = 2, plain decoding's text; which is said once
+    import dataclasses
+
+    from mtp_turbo.io import registry
+
+    e = registry.find_entry("qwen2.5-coder-0.5b-instruct")
+    monkeypatch.setattr(registry, "MODELS", tuple(dataclasses.replace(x, draft=e.name) if x is e else x
+                                                  for x in registry.MODELS))
+    eng = _engine(qwen05_path)
+    for s in SAMPLERS:
+        plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=16, spec=SpecConfig(draft="none"))
+        assert eng.generate_ids(PROMPT, sampler=s, max_tokens=16, spec=SpecConfig()) == plain
+        st = eng.last_stats.spec
+        assert st is not None and st.drafter == "model" and st.k == 2 and st.drafted > 0, st
+    err = capsys.readouterr().err
+    assert err.count("--draft auto drafts with the draft model qwen2.5-coder-0.5b-instruct") == 1, err
+    assert "decodes without a drafter" not in err
