@@ -251,3 +251,18 @@ def test_tiny_bench_on_the_cpu(capsys, tmp_path, model_path):
     mem = res["memory"]  # the CPU keeps no Q8_0 codes (the fused head is CUDA's)
     assert mem["head_q8_MiB"] == 0 and mem["kv_MiB"] > 0 and mem["peak_rss_MiB"] > mem["weights_MiB"] > 100
     assert f"memory: weights {mem['weights_MiB']:.1f} MiB, K/V cache" in out
+
+
+def test_chat_sends_each_prompt_through_the_models_template(capsys, tmp_path, smollm2_path, monkeypatch):
+    from mtp_turbo.benchmark import run
+
+    seen, real = [], run.generate
+    monkeypatch.setattr(run, "generate", lambda eng, prompt, *a: seen.append(prompt) or real(eng, prompt, *a))
+    rc = main(["bench", "--model", str(smollm2_path), "--device", "cpu", "--ctx-size", "256", "--no-progress",
+               "--modes", "plain", "--temps", "0", "--max-tokens", "2", "--n-prompts", "1", "--pp", "0",
+               "--no-warmup", "--prompts", "humaneval", "--chat", "--json", str(tmp_path / "b.json")])
+    assert rc == 0, capsys.readouterr().err
+    res = json.loads((tmp_path / "b.json").read_text())
+    assert res["meta"]["prompts"] == "humaneval (chat template)"
+    assert seen and all(p.startswith("<|im_start|>") and "<|im_start|>user\nfrom typing import" in p
+                        and p.endswith("<|im_start|>assistant\n") for p in seen), seen[:1]

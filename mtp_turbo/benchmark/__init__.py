@@ -57,6 +57,10 @@ def cmd_bench(args) -> int:
     from .run import bandwidth_floor, memory, prefill_speed, run_rows
 
     eng = Engine(ecfg)
+    if cfg.chat:
+        from ..cli import chat_prompt_of
+
+        prompts = [chat_prompt_of(eng.gguf, [{"role": "user", "content": p}]).text for p in prompts]
     if cfg.pp >= eng.ctx_size or max(len(eng.tokenizer.encode(p)) for p in prompts) + cfg.max_tokens > eng.ctx_size:
         raise ConfigError(f"the prompts + --max-tokens {cfg.max_tokens} (or --pp {cfg.pp}) exceed the context "
                           f"{eng.ctx_size}: raise --ctx-size")
@@ -64,7 +68,7 @@ def cmd_bench(args) -> int:
     total = n_rows * (cfg.warmup + cfg.reps) * len(prompts) + (cfg.reps + cfg.warmup if cfg.pp else 0)
     dev = torch.cuda.get_device_name(eng.device) if eng.device.type == "cuda" else "cpu"
     result: dict = {"meta": {"model": eng.gguf.path.name, "device": dev, "torch": torch.__version__,
-                             "prompts": cfg.prompts, "n_prompts": len(prompts), "max_tokens": cfg.max_tokens,
+                             "prompts": cfg.prompts + (" (chat template)" if cfg.chat else ""), "n_prompts": len(prompts), "max_tokens": cfg.max_tokens,
                              "reps": cfg.reps, "seed": base.seed, "config": dataclasses.asdict(cfg),
                              "sampled_chain": dataclasses.asdict(base) | {"temperature": list(cfg.temp_list)},
                              "engine": dataclasses.asdict(ecfg)}}

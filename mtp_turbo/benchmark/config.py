@@ -31,6 +31,7 @@ class BenchConfig:
     max_tokens: int = 128  # generated per prompt
     prompts: str = "mtbench"  # mtbench | humaneval | FILE (.json list, or one prompt per line)
     n_prompts: int = 8
+    chat: bool = False  # each prompt as a user message through the model's chat template (instruct models)
     reps: int = 1  # each prompt this many times per row
     adaptive: bool = False  # speculative rows choose each round's k in 0..K (off: always K drafts, the default)
     split: bool = False  # time draft / verify / accept apart (SpecConfig.round_split: three graphs, events between)
@@ -116,6 +117,8 @@ HELP = {
     "prompts": "mtbench (MT-Bench first turns), humaneval (HumanEval prompts) or a FILE (.json list of strings, "
     "or one prompt per line)",
     "n_prompts": "prompts of the set used",
+    "chat": "send each prompt as a user message through the model's chat template (for instruct models; "
+    "llama-completion gets the same rendered text)",
     "reps": "runs of each prompt per row",
     "adaptive": "speculative rows choose each round's k in 0..K from measured acceptance and round times "
     "(SpecConfig.adaptive); off: every round drafts K",
