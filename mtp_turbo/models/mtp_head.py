@@ -3,8 +3,8 @@ from-scratch reference.
 
 Owns: MTPConfig; the head file's names (ARCH, tensor_names) and option values (--draft-quant
 formats and which matrices they apply to: `policy_fmt`, LM-head row formats, GEMV backends, the
-shipped head's path); the head's own math around the shared Gemma-3 block (block.py): `x =
-fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(h_t))`, the block with a sliding-base RoPE,
+shipped head's path); the head's own math around one block of the main model's family (block.py): `x =
+fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(h_t))`, the block (RoPE of Gemma-3's sliding layers),
 final norm, the main model's tied LM head or a gathered subset of its rows; MTPHead (weights, LM
 head rows, RoPE tables); the read-cell rule stated plainly (read_set) and the from-scratch
 reference drafts the tests compare the drafter with.
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .arch import FAMILIES, GELU_TANH, BlockSpec, layer_tensors
+from .arch import FAMILIES, BlockSpec, layer_tensors
 from .block import attend, finish, linear, project_qkv, rms_norm, rope_tables
 
 ARCH = "gemma3-mtp"
@@ -56,10 +56,12 @@ class MTPConfig:
     rope_base: float = 10_000.0
     n_layer: int = 18  # the main model's layer count: the head's tensors live at blk.{n_layer}
     hidden_source: str = "pre_norm"  # which main hidden the head reads: before or after the final norm
+    family: str = "gemma3"  # the main model's: the block's norms and activation, the embedding's scale
 
     def __post_init__(self) -> None:
         assert self.hidden_source in HIDDEN_SOURCES, self.hidden_source
         assert self.n_heads % self.n_kv_heads == 0
+        assert self.family in FAMILIES, self.family
 
     @property
     def query_scale(self) -> float:
@@ -67,21 +69,31 @@ class MTPConfig:
 
     @property
     def block(self) -> BlockSpec:
-        # a Gemma-3 block (heads exist for Gemma-3 main models only)
+        """A block of the main model's family (its norms, q/k norms, activation), without QKV biases."""
+        t = FAMILIES[self.family]
         return BlockSpec(self.hidden, self.n_heads, self.n_kv_heads, self.head_dim, self.ffn, self.eps,
-                         self.query_scale, sandwich_norms=True, activation=GELU_TANH, qk_norm=True, qkv_bias=False)
+                         self.query_scale, sandwich_norms=t.sandwich_norms, activation=t.activation,
+                         qk_norm=t.qk_norm, qkv_bias=False)
+
+    @property
+    def embed_scale(self) -> float:
+        """The main model's embedding scale (the head embeds token t+1 as the main model does)."""
+        return math.sqrt(self.hidden) if FAMILIES[self.family].scaled_embedding else 1.0
 
     @classmethod
     def for_main(cls, mc, hidden_source: str = "pre_norm") -> "MTPConfig":
+        # RoPE: Gemma-3's sliding layers' base (the head reads a window of cells, as they do); else the model's
+        base = mc.rope_local.base if mc.rope_local.base > 1 else mc.rope_global.base
         return cls(hidden=mc.hidden, n_heads=mc.n_heads, n_kv_heads=mc.n_kv_heads, head_dim=mc.head_dim,
-                   ffn=mc.ffn, eps=mc.eps, rope_base=mc.rope_local.base, n_layer=mc.n_layers, hidden_source=hidden_source)
+                   ffn=mc.ffn, eps=mc.eps, rope_base=base, n_layer=mc.n_layers, hidden_source=hidden_source,
+                   family=mc.family)
 
 
 def tensor_names(cfg: MTPConfig) -> dict[str, str]:
     """internal weight name -> GGUF tensor name."""
     L = cfg.n_layer
     names = {k: f"blk.{L}.{v}.weight" for k, v in NEXTN_TENSORS.items()}
-    names.update({k: f"blk.{L}.{v}" for k, v in layer_tensors(FAMILIES["gemma3"]).items()})
+    names.update({k: f"blk.{L}.{v}" for k, v in layer_tensors(cfg.block).items()})
     return names
 
 
@@ -124,7 +136,7 @@ class MTPHead:
         self.W = weights
         self.ops = weights if ops is None else ops
         self.embed = embed  # main embedding [V, D] (unscaled: the tied LM head)
-        self.embed_scale = torch.tensor(math.sqrt(cfg.hidden), dtype=dtype).to(self.device)
+        self.embed_scale = torch.tensor(cfg.embed_scale, dtype=dtype).to(self.device)
         self.vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device, torch.int64)
         if head_rows is None:
             head_rows = embed if vocab_ids is None else embed[self.vocab_ids].contiguous()

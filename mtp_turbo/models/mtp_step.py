@@ -30,7 +30,9 @@ import torch
 
 import dataclasses
 
+from ..errors import ConfigError
 from . import mtp_kernels as mk
+from .arch import GELU_TANH
 from .layer_plan import MP, FusedTiles, LayerPlan, pow2
 from .mtp_head import MTPHead
 
@@ -106,6 +108,9 @@ class FusedMTPStep:
             self.gate_up = ops["gate_up"]
         else:
             self.gate_up = dense_cat(("gate", "up"))
+        if not isinstance(self.gate_up, torch.Tensor) and c.block.activation != GELU_TANH:
+            raise ConfigError("a packed MLP in the MTP head is gated by the GeGLU kernel (Gemma-3 heads): use "
+                              "--draft-quant bf16 for a head on a SwiGLU model")
         self.o, self.down = ops["o"], ops["down"]
         self.head_op = ops.get("head")  # PackedLinear of the LM head rows, or None: dense rows
         self.head_rows = head.head_rows.to(self.dt).contiguous() if self.head_op is None else None
@@ -160,7 +165,7 @@ class FusedMTPStep:
     def write_qkv(self, x, pos):
         c, n = self.head.cfg, x.shape[0]
         nm = self.norms
-        rope = (pos, nm["q_norm"], nm["k_norm"], self.cos, self.sin, self.q, self.k_cache, self.v_cache)
+        rope = (pos, nm.get("q_norm"), nm.get("k_norm"), self.cos, self.sin, self.q, self.k_cache, self.v_cache)
         if self.tails:
             assert x.data_ptr() == self.x.data_ptr(), "write_qkv takes the rows inputs() returned (normed in xn)"
             self.plan.qkv_rope(self.xn[:n], self.qkv, None, self.qkv_out, self.cnt[1], *rope)
@@ -187,17 +192,17 @@ class FusedMTPStep:
                                          c.query_scale, H=c.n_heads, HKV=c.n_kv_heads, DH=c.head_dim, QR=16,
                                          BS=CELL_CHUNK, SP=pow2(S), PREC=self.plan.prec, num_warps=4)
         if self.tails:
-            self.plan.gemv_residual(self.att, self.o, self.o_out, self.cnt[2], x, nm["post_attn_norm"], nm["ffn_norm"],
-                                    self.h1, self.xn[:1])
+            self.plan.gemv_residual(self.att, self.o, self.o_out, self.cnt[2], x, nm.get("post_attn_norm"),
+                                    nm["ffn_norm"], self.h1, self.xn[:1])
             gu = self.plan.mlp(self.xn[:1], self.gate_up, self.gu)
-            self.plan.gemv_residual(gu, self.down, self.dn, self.cnt[3], self.h1, nm["post_ffn_norm"], nm["out_norm"],
-                                    self.state, self.xn[:1])
+            self.plan.gemv_residual(gu, self.down, self.dn, self.cnt[3], self.h1, nm.get("post_ffn_norm"),
+                                    nm["out_norm"], self.state, self.xn[:1])
             return self.state
         o = self._linear(self.att, self.o, self.o_out)
-        self.plan.norm(x, nm["ffn_norm"], self.xn[:1], delta=o, wpost=nm["post_attn_norm"], hout=self.h1)
+        self.plan.norm(x, nm["ffn_norm"], self.xn[:1], delta=o, wpost=nm.get("post_attn_norm"), hout=self.h1)
         gu = self._linear(self.xn[:1], self.gate_up, self.gu, gated=True)
         dn = self._linear(gu, self.down, self.dn)
-        self.plan.norm(self.h1, nm["out_norm"], self.xn[:1], delta=dn, wpost=nm["post_ffn_norm"], hout=self.state)
+        self.plan.norm(self.h1, nm["out_norm"], self.xn[:1], delta=dn, wpost=nm.get("post_ffn_norm"), hout=self.state)
         return self.state
 
     def logits(self, h, j):

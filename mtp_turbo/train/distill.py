@@ -47,12 +47,13 @@ def frequent_ids(rows: np.ndarray, vocab: int, n: int) -> np.ndarray:
 
 
 def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
-    """fp32 head weights: block = a copy of the main model's last sliding layer (post-norms scaled
-    to 1%), fc_hidden = I, fc_embedding small random, input norms 1, final norm = the main model's."""
+    """fp32 head weights: block = a copy of the main model's last sliding layer (the last layer
+    where none is sliding; QKV biases dropped: the head has none), its outputs scaled to 1%,
+    fc_hidden = I, fc_embedding small random, input norms 1, final norm = the main model's."""
     g = torch.Generator().manual_seed(seed)
     mc = model.cfg
-    src = max(i for i in range(mc.n_layers) if not mc.is_global(i))
-    W = {k: model.layers[src][k].detach().float().clone() for k in layer_tensors(model.cfg)}
+    src = max((i for i in range(mc.n_layers) if not mc.is_global(i)), default=mc.n_layers - 1)
+    W = {k: model.layers[src][k].detach().float().clone() for k in layer_tensors(cfg.block)}
     D = cfg.hidden
     W["fc_h"] = torch.eye(D)
     W["fc_e"] = torch.randn(D, D, generator=g) * (0.1 / math.sqrt(D))
@@ -60,9 +61,10 @@ def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
     W["hnorm"] = torch.ones(D)
     W["out_norm"] = model.out_norm.detach().float().clone()
     # start near an identity block (output ~ normalised h: the main model's own next-token view);
-    # the copied post-norms would let the block's outputs swamp x (held-out KL 26 vs 12 nats)
-    W["post_attn_norm"] = W["post_attn_norm"] * 0.01
-    W["post_ffn_norm"] = W["post_ffn_norm"] * 0.01
+    # the copied block's outputs would swamp x (held-out KL 26 vs 12 nats): its post-norms (Gemma)
+    # or its output matrices (pre-norm families) scaled to 1%
+    for k in ("post_attn_norm", "post_ffn_norm") if cfg.block.sandwich_norms else ("o", "down"):
+        W[k] = W[k] * 0.01
     return {k: v.to(model.device) for k, v in W.items()}
 
 

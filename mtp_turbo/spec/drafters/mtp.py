@@ -395,9 +395,9 @@ def load_mtp_drafter(spec, main, main_gguf, capacity: int) -> MTPDrafter:
     from ...models.mtp_load import load_head
     from ...quant.gemv import parse_tile
 
-    if main.cfg.family != "gemma3":  # a head is one Gemma-3 block on the main model's states
-        raise ModelFileError(f"MTP heads run on Gemma-3 models only, and this is a {main.cfg.family} model: "
-                             "use --draft ngram (or none)")
+    if main.cfg.family != "gemma3" and not spec.drafter:  # the shipped head is Gemma-3-270M's
+        raise ModelFileError(f"no MTP head ships for this {main.cfg.family} model: train one with `mtp-turbo "
+                             "train-mtp` and pass it with --drafter, or draft with --draft ngram / model")
     path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
     if not path.exists():
         raise ModelFileError(f"MTP head file {path} does not exist" + (

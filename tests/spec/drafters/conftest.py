@@ -38,10 +38,15 @@ class TinyMTP:
 
     V, D = 97, 64
 
+    def __init__(self, family: str = "gemma3"):
+        self.family = family
+
     def main_cfg(self) -> ModelConfig:
-        return ModelConfig(family="gemma3", vocab_size=self.V, hidden=self.D, n_layers=3, n_heads=2, n_kv_heads=1, head_dim=32,
-                            ffn=128, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=16,
-                            sliding_pattern=6, query_scale=32 ** -0.5, context_length=2048)
+        gemma = self.family == "gemma3"  # else a Qwen2 / Llama block: pre-norms only, SwiGLU, no sliding layers
+        return ModelConfig(family=self.family, vocab_size=self.V, hidden=self.D, n_layers=3, n_heads=2, n_kv_heads=1,
+                           head_dim=32, ffn=128, eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4 if gemma else 0.0),
+                           sliding_window=16 if gemma else 0, sliding_pattern=6 if gemma else 0,
+                           query_scale=32 ** -0.5, context_length=2048)
 
     def head(self, vocab_ids=None, seed: int = 0) -> MTPHead:
         """Random weights from `seed` (norms near 1, matrices ~ 1/sqrt(in)); vocab_ids: a reduced head."""
@@ -67,6 +72,12 @@ class TinyMTP:
 @pytest.fixture(scope="session")
 def tiny() -> TinyMTP:
     return TinyMTP()
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen() -> TinyMTP:
+    """The same tiny set-up for a head on a Qwen2 main model (its block, no embedding scale)."""
+    return TinyMTP("qwen2")
 
 
 @pytest.fixture

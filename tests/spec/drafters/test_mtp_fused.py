@@ -69,6 +69,14 @@ def test_fused_drafts_equal_reference(tiny):
     session(tiny, tiny.head(), 4, 16, seed=1, rounds=12)
 
 
+def test_a_head_on_a_qwen2_block_drafts_the_reference_drafts(tiny_qwen):
+    # pre-norms only, SwiGLU, no embedding scale, RoPE at the model's base: the fused step's plan and
+    # the torch step follow the head's family as the reference does
+    session(tiny_qwen, tiny_qwen.head(), 4, 16, seed=4, rounds=10)
+    ids = torch.tensor(sorted(random.Random(5).sample(range(tiny_qwen.V), 40)))
+    session(tiny_qwen, tiny_qwen.head(vocab_ids=ids, seed=5), 8, 64, seed=5, rounds=6, prompt=(90, 130))
+
+
 def test_fused_reduced_head_long_context_and_penalties(tiny):
     ids = torch.tensor(sorted(random.Random(3).sample(range(tiny.V), 40)))
     # sink + window + chain past CELL_CHUNK (64) cells: attention over more than one chunk, merged
