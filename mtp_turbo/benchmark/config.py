@@ -26,6 +26,7 @@ def _floats(s: str, name: str) -> tuple[float, ...]:
 class BenchConfig:
     modes: str = "plain,mtp,ngram"  # comma list from none/plain, mtp, ngram, model
     draft_model: str = ""  # the draft model of the model rows: a GGUF path or a registry name
+    drafter: str = ""  # the MTP head file of the mtp rows ("" = the one shipped for the model)
     temps: str = "0,0.6"  # 0 = greedy (no penalties); > 0 = the sampled chain at that temperature
     draft_tokens: str = "1,2,3,4"  # k of the speculative rows
     max_tokens: int = 128  # generated per prompt
@@ -61,6 +62,8 @@ class BenchConfig:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
         if self.pp < 0:
             raise ConfigError(f"--pp must be >= 0, got {self.pp}")
+        if self.drafter and not Path(self.drafter).is_file():
+            raise ConfigError(f"--drafter {self.drafter}: no such file")
         for name in ("llama_bench", "llama_completion"):
             path = getattr(self, name)
             if path and not Path(path).is_file():
@@ -111,6 +114,7 @@ HELP = {
     "modes": "rows to run: plain (no drafter), mtp (the model's MTP head), ngram (prompt lookup), model (a "
     "smaller model of the same tokenizer: --draft-model)",
     "draft_model": "the draft model of the model rows: a GGUF path or a known model's name (`mtp-turbo models`)",
+    "drafter": "the MTP head file of the mtp rows (default: the head shipped for the model)",
     "temps": "temperatures; 0 = greedy, > 0 = the sampled chain (--top-k ... --penalty-last-n) at that temperature",
     "draft_tokens": "drafts per round (k) of the speculative rows, comma-separated",
     "max_tokens": "tokens generated per prompt",

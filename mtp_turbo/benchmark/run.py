@@ -97,7 +97,8 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
         for mode, k in configs:
             spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k, adaptive=cfg.adaptive,
                                                           round_split=cfg.split,
-                                                          draft_model=cfg.draft_model if mode == "model" else None)
+                                                          draft_model=cfg.draft_model if mode == "model" else None,
+                                                          drafter=(cfg.drafter or None) if mode == "mtp" else None)
             name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
             bar.set_description(name)
             if cfg.warmup:  # every prompt once, as timed: each shape the runs use captures its graph here

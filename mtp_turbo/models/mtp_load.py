@@ -9,6 +9,7 @@ drafting (spec/drafters/mtp.py), the GEMV kernels (quant/), writing heads (train
 
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
 import torch
@@ -175,6 +176,9 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
     if src not in HIDDEN_SOURCES:
         raise ModelFileError(f"{path}: mtp.hidden_source {src!r} is not one of {HIDDEN_SOURCES}")
     cfg = MTPConfig.for_main(main.cfg, hidden_source=src)
+    gate = gf.tensors.get(tensor_names(cfg)["gate"])
+    if gate is not None:  # a head may have a narrower FFN than its main model (train-mtp --ffn)
+        cfg = dataclasses.replace(cfg, ffn=int(gate.shape[0]))
     device = main.device if device is None else torch.device(device)
     dtype = main.dtype if dtype is None else dtype
     W, stored = {}, {}

@@ -21,6 +21,7 @@ class TrainConfig:
     weight_decay: float = 0.01
     chain: int = 3  # chain depth k trained (steps 1..k)
     vocab_rows: int = 32768  # 0 = full head
+    ffn: int = 0  # the head's FFN width (0 = the main model's); narrower: a smaller, faster head
     sink: int = 64
     window: int = 256
     hidden_source: str = "pre_norm"
@@ -57,6 +58,8 @@ class TrainConfig:
     accept_min_p: float = 0.05
 
     def __post_init__(self) -> None:
+        if self.ffn < 0 or self.ffn % 32:
+            raise ConfigError(f"ffn must be 0 (the main model's) or a positive multiple of 32, got {self.ffn}")
         if self.chain < 1 or self.steps < 1 or self.batch < 1 or self.block < 1:
             raise ConfigError("chain, steps, batch and block must be >= 1")
         if self.pos_offset < 0 or self.eval_offset < 0 or not (0 <= self.offset_frac <= 1) or not (0 <= self.gen_frac <= 1):
@@ -77,6 +80,8 @@ TRAIN_HELP = {
     "weight_decay": "AdamW weight decay (not on the norms)",
     "chain": "chain depth k trained: the head predicts 1..k tokens ahead from its own states",
     "vocab_rows": "rows of the head's reduced vocabulary (the data's most frequent ids); 0 = the full head",
+    "ffn": "the head's FFN width (0 = the main model's; narrower = a smaller file and a faster draft step, "
+    "started from the first rows of the main layer's FFN)",
     "sink": "head attention: first cells always attended (as the drafter's --draft-sink)",
     "window": "head attention: most recent cells attended (as --draft-window)",
     "hidden_source": "main-model hidden state the head reads: pre_norm (before the final norm) or post_norm",

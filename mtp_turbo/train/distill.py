@@ -17,6 +17,8 @@ Ignores: serving (spec/drafters/mtp.py), data building (train/data.py).
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 import time
 from dataclasses import asdict
@@ -54,6 +56,8 @@ def init_head(model, cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
     mc = model.cfg
     src = max((i for i in range(mc.n_layers) if not mc.is_global(i)), default=mc.n_layers - 1)
     W = {k: model.layers[src][k].detach().float().clone() for k in layer_tensors(cfg.block)}
+    F = cfg.ffn  # a narrower head keeps the first F units of the layer's FFN
+    W["gate"], W["up"], W["down"] = W["gate"][:F].clone(), W["up"][:F].clone(), W["down"][:, :F].clone()
     D = cfg.hidden
     W["fc_h"] = torch.eye(D)
     W["fc_e"] = torch.randn(D, D, generator=g) * (0.1 / math.sqrt(D))
@@ -138,6 +142,9 @@ def train(model, base_sha: str, data_path: str, out: str, tc, device, resume: bo
     train_rows, held_rows, side = data_mod.load(data_path)
     V = model.cfg.vocab_size
     cfg = MTPConfig.for_main(model.cfg, hidden_source=tc.hidden_source)
+    if tc.ffn and tc.ffn > cfg.ffn:
+        raise ConfigError(f"--ffn {tc.ffn} is wider than the main model's FFN ({cfg.ffn}), which the head starts from")
+    cfg = dataclasses.replace(cfg, ffn=tc.ffn or cfg.ffn)
     longest = max(train_rows.shape[1], tc.gen_len) + max(tc.pos_offset, tc.eval_offset)
     if longest > model.rope[False][0].shape[0]:
         raise ConfigError(f"rows + position gap reach position {longest}, past the model's RoPE table "
@@ -147,7 +154,8 @@ def train(model, base_sha: str, data_path: str, out: str, tc, device, resume: bo
     if state is not None:
         ids = state["vocab_ids"]
         W = {k: v.to(device) for k, v in state["W"].items()}
-        cfg = MTPConfig.for_main(model.cfg, hidden_source=state.get("hidden_source", tc.hidden_source))
+        cfg = dataclasses.replace(cfg, hidden_source=state.get("hidden_source", tc.hidden_source),
+                                  ffn=int(state["W"]["gate"].shape[0]))
     elif tc.init:
         head = load_head(tc.init, model, device=device, dtype=torch.float32, expect_sha=base_sha)
         cfg = head.cfg  # the file's hidden source wins
