@@ -419,6 +419,35 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
     LLAMA_EXAMPLES=ON llama_build 16 "llama-bench llama-speculative" || exit 1
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" ;;
+  s31-start)  # (carry .whl .carry/qtrain) the Qwen training rows into /tmp/qtrain
+    mkdir -p /tmp/logs /tmp/qtrain /tmp/gguf && cp .carry/qtrain/* /tmp/qtrain/ && ls -la /tmp/qtrain
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
+  s31-train)  # (carry .carry/llama.tar.gz) llama.cpp built in the background; an MTP head for Qwen2.5-Coder-1.5B
+    LLAMA_EXAMPLES=ON llama_build 8 "llama-bench llama-speculative"
+    M=$HOME/.cache/mtp-turbo/models; mkdir -p $M; f=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+    [ -f $f ] || { cat /tmp/gguf/qwen15.[0-9]* > $f && echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  $f" \
+      | sha256sum -c - || exit 1; }
+    set -o pipefail
+    timeout ${TRAIN_TO:-540} python3 -m mtp_turbo.cli train-mtp --model $f --data /tmp/qtrain/qwen_train.npy \
+      --out /tmp/q15_head.gguf --device cuda --steps 100000 --time-budget ${TRAIN_S:-300} --batch 8 --lr 1e-3 \
+      --warmup 100 --chain 3 --sink 64 --window 256 --block 256 --vocab-rows 32768 --ffn ${FFN:-1536} \
+      --pos-offset 16384 --offset-frac 0.3 --eval-every 500 --eval-rows 16 --ckpt-every 0 --gen-rows 768 \
+      --gen-batch 384 --gen-len 1024 --gen-time ${GEN_S:-60} --gen-frac 0.5 --gen-temps 0,0.6 2>&1 \
+      | tr '\r' '\n' | grep -v "step/s\]\|tensor/s\]\|step/s, \|row/s\]" | tee "$OUT/train.txt" | tail -25
+    ls -la /tmp/q15_head.gguf && sha256sum /tmp/q15_head.gguf | tee "$OUT/head.sha256"
+    split -b 15M -d /tmp/q15_head.gguf "$OUT/head.p" && ls "$OUT"
+    tail -n 1 /tmp/logs/llama-build.log ;;
+  s31-bench)  # the Qwen head beside plain and the draft model, HumanEval through the chat template, llama.cpp beside
+    M=$HOME/.cache/mtp-turbo/models; f=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    [ -f $f ] || { cat /tmp/gguf/qwen05.[0-9]* > $f && echo "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32  $f" \
+      | sha256sum -c - || exit 1; }
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    L=/tmp/llama.cpp/build/bin
+    timeout 500 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-1.5b-instruct --modes ${MODES:-plain,mtp,model} \
+      --drafter /tmp/q15_head.gguf --draft-model qwen2.5-coder-0.5b-instruct --temps 0,0.6 --draft-tokens ${KS:-2,3} \
+      --max-tokens 256 --n-prompts 8 --prompts humaneval --chat --pp 512 --llama-bench $L/llama-bench \
+      --llama-args "-ngl 99" --json "$OUT/bench_head.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" \
+      | tee "$OUT/bench_head.txt" | tail -16 ;;
   s30-pair)  # join both Qwen files into the registry's folder; the pair's GPU test; the bench beside llama.cpp
     M=$HOME/.cache/mtp-turbo/models; mkdir -p $M
     for m in qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046:qwen2.5-coder-1.5b-instruct-q4_k_m \

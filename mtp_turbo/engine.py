@@ -27,7 +27,7 @@ from .cache.kv import KVCache
 from .engine_config import EngineConfig
 from .errors import CacheError, ConfigError, ModelFileError, MtpTurboError
 from .io.gguf_file import GGUFFile
-from .io.registry import paired_draft, resolve_model
+from .io.registry import entry_of_file, paired_draft, resolve_model
 from .io.tokenizer import GGUFTokenizer
 from .models.load import load_model
 from .models.step import StepRunner
@@ -319,6 +319,9 @@ class Engine:
             return self._auto[spec]
         choice, said = None, ""
         mtp = dataclasses.replace(spec, draft="mtp", adaptive=spec.adaptive or cpu)
+        entry = entry_of_file(self.gguf.path)
+        if entry is not None and entry.mtp_k and not spec.draft_tokens and not cpu:
+            mtp = dataclasses.replace(mtp, draft_tokens=entry.mtp_k)  # the k measured for its shipped head
         try:
             self._use_drafter(mtp)
             choice, said = mtp, "drafts with the MTP head"

