@@ -104,3 +104,33 @@ def test_accept_term_trains_and_is_reported(engine, tmp_path):
     assert len(last["accept"]) == 2 and all(0.0 <= a <= 1.0 for a in first["accept"] + last["accept"])
     assert sum(last["kl"]) < 0.9 * sum(first["kl"]) and sum(last["accept"]) > sum(first["accept"]), (first, last)
     assert "2.0 * (1 - sum_x p_s q_s)" in res["recipe"]["loss"]
+
+
+def test_a_narrow_head_for_a_qwen2_model_trains_loads_and_drafts(qwen05_path, tmp_path):
+    # the head takes the main model's family (a Qwen2 block: pre-norms, SwiGLU, no embedding scale)
+    # and --ffn narrower than the model's: training lowers the loss, the file loads at its own width,
+    # and its drafts leave the text plain decoding's
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.models.mtp_load import load_head
+    from mtp_turbo.sampling.config import SamplerConfig
+    from mtp_turbo.spec.config import SpecConfig
+
+    eng = Engine(EngineConfig(model=str(qwen05_path), device="cpu", ctx_size=256, progress=False, cpu_weights="f32"))
+    text = (Path(__file__).resolve().parent.parent / "data" / "tempest_act1.txt").read_text()
+    ids = eng.tokenizer.encode(text, add_bos=False)
+    rows = data_mod.pack([ids], 25, eng.tokenizer.bos_id or 0, 8)
+    data_mod.save(tmp_path / "d.npy", rows, {"heldout_rows": 2, "seq_len": 25, "sources": "test"})
+    tc = TrainConfig(steps=16, batch=2, lr=1e-3, warmup=3, chain=2, vocab_rows=256, sink=4, window=8, ffn=64,
+                     eval_every=0, eval_rows=2, ckpt_every=0, eval_offset=0)
+    out = tmp_path / "head.gguf"
+    res = train(eng.model, eng.gguf.sha256(), str(tmp_path / "d.npy"), str(out), tc, "cpu", progress=False)
+    first, last = res["history"][0], res["history"][-1]
+    assert sum(last["kl"]) < 0.9 * sum(first["kl"]), (first, last)
+    head = load_head(out, eng.model, expect_sha=eng.gguf.sha256())
+    assert head.cfg.family == "qwen2" and head.cfg.ffn == 64 and head.cfg.embed_scale == 1.0
+    assert "q_norm" not in head.W and "post_attn_norm" not in head.W and head.W["gate"].shape == (64, 896)
+    for s in (SamplerConfig(temperature=0.0), SamplerConfig(temperature=0.7, top_k=40, seed=5)):
+        plain = eng.generate_ids("def add(a, b):", sampler=s, max_tokens=12, spec=SpecConfig(draft="none"))
+        got = eng.generate_ids("def add(a, b):", sampler=s, max_tokens=12,
+                               spec=SpecConfig(draft="mtp", drafter=str(out), draft_tokens=2))
+        assert got == plain and eng.last_stats.spec.drafted > 0
