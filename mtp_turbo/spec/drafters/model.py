@@ -14,8 +14,9 @@ cells before n-2 hold committed tokens (a round of k drafts writes cells n-2 .. 
 a of them commits n+a+1 tokens), so no round waits for the host to learn the outcome of the one
 before, and a round can be launched before that one is read. The host keeps the bookkeeping: which
 cells hold which tokens (observe), and a longer catch-up (a new prompt, plain steps) encoded ahead of
-the round (prepare). The draft model's rows are batch-invariant (the main model's kernels), so
-rewriting cell n-2 stores the bits it already held.
+the round (prepare). On CUDA the draft model's rows are batch-invariant (the main model's kernels), so
+rewriting cell n-2 stores the bits it already held; on the CPU they may differ in the last bits, which
+moves only the drafts, never the text.
 """
 
 from __future__ import annotations
