@@ -17,18 +17,21 @@ HELP = "list, install (offline use afterwards) or locate the models known by nam
 def _row(e: ModelEntry, default: str) -> tuple[str, ...]:
     name = e.name + (" *" if e.name == default else "")
     where = f"installed  {model_path(e)}" if installed(e) else "not installed"
-    return name, e.family, f"{e.params} / {e.size / MB:.0f} MB", e.license, where
+    # what --draft auto drafts with: the head shipped for it, else the registry's draft model for it
+    draft = "MTP head" if e.mtp_head else f"{e.draft} (draft model)" if e.draft else "-"
+    return name, e.family, f"{e.params} / {e.size / MB:.0f} MB", e.license, draft, where
 
 
 def cmd_list(args) -> int:
     from .registry import DEFAULT_MODEL
 
-    head = ("NAME", "FAMILY", "SIZE", "LICENSE", "STATUS")
+    head = ("NAME", "FAMILY", "SIZE", "LICENSE", "DRAFTS WITH", "STATUS")
     rows = [head] + [_row(e, DEFAULT_MODEL) for e in entries()]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head) - 1)]
     for r in rows:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
-    print("\n* the default model. Install: mtp-turbo models install NAME; use: --model NAME.")
+    print("\n* the default model. Install: mtp-turbo models install NAME; use: --model NAME. DRAFTS WITH: what "
+          "--draft auto takes (a draft model only once installed).")
     return 0
 
 

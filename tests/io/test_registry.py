@@ -254,8 +254,9 @@ def test_models_command(fake, cache, capsys):
     assert run_models([]) == 0
     out = capsys.readouterr().out
     row = next(ln for ln in out.splitlines() if ln.startswith(entry.name))
-    assert re.search(r"fake-7m\s+llama\s+7M / 0 MB\s+MIT\s+not installed", row)
+    assert re.search(r"fake-7m\s+llama\s+7M / 0 MB\s+MIT\s+-\s+not installed", row)
     assert "gemma-3-270m *" in out and "NAME" in out.splitlines()[0]
+    assert re.search(r"gemma-3-270m \*.*\s+MTP head\s+", out)
     with pytest.raises(ModelFileError, match="not installed: run 'mtp-turbo models install fake-7m'"):
         run_models(["path", "fake"])
     registry.install(entry, progress=False, downloader=dl)
