@@ -307,11 +307,11 @@ class Engine:
             stats.captures = program.captures - before
 
     def _auto_spec(self, spec):
-        """--draft auto: the MTP head made for this model (on the CPU with adaptive k, which keeps
-        a round that would not pay a plain step); else the draft model the registry pairs with it,
-        when installed (io/registry.py); else None (plain decoding). Which, and why not a drafter,
-        is said once on stderr. On the CPU drafting needs the int8 matrices (--cpu-weights f32:
-        plain, as measured)."""
+        """--draft auto: the MTP head made for this model (at the k the registry measured for it,
+        else on the CPU with adaptive k, which keeps a round that would not pay a plain step); else
+        the draft model the registry pairs with it, when installed (io/registry.py); else None
+        (plain decoding). Which, and why not a drafter, is said once on stderr. On the CPU drafting
+        needs the int8 matrices (--cpu-weights f32: plain, as measured)."""
         cpu = self.device.type == "cpu"
         if cpu and self.model.head_op is None:
             return None
@@ -320,8 +320,10 @@ class Engine:
         choice, said = None, ""
         mtp = dataclasses.replace(spec, draft="mtp", adaptive=spec.adaptive or cpu)
         entry = entry_of_file(self.gguf.path)
-        if entry is not None and entry.mtp_k and not spec.draft_tokens and not cpu:
-            mtp = dataclasses.replace(mtp, draft_tokens=entry.mtp_k)  # the k measured for its shipped head
+        if entry is not None and entry.mtp_k and not spec.draft_tokens:
+            # the fixed k measured fastest for its shipped head, on a GPU and on the CPU (where it beat
+            # adaptive k: bench/RESULTS.md session 29)
+            mtp = dataclasses.replace(spec, draft="mtp", draft_tokens=entry.mtp_k)
         try:
             self._use_drafter(mtp)
             choice, said = mtp, "drafts with the MTP head"

@@ -65,7 +65,7 @@ class ModelEntry:
     # the MTP head shipped for it (a file in mtp_turbo/data/, trained with `train-mtp`; --draft auto
     # and --draft mtp take it): "" = none
     mtp_head: str = ""
-    mtp_k: int = 0  # drafts a round --draft auto takes with that head (measured fastest); 0 = SpecConfig's AUTO_K
+    mtp_k: int = 0  # drafts a round --draft auto takes with that head, fixed (measured fastest); 0 = SpecConfig's rule
 
     @property
     def packages(self) -> tuple[str, ...]:
