@@ -219,3 +219,28 @@ def test_plain_steps_in_one_program_give_the_single_steps_text(engine):
         engine.cfg = old
     with pytest.raises(ConfigError, match="decode-steps"):
         dataclasses.replace(old, decode_steps=9)
+
+
+def test_draft_auto_takes_the_k_the_registry_measured_for_a_shipped_head(engine, monkeypatch):
+    import dataclasses
+
+    import torch
+
+    import mtp_turbo.spec.drafters as drafters
+    from mtp_turbo.io import registry
+    from mtp_turbo.spec.config import SpecConfig
+    from mtp_turbo.spec.drafters.base import Drafter
+
+    class Head(Drafter):
+        name = "mtp"
+
+    gemma = registry.find_entry(registry.DEFAULT_MODEL)
+    assert registry.entry_of_file(engine.gguf.path) == gemma
+    monkeypatch.setattr(registry, "MODELS", tuple(dataclasses.replace(e, mtp_k=4) if e is gemma else e
+                                                  for e in registry.MODELS))
+    monkeypatch.setattr(drafters, "make_drafter", lambda spec, *a: Head())
+    monkeypatch.setattr(engine, "device", torch.device("cuda"))
+    monkeypatch.setattr(engine, "_auto", {})  # choices other tests' fakes left behind
+    assert engine._auto_spec(SpecConfig()) == SpecConfig(draft="mtp", draft_tokens=4)  # fixed k, not adaptive
+    assert engine._auto_spec(SpecConfig(draft_tokens=2)) == SpecConfig(draft="mtp", draft_tokens=2)  # asked for
+    engine.kept.release_drafters()
