@@ -12,7 +12,6 @@ a speculative round verifies against.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import sys
 import time
@@ -25,9 +24,9 @@ from tqdm import tqdm
 
 from .cache.kv import KVCache
 from .engine_config import EngineConfig
-from .errors import CacheError, ConfigError, ModelFileError, MtpTurboError
+from .errors import CacheError, ConfigError, MtpTurboError
 from .io.gguf_file import GGUFFile
-from .io.registry import entry_of_file, paired_draft, resolve_model
+from .io.registry import resolve_model
 from .io.tokenizer import GGUFTokenizer
 from .models.load import load_model
 from .models.step import StepRunner
@@ -307,39 +306,17 @@ class Engine:
             stats.captures = program.captures - before
 
     def _auto_spec(self, spec):
-        """--draft auto: the MTP head made for this model (at the k the registry measured for it,
-        else on the CPU with adaptive k, which keeps a round that would not pay a plain step); else
-        the draft model the registry pairs with it, when installed (io/registry.py); else None
-        (plain decoding). Which, and why not a drafter, is said once on stderr. On the CPU drafting
-        needs the int8 matrices (--cpu-weights f32: plain, as measured)."""
-        cpu = self.device.type == "cpu"
-        if cpu and self.model.head_op is None:
+        """--draft auto: what spec/auto.py chooses for this model (None: plain decoding), kept per
+        spec and said once on stderr. On the CPU drafting needs the int8 matrices (--cpu-weights
+        f32: plain, as measured)."""
+        if self.device.type == "cpu" and self.model.head_op is None:
             return None
-        if spec in self._auto:
-            return self._auto[spec]
-        choice, said = None, ""
-        mtp = dataclasses.replace(spec, draft="mtp", adaptive=spec.adaptive or cpu)
-        entry = entry_of_file(self.gguf.path)
-        if entry is not None and entry.mtp_k and not spec.draft_tokens:
-            # the fixed k measured fastest for its shipped head, on a GPU and on the CPU (where it beat
-            # adaptive k: bench/RESULTS.md session 29)
-            mtp = dataclasses.replace(spec, draft="mtp", draft_tokens=entry.mtp_k)
-        try:
-            self._use_drafter(mtp)
-            choice, said = mtp, "drafts with the MTP head"
-        except ModelFileError as e:
-            said = f"decodes without a drafter: {e}"
-            pair = paired_draft(self.gguf.path)
-            if pair is not None:
-                model = dataclasses.replace(spec, draft="model", draft_model=pair.name)
-                try:
-                    self._use_drafter(model)
-                    choice, said = model, f"drafts with the draft model {pair.name} (no MTP head for this model)"
-                except (ModelFileError, ConfigError) as e2:
-                    said += f"; draft model {pair.name}: {e2}"
-        self._auto[spec] = choice
-        print(f"mtp-turbo: --draft auto {said}", file=sys.stderr)
-        return choice
+        if spec not in self._auto:
+            from .spec.auto import choose
+
+            self._auto[spec], said = choose(spec, self.gguf.path, self.device.type == "cpu", self._use_drafter)
+            print(f"mtp-turbo: --draft auto {said}", file=sys.stderr)
+        return self._auto[spec]
 
     @property
     def drafter(self) -> Drafter | None:

@@ -163,7 +163,7 @@ class FusedMTPStep:
         return self._linear(self.xcat[:n], self.fc, self.x)[:n]
 
     def write_qkv(self, x, pos):
-        c, n = self.head.cfg, x.shape[0]
+        n = x.shape[0]
         nm = self.norms
         rope = (pos, nm.get("q_norm"), nm.get("k_norm"), self.cos, self.sin, self.q, self.k_cache, self.v_cache)
         if self.tails:
