@@ -208,6 +208,9 @@
 #   bench/gpu_session.sh s30-start         (carry .carry .whl) llama-bench + llama-speculative built in the background
 #   bench/gpu_session.sh recv .pieces/pNN  one call a piece (p08..p30: Qwen2.5-Coder-1.5B; p31..p40: 0.5B), back to back
 #   bench/gpu_session.sh s30-pair          join both; the pair's GPU test; HumanEval x 8 plain / draft model / n-gram
+#   bench/gpu_session.sh s31-start         (carry .whl .carry/qtrain) the Qwen training rows (`train-data --model <1.5B>`)
+#   bench/gpu_session.sh s31-train         (carry .carry/llama.tar.gz; after the qwen15 pieces) train-mtp for the 1.5B, head back in 15 MB pieces
+#   bench/gpu_session.sh s31-bench         (after the qwen05 pieces) the head beside plain and the draft model, HumanEval --chat
 #                                          beside llama-bench and llama-speculative (0.5B drafting) on the same prompts
 set -uo pipefail
 step=$1; shift || true
