@@ -210,6 +210,7 @@
 #   bench/gpu_session.sh s30-pair          join both; the pair's GPU test; HumanEval x 8 plain / draft model / n-gram
 #   bench/gpu_session.sh s31-start         (carry .whl .carry/qtrain) the Qwen training rows (`train-data --model <1.5B>`)
 #   bench/gpu_session.sh s31-train         (carry .carry/llama.tar.gz; after the qwen15 pieces) train-mtp for the 1.5B, head back in 15 MB pieces
+#                                          (INIT=mtp_turbo/data/qwen2.5-coder-1.5b-instruct-mtp.gguf LR=5e-4: continue the shipped head)
 #   bench/gpu_session.sh s31-bench         (after the qwen05 pieces) the head beside plain and the draft model, HumanEval --chat
 #                                          beside llama-bench and llama-speculative (0.5B drafting) on the same prompts
 set -uo pipefail
@@ -432,7 +433,8 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
       | sha256sum -c - || exit 1; }
     set -o pipefail
     timeout ${TRAIN_TO:-540} python3 -m mtp_turbo.cli train-mtp --model $f --data /tmp/qtrain/qwen_train.npy \
-      --out /tmp/q15_head.gguf --device cuda --steps 100000 --time-budget ${TRAIN_S:-300} --batch 8 --lr 1e-3 \
+      --out /tmp/q15_head.gguf --device cuda --steps 100000 --time-budget ${TRAIN_S:-300} --batch 8 --lr ${LR:-1e-3} \
+      ${INIT:+--init $INIT} \
       --warmup 100 --chain 3 --sink 64 --window 256 --block 256 --vocab-rows 32768 --ffn ${FFN:-1536} \
       --pos-offset 16384 --offset-frac 0.3 --eval-every 500 --eval-rows 16 --ckpt-every 0 --gen-rows 768 \
       --gen-batch 384 --gen-len 1024 --gen-time ${GEN_S:-60} --gen-frac 0.5 --gen-temps 0,0.6 2>&1 \
