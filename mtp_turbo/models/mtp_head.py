@@ -3,9 +3,9 @@ from-scratch reference.
 
 Owns: MTPConfig; the head file's names (ARCH, tensor_names) and option values (--draft-quant
 formats and which matrices they apply to: `policy_fmt`, LM-head row formats, GEMV backends, the
-shipped head's path); the head's own math around one block of the main model's family (block.py): `x =
-fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(h_t))`, the block (RoPE of Gemma-3's sliding layers),
-final norm, the main model's tied LM head or a gathered subset of its rows; MTPHead (weights, LM
+shipped head's path); the head's own math around one block of the main model's family
+(block.py): `x = fc_embedding(norm_e(embed(t+1))) + fc_hidden(norm_h(h_t))`, the block (on Gemma-3
+with its sliding layers' RoPE base), final norm, the main model's tied LM head or a gathered subset of its rows; MTPHead (weights, LM
 head rows, RoPE tables); the read-cell rule stated plainly (read_set) and the from-scratch
 reference drafts the tests compare the drafter with.
 Ignores: the drafter's cache and rounds (spec/drafters/mtp.py), loading a head file

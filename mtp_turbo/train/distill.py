@@ -18,7 +18,6 @@ Ignores: serving (spec/drafters/mtp.py), data building (train/data.py).
 from __future__ import annotations
 
 import dataclasses
-
 import math
 import time
 from dataclasses import asdict
