@@ -213,6 +213,12 @@
 #                                          (INIT=mtp_turbo/data/qwen2.5-coder-1.5b-instruct-mtp.gguf LR=5e-4: continue the shipped head)
 #   bench/gpu_session.sh s31-bench         (after the qwen05 pieces) the head beside plain and the draft model, HumanEval --chat
 #                                          beside llama-bench and llama-speculative (0.5B drafting) on the same prompts
+#
+# Session 30 (issue 38's checks and table): s31-start, the qwen15 pieces, s31-train (INIT, LR, TRAIN_S, GEN_S), the qwen05
+# pieces, then:
+#   bench/gpu_session.sh s32-check         the draft model's GPU tests (pair, shipped head, rows' batch invariance); HumanEval
+#                                          via chat: plain, the new head (/tmp/q15_head.gguf) and the shipped one, the draft
+#                                          model, beside llama-bench and llama-speculative on the same chat prompts
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -453,6 +459,36 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
       --max-tokens 256 --n-prompts 8 --prompts humaneval --chat --pp 512 --llama-bench $L/llama-bench \
       --llama-args "-ngl 99" --json "$OUT/bench_head.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" \
       | tee "$OUT/bench_head.txt" | tail -16 ;;
+  s32-check)  # (after s31-train and the qwen05 pieces) GPU tests; one table on chat prompts beside llama.cpp
+    M=$HOME/.cache/mtp-turbo/models; f=$M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf
+    [ -f $f ] || { cat /tmp/gguf/qwen05.[0-9]* > $f && echo "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32  $f" \
+      | sha256sum -c - || exit 1; }
+    timeout 240 python3 -m pytest -q -m gpu tests/spec/drafters/test_model_drafter.py -p no:cacheprovider -rf 2>&1 \
+      | grep -v Warning | tee "$OUT/pytest_gpu_drafters.txt" | tail -4
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    L=/tmp/llama.cpp/build/bin
+    timeout 300 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-1.5b-instruct --modes plain,mtp,model \
+      --drafter /tmp/q15_head.gguf --draft-model qwen2.5-coder-0.5b-instruct --temps 0,0.6 --draft-tokens ${KS:-2,3} \
+      --max-tokens 256 --n-prompts 8 --prompts humaneval --chat --llama-bench $L/llama-bench \
+      --llama-args "-ngl 99" --json "$OUT/bench_chat.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" \
+      | tee "$OUT/bench_chat.txt" | tail -16
+    timeout 120 python3 -m mtp_turbo.cli bench --model qwen2.5-coder-1.5b-instruct --modes mtp --temps 0,0.6 \
+      --draft-tokens 2 --max-tokens 256 --n-prompts 8 --prompts humaneval --chat --json "$OUT/bench_shipped.json" 2>&1 \
+      | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" | tee "$OUT/bench_shipped.txt" | tail -6
+    python3 -c "
+from mtp_turbo.benchmark.config import load_prompts; from mtp_turbo.cli import chat_prompt_of
+from mtp_turbo.io.gguf_file import GGUFFile
+g = GGUFFile('$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf')
+for i, p in enumerate(load_prompts('humaneval', 8)):
+    open(f'/tmp/hec{i}.txt', 'w').write(chat_prompt_of(g, [{'role': 'user', 'content': p}]).text)"
+    for t in 0 0.6; do for dm in ${DMS:-4}; do
+      for i in $(seq 0 7); do
+        timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+          -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/hec$i.txt -n 256 --temp $t --spec-draft-n-max $dm \
+          -ngl 99 -ngld 99 -fa on --seed 1 2>&1 | grep -E "decoded|accept" | tr '\n' ' '; echo
+      done | tee "$OUT/llama_spec_chat_t${t}_d$dm.txt" | awk -v t=$t -v d=$dm '{for(i=1;i<=NF;i++) if($i=="speed:") {s+=$(i+1); n++}}
+        END {printf "llama-speculative (chat) temp %s draft-max %s: mean %.1f tok/s over %d prompts\n", t, d, s/n, n}'
+    done; done ;;
   s30-pair)  # join both Qwen files into the registry's folder; the pair's GPU test; the bench beside llama.cpp
     M=$HOME/.cache/mtp-turbo/models; mkdir -p $M
     for m in qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046:qwen2.5-coder-1.5b-instruct-q4_k_m \

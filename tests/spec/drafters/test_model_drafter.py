@@ -128,3 +128,32 @@ def test_the_shipped_qwen_mtp_head_gives_plain_text_on_the_gpu(qwen15_path):
             assert eng.generate_ids(PROMPT, sampler=s, max_tokens=48, spec=SpecConfig(draft="mtp", draft_tokens=k)) == plain
             st = eng.last_stats.spec
             assert st.drafter == "mtp" and st.accepted > 0, st
+
+
+@pytest.mark.gpu
+def test_the_draft_models_rows_are_batch_invariant_on_the_gpu(qwen05_path):
+    # a round's first launch forwards the draft's rows n-2 and n-1 together, and every round rewrites
+    # cell n-2: its K/V and logits must be the bits one-row steps give, or the cells would drift
+    # from round to round (the drafts, never the text, would move)
+    import torch
+
+    from mtp_turbo.io.gguf_file import GGUFFile
+    from mtp_turbo.models.load import load_model
+    from mtp_turbo.spec.drafters.model import DraftModelDrafter
+
+    model = load_model(GGUFFile(str(qwen05_path)), torch.device("cuda"), progress=False, max_positions=256)
+    chain, steps = (DraftModelDrafter(model, 200, kernels="triton") for _ in range(2))
+    tokens = [(i * 7919 + 13) % 5000 for i in range(37)]
+    n, k = len(tokens), 4
+    drafts = chain.propose(tokens, k)  # rows n-2, n-1 at once, then k-1 one-row steps
+    steps._catch_up(tokens, n - 2)
+    seq = tokens + drafts
+    with torch.inference_mode():
+        for p in range(n - 2, n + k - 1):  # the same rows one at a time
+            tok = torch.tensor([seq[p]], dtype=torch.int64, device="cuda")
+            logits, _ = steps.runner.body(tok, torch.tensor([p], dtype=torch.int64, device="cuda"))
+            if p >= n - 1:
+                assert int(logits[0].argmax()) == seq[p + 1], p
+    for cache in ("k", "v"):
+        a, b = getattr(chain.kv, cache), getattr(steps.kv, cache)
+        assert torch.equal(a[:, : n + k - 1], b[:, : n + k - 1]), cache
