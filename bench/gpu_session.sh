@@ -433,7 +433,7 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
     mkdir -p /tmp/logs /tmp/qtrain /tmp/gguf && cp .carry/qtrain/* /tmp/qtrain/ && ls -la /tmp/qtrain
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv ;;
   s31-train)  # (carry .carry/llama.tar.gz) llama.cpp built in the background; an MTP head for Qwen2.5-Coder-1.5B
-    LLAMA_EXAMPLES=ON llama_build 8 "llama-bench llama-speculative"
+    [ -f /tmp/logs/llama-build.log ] || LLAMA_EXAMPLES=ON llama_build 8 "llama-bench llama-speculative"  # (s30-start builds it)
     M=$HOME/.cache/mtp-turbo/models; mkdir -p $M; f=$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
     [ -f $f ] || { cat /tmp/gguf/qwen15.[0-9]* > $f && echo "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046  $f" \
       | sha256sum -c - || exit 1; }
