@@ -1,8 +1,9 @@
 """Exact enumeration of the output distribution of speculative sampling (no sampling noise).
 
-Owns: a small history-dependent toy model, an arbitrary deterministic drafter, three exact
-computations of the distribution of the first H generated tokens, and the `mtp-turbo check
-enumerate` subcommand. Ignores: real models.
+Owns: a small history-dependent toy model, two deterministic drafters (toy: an arbitrary rule;
+draft-model: the argmax chain of a noisier copy of the model, like the engine's `--draft model`),
+three exact computations of the distribution of the first H generated tokens, and the `mtp-turbo
+check enumerate` subcommand. Ignores: real models.
 
 - reference: one token at a time, P(seq) = prod_j p(seq_j | prompt ++ seq_<j).
 - closed form (Leviathan rule, one-hot drafts): per round, with p_i = sample_dist rows for
@@ -12,7 +13,8 @@ enumerate` subcommand. Ignores: real models.
 - verify rule: the production rule itself. The row tokens t_i of `verify` are independent draws
   t_i ~ p_i (distinct counter positions), so enumerate every joint (t_0..t_k) with probability
   prod p_i(t_i) and apply `spec.verify.accept_exact` to it.
-All in float64 through `sample_dist`; both speculative forms must match the reference to ~1e-12.
+All in float64 through `sample_dist`; both speculative forms must match the reference to ~1e-12,
+with either drafter.
 The legacy greedy-match rule is enumerated the same way as a negative control.
 With `sampler="fused"` (`--sampler fused`) every distribution is the one the fused sampler kernels
 draw from (sampling/fused.py: the softmax of the final logits the kernel computes; float32 logits;
@@ -23,8 +25,10 @@ as well, and the report adds the fused reference's distance to the torch one (fl
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 from collections import defaultdict
+from typing import Callable
 
 import torch
 from torch import Tensor
@@ -33,10 +37,12 @@ from ..sampling.chain import sample_dist
 from ..sampling.config import SamplerConfig
 from ..spec.verify import accept_exact, accept_greedy
 
-__all__ = ["EnumModel", "enumerate_check", "format_report", "register", "enum_config", "SAMPLERS"]
+__all__ = ["EnumModel", "enumerate_check", "format_report", "register", "enum_config", "SAMPLERS", "DRAFTERS",
+           "drafter_fn"]
 
 TOL = 1e-12
 SAMPLERS = ("torch", "fused")
+DRAFTERS = ("toy", "draft-model")
 
 
 def enum_config() -> SamplerConfig:
@@ -62,6 +68,25 @@ class EnumModel:
     def draft(self, h: list[int]) -> int:
         """An arbitrary deterministic drafter (not the model's argmax)."""
         return (3 * h[-1] + len(h) * len(h) + sum(h)) % self.vocab
+
+    def draft_model(self, noise: float = 0.4, table_seed: int = 8) -> "EnumModel":
+        """The draft-model drafter's model: these A, B, W plus Gaussian noise from its own seed, so its
+        argmax agrees with this model's on ~73% of histories, not all."""
+        g = torch.Generator().manual_seed(table_seed)
+        dm = copy.copy(self)
+        for name in ("a", "b", "w"):
+            t = getattr(self, name)
+            setattr(dm, name, t + noise * torch.randn(t.shape, generator=g, dtype=torch.float64))
+        return dm
+
+
+def drafter_fn(model: EnumModel, drafter: str) -> Callable[[list[int]], int]:
+    """The next draft for a history (the prefix ++ the round's drafts so far): its chain is k calls."""
+    assert drafter in DRAFTERS, drafter
+    if drafter == "toy":
+        return model.draft
+    dm = model.draft_model()
+    return lambda h: int(torch.argmax(dm.logits(h)))
 
 
 def _dist(logits: Tensor, tokens: Tensor, cfg: SamplerConfig, sampler: str) -> Tensor:
@@ -103,10 +128,11 @@ def reference(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerCon
 
 
 def speculative(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerConfig, k: int,
-                form: str, sampler: str = "torch") -> dict:
+                form: str, sampler: str = "torch", drafter: str = "toy") -> dict:
     """Distribution of the first `horizon` tokens under rounds of k drafts; form in
-    {"closed", "verify", "greedy"}."""
+    {"closed", "verify", "greedy"}, drafter in DRAFTERS."""
     out: dict[tuple, float] = defaultdict(float)
+    draft = drafter_fn(model, drafter)
 
     def emit(h: list[int], toks: list[int], prob: float) -> None:
         left = horizon - (len(h) - len(prompt))
@@ -118,7 +144,7 @@ def speculative(model: EnumModel, prompt: list[int], horizon: int, cfg: SamplerC
             return
         drafts: list[int] = []
         for _ in range(k):
-            drafts.append(model.draft(h + drafts))
+            drafts.append(draft(h + drafts))
         p, logits = _rows(model, h, drafts, cfg, sampler)
         if form == "closed":
             reach = prob  # probability of having accepted drafts[:a]
@@ -168,21 +194,18 @@ def _max_diff(p: dict, q: dict) -> float:
 
 def enumerate_check(ks=(1, 2, 3), horizon: int = 3, prompt=(1, 0, 2, 2),
                     cfg: SamplerConfig | None = None, model: EnumModel | None = None,
-                    sampler: str = "torch") -> dict:
-    """Max abs differences between each speculative form and the reference, per k."""
+                    sampler: str = "torch", drafters=DRAFTERS) -> dict:
+    """Max abs differences between each speculative form and the reference, per drafter and k."""
     assert sampler in SAMPLERS, sampler
     cfg = cfg or enum_config()
     model = model or EnumModel()
     prompt = list(prompt)
     ref = reference(model, prompt, horizon, cfg, sampler)
     rows = []
-    for k in ks:
-        rows.append(dict(
-            k=k,
-            closed=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "closed", sampler)),
-            verify=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "verify", sampler)),
-            greedy=_max_diff(ref, speculative(model, prompt, horizon, cfg, k, "greedy", sampler)),
-        ))
+    for drafter, k in itertools.product(drafters, ks):
+        rows.append(dict(drafter=drafter, k=k, **{
+            form: _max_diff(ref, speculative(model, prompt, horizon, cfg, k, form, sampler, drafter))
+            for form in ("closed", "verify", "greedy")}))
     ok = all(r["closed"] <= TOL and r["verify"] <= TOL for r in rows)
     rep = dict(vocab=model.vocab, horizon=horizon, outcomes=len(ref), ref_mass=sum(ref.values()),
                rows=rows, ok=ok, sampler=sampler)
@@ -194,9 +217,9 @@ def enumerate_check(ks=(1, 2, 3), horizon: int = 3, prompt=(1, 0, 2, 2),
 def format_report(rep: dict) -> str:
     lines = [f"Exact enumeration: vocab {rep['vocab']}, horizon {rep['horizon']}, "
              f"{rep['outcomes']} outcomes with mass {rep['ref_mass']:.15f}; max |P_spec - P_ref|:",
-             f"{'k':>3}{'closed form':>14}{'verify rule':>14}{'greedy-match':>14}"]
+             f"{'drafter':<13}{'k':>3}{'closed form':>14}{'verify rule':>14}{'greedy-match':>14}"]
     for r in rep["rows"]:
-        lines.append(f"{r['k']:>3}{r['closed']:>14.2e}{r['verify']:>14.2e}{r['greedy']:>14.2e}")
+        lines.append(f"{r['drafter']:<13}{r['k']:>3}{r['closed']:>14.2e}{r['verify']:>14.2e}{r['greedy']:>14.2e}")
     if "vs_torch" in rep:
         lines.append(f"{rep['sampler']} sampler; its reference vs the torch chain's (float32 logits): "
                      f"{rep['vs_torch']:.2e}")

@@ -10,10 +10,40 @@ from mtp_turbo.check import enumerate as en
 def test_enumeration_matches_reference_to_1e12():
     rep = en.enumerate_check(ks=(1, 2, 3), horizon=3)
     assert rep["outcomes"] > 20 and abs(rep["ref_mass"] - 1.0) < 1e-12
+    assert [(r["drafter"], r["k"]) for r in rep["rows"]] == [(d, k) for d in ("toy", "draft-model") for k in (1, 2, 3)]
     for row in rep["rows"]:
         assert row["closed"] <= 1e-12 and row["verify"] <= 1e-12, row
         assert row["greedy"] > 1e-3, row  # the legacy rule is measurably biased
     assert rep["ok"]
+    assert "draft-model" in en.format_report(rep)
+
+
+def test_draft_model_drafter_is_its_own_and_accepts():
+    """The draft-model chain differs from the target's argmax and from the toy drafter on some
+    histories, and its drafts are accepted often: E[tokens/round] > 1 (closed form, per history)."""
+    import itertools
+
+    import torch
+
+    model, cfg = en.EnumModel(), en.enum_config()
+    hs = [list(h) for h in itertools.product(range(model.vocab), repeat=4)]
+    dm, toy = en.drafter_fn(model, "draft-model"), en.drafter_fn(model, "toy")
+    d = [dm(h) for h in hs]
+    agree_target = sum(x == int(torch.argmax(model.logits(h))) for x, h in zip(d, hs)) / len(hs)
+    agree_toy = sum(x == toy(h) for x, h in zip(d, hs)) / len(hs)
+    assert 0.5 < agree_target < 0.95 and agree_toy < 0.5, (agree_target, agree_toy)
+
+    def tokens_per_round(draft, h, k=3):
+        drafts: list[int] = []
+        for _ in range(k):
+            drafts.append(draft(h + drafts))
+        p, _ = en._rows(model, h, drafts, cfg)
+        reach = torch.cumprod(p[:k].gather(1, torch.tensor(drafts)[:, None]).squeeze(1), 0)  # P(accept >= a)
+        return 1.0 + float(reach.sum())
+
+    tpr_dm = sum(tokens_per_round(dm, h) for h in hs[::7]) / len(hs[::7])
+    tpr_toy = sum(tokens_per_round(toy, h) for h in hs[::7]) / len(hs[::7])
+    assert tpr_dm > 1.3 and tpr_dm > tpr_toy + 0.2, (tpr_dm, tpr_toy)
 
 
 def test_enumeration_horizon4_with_temp0_and_window():

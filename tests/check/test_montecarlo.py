@@ -28,6 +28,34 @@ def test_exact_at_noise_floor_and_greedy_far_above(report):
     assert "greedy-chain" in text and "PASS" in text
 
 
+def test_draft_model_row_is_exact_and_accepts(report):
+    row = report["rows"][2]
+    assert row["drafter"] == "draft-model"
+    assert row["tv_exact"] <= report["limit"] and row["same_seed_identical"] == 1.0 and row["exact_ok"], row
+    tprs = {r["drafter"]: r["tokens_per_round_exact"] for r in report["rows"]}
+    assert 1.3 < tprs["draft-model"] < tprs["greedy-chain"], tprs  # accepts often, below a perfect-argmax drafter
+    assert tprs["draft-model"] > tprs["toy"] + 0.2, tprs
+    assert row["tv_greedy"] > 5 * report["tv_floor"]  # greedy-match is biased with it too
+    assert "draft-model" in montecarlo.format_report(report)
+
+
+def test_draft_model_is_its_own_model():
+    """Its argmax differs from the target's and from the toy drafter's on some histories (so the
+    row tests something the other two do not), but agrees with the target's on most."""
+    import torch
+
+    model = montecarlo.ToyModel()
+    g = torch.Generator().manual_seed(0)
+    hist = torch.randint(0, model.vocab, (4000, 12), generator=g)
+    lens = torch.randint(4, 10, (4000,), generator=g)
+    d = torch.argmax(model.draft_model().logits(hist, lens), dim=1)
+    agree_target = (d == torch.argmax(model.logits(hist, lens), dim=1)).double().mean()
+    agree_toy = (d == model.toy_draft(hist, lens)).double().mean()
+    assert 0.5 < agree_target < 0.9 and agree_toy < 0.6, (agree_target, agree_toy)
+    with pytest.raises(AssertionError):
+        montecarlo.spec_run(model, montecarlo.toy_config(0), 10, 2, "draft model", "exact")
+
+
 def test_cli_registration(capsys):
     parser = argparse.ArgumentParser(prog="mtp-turbo check")
     sub = parser.add_subparsers(dest="cmd")
