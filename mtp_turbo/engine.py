@@ -110,7 +110,8 @@ class Engine:
         # RoPE tables for the cache's positions only, not the model's whole context
         kernels = pick_kernels(cfg.kernels, self.device)
         self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size,
-                                cpu_int8=cfg.cpu_weights == "int8", cpu_cache=cfg.cpu_cache,
+                                cpu_int8=cfg.cpu_weights in ("auto", "int8"), cpu_cache=cfg.cpu_cache,
+                                cpu_int4=cfg.cpu_weights == "auto",
                                 file_weights=cfg.file_weights and kernels == "triton")
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)

@@ -26,9 +26,10 @@ class EngineConfig:
     # launch each device program (a round, a program of plain steps) before the previous one's
     # result is read, from what the device holds: auto = where programs replay from CUDA graphs
     pipeline: str = "auto"  # auto | on | off
-    # matrices on the CPU: int8 (per-row codes, bf16 activations: the fast path) or f32 (the file's
-    # dequantized values: the reference the tests compare with transformers)
-    cpu_weights: str = "int8"
+    # matrices on the CPU: auto (int8, but a matrix the file holds in 4-bit blocks keeps its 4-bit
+    # codes: half the bytes a step), int8 (per-row codes for all), f32 (the file's dequantized values:
+    # the reference the tests compare with transformers); bf16 activations for auto and int8
+    cpu_weights: str = "auto"
     # keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about the
     # model file's size): a later load maps them instead of quantizing again (~1 s of a 2-core start)
     cpu_cache: bool = True
@@ -53,7 +54,7 @@ class EngineConfig:
             raise ConfigError(f"pipeline must be auto, on or off, got {self.pipeline!r}")
         if self.threads < 0:
             raise ConfigError(f"threads must be >= 0 (0 = auto), got {self.threads}")
-        if self.cpu_weights not in ("int8", "f32"):
-            raise ConfigError(f"cpu-weights must be int8 or f32, got {self.cpu_weights!r}")
+        if self.cpu_weights not in ("auto", "int8", "f32"):
+            raise ConfigError(f"cpu-weights must be auto, int8 or f32, got {self.cpu_weights!r}")
         if self.prefill_chunk < 1:
             raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")

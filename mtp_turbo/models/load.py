@@ -15,7 +15,7 @@ from tqdm import tqdm
 
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile, ggml_type_name
-from ..quant.dequant import SUPPORTED_TYPES, dequantize
+from ..quant.dequant import INT4_TYPES, SUPPORTED_TYPES, dequantize
 from ..quant.planes import FusedWeight, PlaneMatrix, fused_weight, plane_format
 from ..quant.repack import split_q8_0
 from .arch import ModelConfig, layer_tensors, tensor_shapes
@@ -66,6 +66,27 @@ def deinterleave_heads(w: torch.Tensor, n_heads: int) -> torch.Tensor:
 FUSED_ROWS = {"qkv": ("q", "k", "v"), "gate_up": ("gate", "up"), "o": ("o",), "down": ("down",)}
 
 
+def raw_rows(gf: GGUFFile, cfg: ModelConfig, name: str, part: str, device) -> torch.Tensor:
+    """A matrix's bytes (1-D) with its rows in the Decoder's order (a row's blocks move with it)."""
+    raw = gf.raw_tensor(name, device)
+    if cfg.traits.qk_interleaved and part in ("q", "k"):
+        raw = deinterleave_heads(raw.reshape(gf.tensors[name].shape[0], -1), cfg.n_heads if part == "q" else cfg.n_kv_heads)
+    return raw.reshape(-1)
+
+
+def int4_blocks(gf: GGUFFile, cfg: ModelConfig) -> dict:
+    """The layer matrices every part of which the file holds in a 4-bit block format (INT4_TYPES),
+    by quantize_cpu_model's names: [(bytes, ggml type, shape)] a part, for Int4Linear."""
+    keys, out = layer_tensors(cfg), {}
+    for i in range(cfg.n_layers):
+        for fused, parts in FUSED_ROWS.items():
+            names = [f"blk.{i}.{keys[k]}" for k in parts]
+            if all(gf.tensors[n].ggml_type in INT4_TYPES for n in names):
+                out[f"blk.{i}.{fused}"] = [(raw_rows(gf, cfg, n, k, "cpu"), gf.tensors[n].ggml_type,
+                                            tuple(gf.tensors[n].shape)) for n, k in zip(names, parts)]
+    return out
+
+
 def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, names: list[str],
                        sums: list, progress: bool) -> dict:
     """Every layer's matrices as the fused GEMVs read them from the file's own bytes
@@ -79,10 +100,8 @@ def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dty
             for k in parts:
                 name = f"blk.{i}.{keys[k]}"
                 t = gf.tensors[name]
-                raw = gf.raw_tensor(name, device)
-                if cfg.traits.qk_interleaved and k in ("q", "k"):  # rows of blocks: permuted like rows
-                    raw = deinterleave_heads(raw.reshape(t.shape[0], -1), cfg.n_heads if k == "q" else cfg.n_kv_heads)
-                raws.append((raw.reshape(-1), t.ggml_type, tuple(t.shape)))
+                raw = raw_rows(gf, cfg, name, k, device)
+                raws.append((raw, t.ggml_type, tuple(t.shape)))
                 names.append(name)
                 sums.append(dequantize(raw, t.ggml_type, t.shape).sum(dtype=torch.float32))
             out[f"blk.{i}.{fused}"] = fused_weight(raws, dtype)
@@ -91,9 +110,10 @@ def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dty
 
 def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True,
                max_positions: int | None = None, cpu_int8: bool = False, cpu_cache: bool = False,
-               file_weights: bool = False) -> Decoder:
+               file_weights: bool = False, cpu_int4: bool = False) -> Decoder:
     """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size);
-    cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py);
+    cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py); with
+    cpu_int4 too, the matrices the file holds in 4-bit blocks held as those codes (Int4Linear);
     cpu_cache: those int8 matrices mapped from the user's cache when a run made them before, else
     saved there for the next (quant/cpu_cache.py); file_weights (for the fused step: the engine asks
     on CUDA, the tests in the CPU interpreter): the layers' matrices, and the embedding and LM head
@@ -112,7 +132,7 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
         from ..quant import cpu_cache as cc
         from ..quant.cpu_linear import cpu_op_shapes
 
-        cache_at = cc.cache_file(gf.path)
+        cache_at = cc.cache_file(gf.path, "int4" if cpu_int4 else "int8")
         cached = cc.load(cache_at, cpu_op_shapes(cfg))
         if cached is not None:  # their dense matrices are never read: not loaded at all
             mats = [n for k, n in layer_tensors(cfg).items() if k in ("q", "k", "v", "o", "gate", "up", "down")]
@@ -166,7 +186,7 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
     if int8:
         from ..quant.cpu_linear import quantize_cpu_model
 
-        ops = quantize_cpu_model(model, cached)
+        ops = quantize_cpu_model(model, cached, int4_blocks(gf, cfg) if cpu_int4 and cached is None else None)
         if cache_at is not None and cached is None:
             cc.save_in_background(cache_at, ops)
     return model

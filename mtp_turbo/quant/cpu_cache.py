@@ -1,8 +1,8 @@
-"""The CPU's int8 matrices kept on disk between runs.
+"""The CPU's int8 and int4 matrices kept on disk between runs.
 
 Owns: where a model file's cache lives ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/), its key (the file's
 resolved path, size and modification time, this format's version), writing it atomically in the
-background, and reading it back as Int8Linear ops mapped from the file (pages are read as the
+background, and reading it back as Int8Linear / Int4Linear ops mapped from the file (pages are read as the
 first steps touch them; not torch.load, whose safe unpickler imports ~1 s of torch.distributed).
 Ignores: how the codes are made (cpu_linear.py), which matrices a model has and where they go
 (load.py names them).
@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from .cpu_linear import K_MULTIPLE, Int8Linear
+from .cpu_linear import GROUP, K_MULTIPLE, Int4Linear, Int8Linear
 
-FORMAT = 1  # bump when the codes' meaning changes (cpu_linear.py's rounding, padding or scales)
+FORMAT = 2  # bump when the codes' meaning changes (cpu_linear.py's rounding, padding, scales, packing)
 MAGIC = b"MTPINT8\x01"
 ALIGN = 64
 
@@ -36,15 +36,16 @@ def cache_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "mtp-turbo" / "cpu-int8"
 
 
-def cache_file(model_path: str | Path) -> Path:
-    """The cache of this model file: a name from its stem and a key of what identifies its bytes."""
+def cache_file(model_path: str | Path, variant: str = "int8") -> Path:
+    """The cache of this model file: a name from its stem and a key of what identifies its bytes and
+    which ops it holds (variant: "int8", or "int4" where 4-bit file blocks stay 4-bit)."""
     p = Path(model_path).resolve()
     st = p.stat()
-    key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{p}|{st.st_size}|{st.st_mtime_ns}|{FORMAT}|{variant}".encode()).hexdigest()[:16]
     return cache_root() / f"{p.stem}-{key}.bin"
 
 
-def load(path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, Int8Linear] | None:
+def load(path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, Int8Linear | Int4Linear] | None:
     """The ops named in `shapes` ([N, K] each) from `path`, mapped (copy-on-write: nothing is read
     until used), or None when it is missing, cut short or holds anything else (then the caller
     quantizes and saves again)."""
@@ -59,6 +60,9 @@ def load(path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, Int8Linear
         ops = {}
         for name, (n, k) in shapes.items():
             entry = header[name]
+            if entry.get("kind") == "int4":
+                ops[name] = _int4(mm, base, entry, n, k)
+                continue
             kp = k + (-k % K_MULTIPLE)
             if entry["k"] != k or entry["q"][1] != [n, kp] or entry["scale"][1] != [n]:
                 return None
@@ -73,7 +77,7 @@ def load(path: Path, shapes: dict[str, tuple[int, int]]) -> dict[str, Int8Linear
         return None
 
 
-def save_in_background(path: Path, ops: dict[str, Int8Linear]) -> threading.Thread:
+def save_in_background(path: Path, ops: dict[str, Int8Linear | Int4Linear]) -> threading.Thread:
     """Write `ops` to `path` atomically (a temporary file renamed over it) on a thread the process
     waits for at exit, so the load that made them returns at once. Layout: MAGIC, the header's
     length (8 bytes, little-endian), the header (JSON: per op its K and the byte offsets and shapes
@@ -81,7 +85,12 @@ def save_in_background(path: Path, ops: dict[str, Int8Linear]) -> threading.Thre
     header, parts, at = {}, [], 0
     for name, op in ops.items():
         entry = {"k": op.k}
-        for key, t in (("q", op.q), ("scale", op.scale.view(torch.int16))):
+        if isinstance(op, Int4Linear):
+            entry.update(kind="int4", n=op.n)
+            arrays = (("packed", op.packed), ("sz", op.sz.view(torch.int16)))
+        else:
+            arrays = (("q", op.q), ("scale", op.scale.view(torch.int16)))
+        for key, t in arrays:
             entry[key] = [at, list(t.shape)]
             parts.append((at, t))
             at = _aligned(at + t.numel() * t.element_size())
@@ -105,6 +114,19 @@ def save_in_background(path: Path, ops: dict[str, Int8Linear]) -> threading.Thre
     th = threading.Thread(target=write, name="mtp-turbo-cpu-cache")
     th.start()
     return th
+
+
+def _int4(mm, base: int, entry: dict, n: int, k: int) -> Int4Linear:
+    """An Int4Linear mapped from the cache (ValueError where its arrays do not fit [n, k])."""
+    (p_at, p_shape), (s_at, s_shape) = entry["packed"], entry["sz"]
+    if entry["k"] != k or entry["n"] != n or s_shape != [k // GROUP, n, 2] or len(p_shape) != 2 or p_shape[0] != n:
+        raise ValueError(f"int4 entry of another shape than [{n}, {k}]")
+    count = p_shape[0] * p_shape[1]
+    if base + p_at + count > len(mm) or base + s_at + 2 * k // GROUP * n * 2 > len(mm):
+        raise ValueError("int4 entry past the file's end")
+    packed = torch.frombuffer(mm, dtype=torch.uint8, count=count, offset=base + p_at).view(*p_shape)
+    sz = torch.frombuffer(mm, dtype=torch.int16, count=k // GROUP * n * 2, offset=base + s_at)
+    return Int4Linear.from_codes(packed, sz.view(torch.bfloat16).view(k // GROUP, n, 2), n, k)
 
 
 def _aligned(n: int) -> int:

@@ -157,6 +157,33 @@ _BLOCK_FNS = {T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1
 SUPPORTED_TYPES: frozenset[int] = frozenset([T.F32, T.F16, T.BF16, *_BLOCK_FNS])
 
 
+# 4-bit formats whose blocks are codes 0..15 with an affine per 32 elements (int4_groups)
+INT4_TYPES: frozenset[int] = frozenset([T.Q4_0, T.Q4_1, T.Q4_K])
+
+
+def int4_groups(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> tuple[torch.Tensor, ...]:
+    """A Q4_0 / Q4_1 / Q4_K matrix [N, K] as its codes and an affine per group of 32: (q uint8 [N, K]
+    in 0..15, scale, offset float32 [N, K // 32]) with dequantize's value = q * scale + offset (Q4_0:
+    d, -8d; Q4_1: d, min; Q4_K: the sub-block's d * sc, -dmin * m)."""
+    t = T(int(ggml_type))
+    assert t in INT4_TYPES and len(shape) == 2, (t, shape)
+    n, k = (int(s) for s in shape)
+    raw = raw.contiguous().reshape(-1)
+    if raw.data_ptr() % 4:
+        raw = raw.clone()
+    bl = raw.reshape(-1, GGML_QUANT_SIZES[t][1])
+    if t == T.Q4_K:
+        d, dm = _d_dm_k4(bl)
+        q, scale, offset = _nibbles(bl[:, 16:], 32), d, -dm
+    else:
+        d = _f16(bl[:, :2])
+        if t == T.Q4_0:
+            q, scale, offset = _nibbles(bl[:, 2:], 16), d, -8 * d
+        else:
+            q, scale, offset = _nibbles(bl[:, 4:], 16), d, _f16(bl[:, 2:4])
+    return q.reshape(n, k), scale.reshape(n, k // 32), offset.reshape(n, k // 32)
+
+
 def nbytes_for(ggml_type: int, shape: tuple[int, ...]) -> int:
     """Bytes a tensor of torch-order `shape` takes in `ggml_type` (last dim = GGUF row)."""
     block, size = GGML_QUANT_SIZES[T(ggml_type)]

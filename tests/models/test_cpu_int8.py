@@ -1,5 +1,5 @@
-"""The CPU's int8 matrices (quant/cpu_linear.py, EngineConfig.cpu_weights="int8", the default on the
-CPU) against the float32 reference: the kernel's arithmetic, its row independence, the engine's
+"""The CPU's int8 matrices (quant/cpu_linear.py, EngineConfig.cpu_weights="int8"; "auto", the default,
+holds the same except where the file's blocks are 4-bit: tests/quant/test_cpu_int4.py) against the float32 reference: the kernel's arithmetic, its row independence, the engine's
 logits, perplexity and greedy text beside the f32 engine's on the real model, and speculative text
 equal to plain text on the int8 engine (verify rows give one-row steps' logits)."""
 
@@ -36,8 +36,7 @@ def test_int8_linear_is_the_per_row_grid_and_bf16_rows():
 def int8_engine(engine):
     from mtp_turbo.engine import Engine, EngineConfig
 
-    cfg = EngineConfig(model=str(engine.gguf.path), device="cpu", ctx_size=2048, progress=False)
-    assert cfg.cpu_weights == "int8"  # the default
+    cfg = EngineConfig(model=str(engine.gguf.path), device="cpu", ctx_size=2048, progress=False, cpu_weights="int8")
     e = Engine(cfg, gguf=engine.gguf)
     assert isinstance(e.model.layers[0]["qkv"], Int8Linear) and "q" not in e.model.layers[0]
     return e
@@ -97,8 +96,9 @@ def test_int8_speculative_text_equals_plain(int8_engine, temperature):
 
 
 def test_int8_cache_maps_the_same_codes_and_is_remade_when_damaged(engine, tmp_path, monkeypatch):
-    """The first load saves the int8 matrices to the user's cache, the next maps them without
-    quantizing (the same codes and scales, the same logits bit for bit); a damaged or foreign cache
+    """The first load (cpu_weights auto: int8, and the file's Q4_K matrices at 4 bits) saves its
+    matrices to the user's cache, the next maps them without quantizing or packing (the same codes
+    and scales, the same logits bit for bit); a damaged or foreign cache
     is a miss (quantized and saved again), and --no-cpu-cache neither reads nor writes one."""
     import threading
 
@@ -119,20 +119,23 @@ def test_int8_cache_maps_the_same_codes_and_is_remade_when_damaged(engine, tmp_p
         return e.forward_logits(e.encode_prompt("The old lighthouse keeper climbed"), chunk=8)
 
     first = build()
-    where = cpu_cache.cache_file(path)
+    where = cpu_cache.cache_file(path, "int4")
     assert where.parent == tmp_path / "mtp-turbo" / "cpu-int8" and where.stat().st_size > 100e6
-    made = cpu_linear.Int8Linear.__init__
 
     def no_quantizing(self, w):
         raise AssertionError("quantized although the cache holds the codes")
 
     monkeypatch.setattr(cpu_linear.Int8Linear, "__init__", no_quantizing)
+    monkeypatch.setattr(cpu_linear.Int4Linear, "__init__", no_quantizing)
     second = build()
     a, b = first.model.layers[3]["gate_up"], second.model.layers[3]["gate_up"]
     assert torch.equal(a.q, b.q) and torch.equal(a.scale, b.scale) and "q" not in second.model.layers[0]
+    a, b = first.model.layers[3]["o"], second.model.layers[3]["o"]  # Q4_K in the file: held at 4 bits
+    assert isinstance(b, cpu_linear.Int4Linear) and torch.equal(a.packed, b.packed) and torch.equal(a.sz, b.sz)
     assert torch.equal(first.model.head_op.q, second.model.head_op.q)
     assert torch.equal(logits(first), logits(second))
-    monkeypatch.setattr(cpu_linear.Int8Linear, "__init__", made)
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
 
     for damage in (lambda b: b[: len(b) // 2], lambda b: b"junk" + b[4:], lambda b: b[:20] + b"{" + b[21:]):
         where.write_bytes(damage(where.read_bytes()))

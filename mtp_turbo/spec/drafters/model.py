@@ -208,5 +208,6 @@ def load_draft_model(spec, main, main_gguf, capacity: int, kernels: str = "torch
     check_vocabulary(main_gguf.metadata.get("tokenizer.ggml.tokens"), gf.metadata.get("tokenizer.ggml.tokens"),
                      Path(gf.path).name)
     int8 = main.device.type == "cpu" and main.head_op is not None
-    model = load_model(gf, main.device, progress=False, max_positions=capacity + 16, cpu_int8=int8, cpu_cache=int8)
+    model = load_model(gf, main.device, progress=False, max_positions=capacity + 16, cpu_int8=int8, cpu_cache=int8,
+                       cpu_int4=int8)
     return DraftModelDrafter(model, capacity, kernels=kernels)

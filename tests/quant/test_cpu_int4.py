@@ -1,0 +1,105 @@
+"""The CPU's 4-bit matrices (quant/cpu_linear.Int4Linear, cpu_weights="auto"): the file's Q4_0 / Q4_1 /
+Q4_K codes and affine per 32 weights give dequantize's values exactly (quant/dequant.int4_groups);
+the kernel's products stay within the bf16 roundings of those values, rows do not depend on the
+rows beside them or on the thread count; an engine on an all-Q4_1 model keeps plain's text under
+speculation and the float32 reference's greedy text where the margin allows."""
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+
+from mtp_turbo.quant.cpu_linear import GROUP, Int4Linear, Int8Linear
+from mtp_turbo.quant.dequant import INT4_TYPES, dequantize, int4_groups
+from mtp_turbo.sampling.config import SamplerConfig
+from mtp_turbo.spec.config import SpecConfig
+
+
+def _blocks(kind, engine):
+    """(raw bytes, type, [N, K]) of a 4-bit matrix: Q4_0 / Q4_1 from gguf's quantizer, Q4_K from the
+    default model's file (gguf cannot make Q4_K)."""
+    if kind == T.Q4_K:
+        name = next(n for n, t in engine.gguf.tensors.items() if t.ggml_type == T.Q4_K and len(t.shape) == 2)
+        t = engine.gguf.tensors[name]
+        return engine.gguf.raw_tensor(name, "cpu").reshape(-1), int(t.ggml_type), tuple(t.shape)
+    g = np.random.default_rng(int(kind))
+    w = (g.standard_normal((96, 256)) * np.exp2(g.integers(-6, 2, (96, 1)))).astype(np.float32)
+    raw = torch.from_numpy(gguf.quants.quantize(w, kind).copy()).reshape(-1)
+    return raw, int(kind), (96, 256)
+
+
+@pytest.mark.parametrize("kind", [T.Q4_0, T.Q4_1, T.Q4_K], ids=["q4_0", "q4_1", "q4_k"])
+def test_int4_groups_are_the_files_values_and_the_kernel_multiplies_by_them(kind, engine):
+    raw, t, shape = _blocks(kind, engine)
+    assert t in INT4_TYPES
+    q, scale, offset = int4_groups(raw, t, shape)
+    ref = dequantize(raw, t, shape)
+    g = torch.arange(shape[1]) // GROUP
+    assert q.max() <= 15 and torch.equal(q.float() * scale[:, g] + offset[:, g], ref)  # bit for bit
+    op = Int4Linear.from_blocks([(raw, t, shape)])
+    x = torch.randn(5, shape[1], generator=torch.Generator().manual_seed(1))
+    y = op(x)
+    assert y.dtype == torch.float32 and y.shape == (5, shape[0])
+    xb = x.bfloat16().double()
+    exact = xb @ ref.double().t()
+    # the group's scale and offset rounded to bf16 (each within 2^-9 of itself), the sum rounded to bf16
+    step = (offset.abs() + 8 * scale.abs()).double()[:, g]
+    bound = 2**-8 * (xb.abs() @ step.t()) + 2**-8 * exact.abs() + 1e-30
+    assert torch.all((y.double() - exact).abs() <= bound)
+    worst = ((y.double() - exact).abs() / (xb.abs() @ ref.double().abs().t() + 1e-30)).max()
+    assert worst < 2**-6  # and small against the products' scale: a wrong group would miss by O(1)
+
+
+def test_int4_rows_do_not_depend_on_their_neighbours_or_the_thread_count(engine):
+    op = Int4Linear.from_blocks([_blocks(T.Q4_1, engine), _blocks(T.Q4_0, engine)])  # fused along N
+    assert op.shape == (192, 256)
+    x = torch.randn(9, 256, generator=torch.Generator().manual_seed(2))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = op(x)
+        torch.set_num_threads(max(2, threads))
+        many = op(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, many)
+    for j in range(9):
+        assert torch.equal(op(x[j:j + 1])[0], many[j])
+
+
+@pytest.fixture(scope="module")
+def smol_engines(smollm2_path):
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    cfg = dict(model=str(smollm2_path), device="cpu", ctx_size=512, progress=False, cpu_cache=False)
+    auto = Engine(EngineConfig(**cfg))
+    assert EngineConfig(model="x").cpu_weights == "auto"  # the default
+    L = auto.model.layers[0]
+    assert all(isinstance(L[k], Int4Linear) for k in ("qkv", "o", "gate_up", "down"))  # every matrix is Q4_1
+    assert isinstance(auto.model.head_op, Int8Linear)
+    return auto, Engine(EngineConfig(**cfg, cpu_weights="f32"))
+
+
+def test_an_all_q4_1_model_keeps_the_reference_text_where_the_margin_allows(smol_engines):
+    auto, ref_eng = smol_engines
+    G = SamplerConfig(temperature=0.0)
+    for prompt in ("The capital of France is", "def fibonacci(n):\n"):
+        ref = ref_eng.generate_ids(prompt, sampler=G, max_tokens=24, stop_ids=())
+        got = auto.generate_ids(prompt, sampler=G, max_tokens=24, stop_ids=())
+        ids = ref_eng.tokenizer.encode(prompt) + ref
+        logits = ref_eng.forward_logits(ids, chunk=len(ids))[len(ids) - len(ref) - 1: -1]
+        top2 = logits.topk(2, dim=-1).values
+        close = (top2[:, 0] - top2[:, 1] < 0.5).nonzero()
+        n = int(close[0]) if len(close) else len(ref)
+        assert got[:n] == ref[:n], (prompt, n, got, ref)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_speculative_text_equals_plain_on_int4_matrices(smol_engines, temperature):
+    auto, _ = smol_engines
+    s = SamplerConfig(temperature=temperature, top_p=0.95, seed=3)
+    prompt = "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n"
+    plain = auto.generate_ids(prompt, sampler=s, max_tokens=32, stop_ids=())
+    spec = auto.generate_ids(prompt, sampler=s, max_tokens=32, stop_ids=(), spec=SpecConfig(draft="ngram", draft_tokens=3))
+    assert spec == plain
