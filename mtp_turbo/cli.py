@@ -39,8 +39,8 @@ HELP = {
     "pipeline": "launch each device program (a speculative round, a program of plain steps) before the "
     "previous one's tokens are read, so the GPU never waits for the host between them (the text is the same "
     "either way): auto = on CUDA with graphs, on, off",
-    "cpu_weights": "matrices on the CPU: auto (as int8, but a matrix the file holds in 4-bit blocks (Q4_0, Q4_1, "
-    "Q4_K) keeps its 4-bit codes: half the bytes to read), int8 (one int8 code a weight, a scale a row, for every "
+    "cpu_weights": "matrices on the CPU: auto (as int8, but where the file holds most of the layers' weights in "
+    "4-bit blocks (Q4_0, Q4_1, Q4_K) those matrices keep their 4-bit codes: half the bytes to read), int8 (one int8 code a weight, a scale a row, for every "
     "matrix), or f32 (the file's dequantized values in float32: the reference); activations are rounded to bf16 "
     "for the products in auto and int8 (about 4x faster than f32)",
     "cpu_cache": "keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about "

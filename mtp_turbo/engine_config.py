@@ -26,8 +26,8 @@ class EngineConfig:
     # launch each device program (a round, a program of plain steps) before the previous one's
     # result is read, from what the device holds: auto = where programs replay from CUDA graphs
     pipeline: str = "auto"  # auto | on | off
-    # matrices on the CPU: auto (int8, but a matrix the file holds in 4-bit blocks keeps its 4-bit
-    # codes: half the bytes a step), int8 (per-row codes for all), f32 (the file's dequantized values:
+    # matrices on the CPU: auto (int8, but where 4-bit file blocks hold most of the layers' weights
+    # those matrices keep their 4-bit codes: half the bytes a step), int8 (per-row codes for all), f32 (the file's dequantized values:
     # the reference the tests compare with transformers); bf16 activations for auto and int8
     cpu_weights: str = "auto"
     # keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about the

@@ -74,17 +74,30 @@ def raw_rows(gf: GGUFFile, cfg: ModelConfig, name: str, part: str, device) -> to
     return raw.reshape(-1)
 
 
+# Why a share: 4-bit matrices pay where they hold most of a step's bytes (Qwen2.5-Coder-1.5B Q4_K_M:
+# ~80%, plain 1.5x); Gemma-3-270M's file has ~24% of them, which gave no speed and 4-8 points less MTP
+# acceptance on their texts (bench/RESULTS.md session 30)
+INT4_MIN_SHARE = 0.5
+
+
 def int4_blocks(gf: GGUFFile, cfg: ModelConfig) -> dict:
     """The layer matrices every part of which the file holds in a 4-bit block format (INT4_TYPES),
-    by quantize_cpu_model's names: [(bytes, ggml type, shape)] a part, for Int4Linear."""
+    by quantize_cpu_model's names: [(bytes, ggml type, shape)] a part, for Int4Linear; none unless
+    they hold at least INT4_MIN_SHARE of the layers' weights."""
     keys, out = layer_tensors(cfg), {}
+    total = four = 0
     for i in range(cfg.n_layers):
         for fused, parts in FUSED_ROWS.items():
             names = [f"blk.{i}.{keys[k]}" for k in parts]
+            size = sum(gf.tensors[n].shape[0] * gf.tensors[n].shape[1] for n in names)
+            total += size
             if all(gf.tensors[n].ggml_type in INT4_TYPES for n in names):
-                out[f"blk.{i}.{fused}"] = [(raw_rows(gf, cfg, n, k, "cpu"), gf.tensors[n].ggml_type,
-                                            tuple(gf.tensors[n].shape)) for n, k in zip(names, parts)]
-    return out
+                four += size
+                out[f"blk.{i}.{fused}"] = names, parts
+    if four < INT4_MIN_SHARE * total:
+        return {}
+    return {m: [(raw_rows(gf, cfg, n, k, "cpu"), gf.tensors[n].ggml_type, tuple(gf.tensors[n].shape))
+                for n, k in zip(names, parts)] for m, (names, parts) in out.items()}
 
 
 def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, names: list[str],

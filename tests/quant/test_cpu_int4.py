@@ -2,7 +2,8 @@
 Q4_K codes and affine per 32 weights give dequantize's values exactly (quant/dequant.int4_groups);
 the kernel's products stay within the bf16 roundings of those values, rows do not depend on the
 rows beside them or on the thread count; an engine on an all-Q4_1 model keeps plain's text under
-speculation and the float32 reference's greedy text where the margin allows."""
+speculation and the float32 reference's greedy text where the margin allows, and maps its 4-bit
+matrices from the cache on a later load; a file whose 4-bit matrices are a minority stays int8."""
 
 import gguf
 import numpy as np
@@ -103,3 +104,35 @@ def test_speculative_text_equals_plain_on_int4_matrices(smol_engines, temperatur
     plain = auto.generate_ids(prompt, sampler=s, max_tokens=32, stop_ids=())
     spec = auto.generate_ids(prompt, sampler=s, max_tokens=32, stop_ids=(), spec=SpecConfig(draft="ngram", draft_tokens=3))
     assert spec == plain
+
+
+def test_the_cache_maps_int4_matrices_and_a_minority_of_them_stays_int8(smollm2_path, engine, tmp_path, monkeypatch):
+    import threading
+
+    from mtp_turbo.engine import Engine, EngineConfig
+    from mtp_turbo.models.load import int4_blocks, model_config
+    from mtp_turbo.quant import cpu_cache, cpu_linear
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+
+    def build():
+        e = Engine(EngineConfig(model=str(smollm2_path), device="cpu", ctx_size=128, progress=False))
+        for th in threading.enumerate():
+            if th.name == "mtp-turbo-cpu-cache":
+                th.join()
+        return e
+
+    first = build()
+    assert cpu_cache.cache_file(smollm2_path, "int4").exists()
+
+    def no_packing(self, *a):
+        raise AssertionError("packed although the cache holds the codes")
+
+    monkeypatch.setattr(cpu_linear.Int4Linear, "__init__", no_packing)
+    second = build()
+    a, b = first.model.layers[2]["gate_up"], second.model.layers[2]["gate_up"]
+    assert isinstance(b, Int4Linear) and torch.equal(a.packed, b.packed) and torch.equal(a.sz, b.sz)
+    ids = first.encode_prompt("The old lighthouse keeper climbed")
+    assert torch.equal(first.forward_logits(ids, chunk=8), second.forward_logits(ids, chunk=8))
+    # the default model's Q4_K matrices (o, half the downs) are ~24% of its layers' weights: all int8
+    assert int4_blocks(engine.gguf, model_config(engine.gguf)) == {}
