@@ -114,7 +114,7 @@ def in_process(monkeypatch, live):
 
 @pytest.mark.parametrize("extra,why", [
     (("--ctx-size", "64"), "runs with --ctx-size 128 (here 64)"),
-    (("--cpu-weights", "f32"), "--cpu-weights int8 (here f32)"),
+    (("--cpu-weights", "f32"), "--cpu-weights auto (here f32)"),
     (("--draft-window", "32"), "--draft-window 256 (here 32)"),
     (("--order", "top_k,temperature"), "--order"),
     (("--special",), "--special is not in the HTTP API"),
