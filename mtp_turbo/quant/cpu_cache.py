@@ -2,8 +2,9 @@
 
 Owns: where a model file's cache lives ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/), its key (the file's
 resolved path, size and modification time, this format's version), writing it atomically in the
-background, and reading it back as Int8Linear / Int4Linear ops mapped from the file (pages are read as the
-first steps touch them; not torch.load, whose safe unpickler imports ~1 s of torch.distributed).
+background (then removing the model's older caches), and reading it back as Int8Linear /
+Int4Linear ops mapped from the file (pages are read as the first steps touch them; not
+torch.load, whose safe unpickler imports ~1 s of torch.distributed).
 Ignores: how the codes are made (cpu_linear.py), which matrices a model has and where they go
 (load.py names them).
 
@@ -108,12 +109,22 @@ def save_in_background(path: Path, ops: dict[str, Int8Linear | Int4Linear]) -> t
                     f.seek(base + off)
                     f.write(t.contiguous().numpy().tobytes())
             os.replace(tmp, path)
+            _drop_older(path)
         except OSError:
             tmp.unlink(missing_ok=True)
 
     th = threading.Thread(target=write, name="mtp-turbo-cpu-cache")
     th.start()
     return th
+
+
+def _drop_older(path: Path) -> None:
+    """Remove this model's other caches (an older file, format or variant: each is about the model's
+    size, and nothing reads them again); a process still mapping one keeps its pages."""
+    stem = path.name.rsplit("-", 1)[0]
+    for old in path.parent.glob(f"{stem}-*.bin"):
+        if old != path and old.name.rsplit("-", 1)[0] == stem:
+            old.unlink(missing_ok=True)
 
 
 def _int4(mm, base: int, entry: dict, n: int, k: int) -> Int4Linear:

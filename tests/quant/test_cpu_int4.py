@@ -115,15 +115,20 @@ def test_the_cache_maps_int4_matrices_and_a_minority_of_them_stays_int8(smollm2_
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
 
-    def build():
-        e = Engine(EngineConfig(model=str(smollm2_path), device="cpu", ctx_size=128, progress=False))
+    def build(**kw):
+        e = Engine(EngineConfig(model=str(smollm2_path), device="cpu", ctx_size=128, progress=False, **kw))
         for th in threading.enumerate():
             if th.name == "mtp-turbo-cpu-cache":
                 th.join()
         return e
 
+    stale = cpu_cache.cache_file(smollm2_path).with_name(f"{smollm2_path.stem}-0123456789abcdef.bin")
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_bytes(b"an older format's cache")
+    other = stale.with_name(f"{smollm2_path.stem}-x-0123456789abcdef.bin")  # another model's name
+    other.write_bytes(b"not this model's")
     first = build()
-    assert cpu_cache.cache_file(smollm2_path, "int4").exists()
+    assert cpu_cache.cache_file(smollm2_path, "int4").exists() and not stale.exists() and other.exists()
 
     def no_packing(self, *a):
         raise AssertionError("packed although the cache holds the codes")
@@ -134,5 +139,9 @@ def test_the_cache_maps_int4_matrices_and_a_minority_of_them_stays_int8(smollm2_
     assert isinstance(b, Int4Linear) and torch.equal(a.packed, b.packed) and torch.equal(a.sz, b.sz)
     ids = first.encode_prompt("The old lighthouse keeper climbed")
     assert torch.equal(first.forward_logits(ids, chunk=8), second.forward_logits(ids, chunk=8))
+    monkeypatch.undo()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    build(cpu_weights="int8")  # another variant's cache replaces this model's
+    assert cpu_cache.cache_file(smollm2_path).exists() and not cpu_cache.cache_file(smollm2_path, "int4").exists()
     # the default model's Q4_K matrices (o, half the downs) are ~24% of its layers' weights: all int8
     assert int4_blocks(engine.gguf, model_config(engine.gguf)) == {}
