@@ -214,8 +214,11 @@
 #   bench/gpu_session.sh s31-bench         (after the qwen05 pieces) the head beside plain and the draft model, HumanEval --chat
 #                                          beside llama-bench and llama-speculative (0.5B drafting) on the same prompts
 #
-# Session 30 (issue 38's checks and table): s31-start, the qwen15 pieces, s31-train (INIT, LR, TRAIN_S, GEN_S), the qwen05
-# pieces, then:
+# Session 30 (issue 38's checks and table). The tree is 33.7 MB now (two shipped heads), so a call carries at most
+# ~30 MB more: the models cut with `split -b 31M -d -a 2 FILE .pieces/s/NAME.` into .pieces/aNN (qwen15.NN, 35 pieces)
+# and .pieces/bNN (qwen05.NN, 16), the training rows into .pieces/qt0, qt1; each recv command makes /tmp/gguf first,
+# and calls go back to back (30 s idle gives the machine back, with all it held). s30-start (carry .whl
+# .carry/llama.tar.gz), the rows and the qwen15 pieces, s31-train (INIT, LR, TRAIN_S, GEN_S), the qwen05 pieces, then:
 #   bench/gpu_session.sh s32-check         the draft model's GPU tests (pair, shipped head, rows' batch invariance); HumanEval
 #                                          via chat: plain, the new head (/tmp/q15_head.gguf) and the shipped one, the draft
 #                                          model, beside llama-bench and llama-speculative on the same chat prompts
