@@ -238,6 +238,26 @@ llama_build() {  # JOBS [TARGETS]: unpack .carry/llama.tar.gz, build llama-bench
     > /tmp/logs/llama-build.log 2>&1 && cmake --build build -j $1 --target ${2:-llama-bench llama-completion} \
     >> /tmp/logs/llama-build.log 2>&1; echo BUILD_DONE \$? >> /tmp/logs/llama-build.log" > /dev/null 2>&1 &)
 }
+join_qwen() {  # both Qwen files from /tmp/gguf's pieces into $M (the registry's folder), each checked by sha256
+  mkdir -p $M
+  local m n r f
+  for m in qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046:qwen2.5-coder-1.5b-instruct-q4_k_m \
+           qwen05:1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32:qwen2.5-coder-0.5b-instruct-q4_k_m; do
+    n=${m%%:*}; r=${m#*:}; f=$M/${r#*:}.gguf
+    [ -f $f ] || { cat /tmp/gguf/$n.[0-9]* > $f && echo "${r%%:*}  $f" | sha256sum -c - || return 1; }
+  done
+}
+llama_spec() {  # PREFIX TAG DRAFT_MAXES: llama-speculative (0.5B drafting for 1.5B) on /tmp/PREFIX{0..7}.txt, temps 0 / 0.6
+  local t dm i
+  for t in 0 0.6; do for dm in $3; do
+    for i in $(seq 0 7); do
+      timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
+        -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/$1$i.txt -n 256 --temp $t --spec-draft-n-max $dm \
+        -ngl 99 -ngld 99 -fa on --seed 1 2>&1 | grep -E "decoded|accept" | tr '\n' ' '; echo
+    done | tee "$OUT/llama_spec_$2t${t}_d$dm.txt" | awk -v t=$t -v d=$dm -v k="${2%_}" '{for(i=1;i<=NF;i++) if($i=="speed:") {s+=$(i+1); n++}}
+      END {printf "llama-speculative %stemp %s draft-max %s: mean %.1f tok/s over %d prompts\n", k ? "(" k ") " : "", t, d, s/n, n}'
+  done; done
+}
 step_trees() {  # NAME... (the last: this tree): bench/step_bench.py on .ab_NAME's package for each other NAME and on
   # this tree, alternated twice; each tree's outputs compared bit for bit with the first's
   local t d i all="$*" last=${@: -1}
@@ -463,12 +483,7 @@ print(dict(collections.Counter(t.tensor_type.name for t in r.tensors)))"
       --llama-args "-ngl 99" --json "$OUT/bench_head.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]" \
       | tee "$OUT/bench_head.txt" | tail -16 ;;
   s32-check)  # (after s31-train and the qwen05 pieces) GPU tests; one table on chat prompts beside llama.cpp
-    M=$HOME/.cache/mtp-turbo/models; mkdir -p $M
-    for m in qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046:qwen2.5-coder-1.5b-instruct-q4_k_m \
-             qwen05:1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32:qwen2.5-coder-0.5b-instruct-q4_k_m; do
-      n=${m%%:*}; r=${m#*:}; f=$M/${r#*:}.gguf
-      [ -f $f ] || { cat /tmp/gguf/$n.[0-9]* > $f && echo "${r%%:*}  $f" | sha256sum -c - || exit 1; }
-    done
+    M=$HOME/.cache/mtp-turbo/models; join_qwen || exit 1
     [ -n "${SKIP_TESTS:-}" ] || timeout 200 python3 -m pytest -q -m gpu tests/spec/drafters/test_model_drafter.py \
       -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_drafters.txt" | tail -4
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
@@ -487,21 +502,9 @@ from mtp_turbo.io.gguf_file import GGUFFile
 g = GGUFFile('$M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf')
 for i, p in enumerate(load_prompts('humaneval', 8)):
     open(f'/tmp/hec{i}.txt', 'w').write(chat_prompt_of(g, [{'role': 'user', 'content': p}]).text)"
-    for t in 0 0.6; do for dm in ${DMS:-4}; do
-      for i in $(seq 0 7); do
-        timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
-          -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/hec$i.txt -n 256 --temp $t --spec-draft-n-max $dm \
-          -ngl 99 -ngld 99 -fa on --seed 1 2>&1 | grep -E "decoded|accept" | tr '\n' ' '; echo
-      done | tee "$OUT/llama_spec_chat_t${t}_d$dm.txt" | awk -v t=$t -v d=$dm '{for(i=1;i<=NF;i++) if($i=="speed:") {s+=$(i+1); n++}}
-        END {printf "llama-speculative (chat) temp %s draft-max %s: mean %.1f tok/s over %d prompts\n", t, d, s/n, n}'
-    done; done ;;
+    llama_spec hec chat_ "${DMS:-4}" ;;
   s30-pair)  # join both Qwen files into the registry's folder; the pair's GPU test; the bench beside llama.cpp
-    M=$HOME/.cache/mtp-turbo/models; mkdir -p $M
-    for m in qwen15:cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046:qwen2.5-coder-1.5b-instruct-q4_k_m \
-             qwen05:1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32:qwen2.5-coder-0.5b-instruct-q4_k_m; do
-      n=${m%%:*}; r=${m#*:}; f=$M/${r#*:}.gguf
-      cat /tmp/gguf/$n.[0-9]* > $f && echo "${r%%:*}  $f" | sha256sum -c - || exit 1
-    done
+    M=$HOME/.cache/mtp-turbo/models; join_qwen || exit 1
     timeout 200 python3 -m pytest -q -m gpu tests/spec/drafters/test_model_drafter.py -p no:cacheprovider -rf 2>&1 \
       | grep -v Warning | tee "$OUT/pytest_gpu_pair.txt" | tail -3
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
@@ -516,14 +519,7 @@ for i, p in enumerate(load_prompts('humaneval', 8)):
     python3 -c "
 import json; from mtp_turbo.benchmark.config import load_prompts
 for i, p in enumerate(load_prompts('humaneval', 8)): open(f'/tmp/he{i}.txt', 'w').write(p)"
-    for t in 0 0.6; do for dm in ${DMS:-4 8}; do
-      for i in $(seq 0 7); do
-        timeout 60 $L/llama-speculative -m $M/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \
-          -md $M/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf -f /tmp/he$i.txt -n 256 --temp $t --spec-draft-n-max $dm \
-          -ngl 99 -ngld 99 -fa on --seed 1 2>&1 | grep -E "decoded|accept" | tr '\n' ' '; echo
-      done | tee "$OUT/llama_spec_t${t}_d$dm.txt" | awk -v t=$t -v d=$dm '{for(i=1;i<=NF;i++) if($i=="speed:") {s+=$(i+1); n++}}
-        END {printf "llama-speculative temp %s draft-max %s: mean %.1f tok/s over %d prompts\n", t, d, s/n, n}'
-    done; done ;;
+    llama_spec he "" "${DMS:-4 8}" ;;
   llama-build)
     cat /tmp/gguf/llama.* > /tmp/llama.tar.gz && echo "$(cat .pieces/LLAMA_SHA256)  /tmp/llama.tar.gz" | sha256sum -c - || exit 1
     mkdir -p /tmp/llama && tar xzf /tmp/llama.tar.gz -C /tmp/llama

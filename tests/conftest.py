@@ -42,8 +42,32 @@ def engine(model_path):
     from mtp_turbo.engine import Engine, EngineConfig
 
     # f32: the file's dequantized values, the reference the tests compare with transformers and llama.cpp
-    # (tests/models/test_cpu_int8.py checks the int8 default against it)
+    # (tests/models/test_cpu_int8.py and tests/quant/test_cpu_int4.py check the CPU's int8 and 4-bit matrices against it)
     return Engine(EngineConfig(model=str(model_path), device="cpu", ctx_size=2048, progress=False, cpu_weights="f32"))
+
+
+@pytest.fixture(scope="session")
+def greedy_agrees_where_clear():
+    """check(ref_engine, engine, prompt): engine's greedy tokens are ref_engine's up to the first position
+    where ref_engine's top two logits lie within `margin` (the quantized weights' error): there the two
+    may part."""
+    from mtp_turbo.sampling.config import SamplerConfig
+
+    greedy = SamplerConfig(temperature=0.0)
+
+    def check(ref_engine, engine, prompt: str, margin: float = 0.5, max_tokens: int = 24) -> None:
+        ref = ref_engine.generate_ids(prompt, sampler=greedy, max_tokens=max_tokens, stop_ids=())
+        ref_engine.reset()
+        got = engine.generate_ids(prompt, sampler=greedy, max_tokens=max_tokens, stop_ids=())
+        engine.reset()
+        ids = ref_engine.tokenizer.encode(prompt) + ref
+        logits = ref_engine.forward_logits(ids, chunk=len(ids))[len(ids) - len(ref) - 1: -1]
+        top2 = logits.topk(2, dim=-1).values
+        close = (top2[:, 0] - top2[:, 1] < margin).nonzero()
+        n = int(close[0]) if len(close) else len(ref)
+        assert got[:n] == ref[:n], (prompt, n, got, ref)
+
+    return check
 
 
 def _registry_model(name):

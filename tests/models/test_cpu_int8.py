@@ -64,22 +64,12 @@ def test_int8_engine_beside_the_f32_reference(engine, int8_engine):
     assert abs(p_got / p_ref - 1) < 0.005, (p_got, p_ref)
 
 
-def test_int8_greedy_text_where_the_margin_allows(engine, int8_engine):
+def test_int8_greedy_text_where_the_margin_allows(engine, int8_engine, greedy_agrees_where_clear):
     # int8's greedy tokens are the reference's up to the first position where the reference's top
     # two logits lie within the int8 error (0.5 here): there the two may part, and do (measured: the
     # same 36 tokens of 40 on the Rome prompt)
-    G = SamplerConfig(temperature=0.0)
     for prompt in ("The capital of France is", "def fibonacci(n):\n", "Once upon a time, in a small village"):
-        ref = engine.generate_ids(prompt, sampler=G, max_tokens=24, stop_ids=())
-        engine.reset()
-        got = int8_engine.generate_ids(prompt, sampler=G, max_tokens=24, stop_ids=())
-        int8_engine.reset()
-        ids = engine.tokenizer.encode(prompt) + ref
-        logits = engine.forward_logits(ids, chunk=len(ids))[len(ids) - len(ref) - 1: -1]
-        top2 = logits.topk(2, dim=-1).values
-        close = (top2[:, 0] - top2[:, 1] < 0.5).nonzero()
-        n = int(close[0]) if len(close) else len(ref)
-        assert got[:n] == ref[:n], (prompt, n, got, ref)
+        greedy_agrees_where_clear(engine, int8_engine, prompt)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.6])
