@@ -80,10 +80,10 @@ def raw_rows(gf: GGUFFile, cfg: ModelConfig, name: str, part: str, device) -> to
 INT4_MIN_SHARE = 0.5
 
 
-def int4_blocks(gf: GGUFFile, cfg: ModelConfig) -> dict:
+def int4_matrices(gf: GGUFFile, cfg: ModelConfig) -> dict[str, tuple[list[str], tuple[str, ...]]]:
     """The layer matrices every part of which the file holds in a 4-bit block format (INT4_TYPES),
-    by quantize_cpu_model's names: [(bytes, ggml type, shape)] a part, for Int4Linear; none unless
-    they hold at least INT4_MIN_SHARE of the layers' weights."""
+    by quantize_cpu_model's names -> (the parts' tensor names, their layer_tensors keys); none
+    unless they hold at least INT4_MIN_SHARE of the layers' weights. Reads the header only."""
     keys, out = layer_tensors(cfg), {}
     total = four = 0
     for i in range(cfg.n_layers):
@@ -94,10 +94,13 @@ def int4_blocks(gf: GGUFFile, cfg: ModelConfig) -> dict:
             if all(gf.tensors[n].ggml_type in INT4_TYPES for n in names):
                 four += size
                 out[f"blk.{i}.{fused}"] = names, parts
-    if four < INT4_MIN_SHARE * total:
-        return {}
+    return out if four >= INT4_MIN_SHARE * total else {}
+
+
+def int4_blocks(gf: GGUFFile, cfg: ModelConfig) -> dict:
+    """int4_matrices' matrices as [(bytes, ggml type, shape)] a part, for Int4Linear."""
     return {m: [(raw_rows(gf, cfg, n, k, "cpu"), gf.tensors[n].ggml_type, tuple(gf.tensors[n].shape))
-                for n, k in zip(names, parts)] for m, (names, parts) in out.items()}
+                for n, k in zip(names, parts)] for m, (names, parts) in int4_matrices(gf, cfg).items()}
 
 
 def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, names: list[str],
@@ -145,7 +148,8 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
         from ..quant import cpu_cache as cc
         from ..quant.cpu_linear import cpu_op_shapes
 
-        cache_at = cc.cache_file(gf.path, "int4" if cpu_int4 else "int8")
+        # the key names what the cache holds: a file under the share keeps int8 ops, whatever was asked
+        cache_at = cc.cache_file(gf.path, "int4" if cpu_int4 and int4_matrices(gf, cfg) else "int8")
         cached = cc.load(cache_at, cpu_op_shapes(cfg))
         if cached is not None:  # their dense matrices are never read: not loaded at all
             mats = [n for k, n in layer_tensors(cfg).items() if k in ("q", "k", "v", "o", "gate", "up", "down")]

@@ -102,7 +102,7 @@ def test_the_cache_maps_int4_matrices_and_a_minority_of_them_stays_int8(smollm2_
     import threading
 
     from mtp_turbo.engine import Engine, EngineConfig
-    from mtp_turbo.models.load import int4_blocks, model_config
+    from mtp_turbo.models.load import int4_matrices, model_config
     from mtp_turbo.quant import cpu_cache, cpu_linear
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
@@ -136,4 +136,4 @@ def test_the_cache_maps_int4_matrices_and_a_minority_of_them_stays_int8(smollm2_
     build(cpu_weights="int8")  # another variant's cache replaces this model's
     assert cpu_cache.cache_file(smollm2_path).exists() and not cpu_cache.cache_file(smollm2_path, "int4").exists()
     # the default model's Q4_K matrices (o, half the downs) are ~24% of its layers' weights: all int8
-    assert int4_blocks(engine.gguf, model_config(engine.gguf)) == {}
+    assert int4_matrices(engine.gguf, model_config(engine.gguf)) == {}
