@@ -222,6 +222,12 @@
 #   bench/gpu_session.sh s32-check         the draft model's GPU tests (pair, shipped head, rows' batch invariance); HumanEval
 #                                          via chat: plain, the new head (/tmp/q15_head.gguf) and the shipped one, the draft
 #                                          model, beside llama-bench and llama-speculative on the same chat prompts
+#
+# Session 31 (issue 41's start-up changes on CUDA: Triton imported only where it can run, the MTP head's rows made on
+# first use). The default model cut in 28 MB pieces (.pieces/gNN/gemma.NN, 9 pieces), one call each
+# (`mkdir -p /tmp/gguf && cp .pieces/gNN/* /tmp/gguf/`), then:
+#   bench/gpu_session.sh s33-check         (carry .whl) Triton on CUDA; the GPU tests without a model; the real model's GPU
+#                                          tests (fused step, drafters); MT-Bench plain / MTP against session 25's table
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -329,6 +335,19 @@ bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes an
 }
 
 case $step in
+  s33-check)
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    python3 -c "import mtp_turbo.models.triton_env as t; print('triton on CUDA:', t.triton.__version__)" || exit 1
+    timeout 200 python3 -m pytest -q -m gpu -n 4 tests/models/test_fused.py tests/models/test_greedy.py \
+      tests/spec/drafters/test_mtp_step_tails.py tests/sampling/test_fused_gpu.py -p no:cacheprovider -rf 2>&1 \
+      | grep -v Warning | tee "$OUT/pytest_gpu_nomodel.txt" | tail -4
+    cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    timeout 220 python3 -m pytest -q -m gpu -n 4 tests/models/test_fused_gpu.py tests/spec --model-path /tmp/gguf/gemma.gguf \
+      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4
+    timeout 120 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 256 --n-prompts 8 --prompts mtbench --no-progress --json "$OUT/bench_gemma.json" 2>&1 \
+      | tee "$OUT/bench_gemma.txt" | tail -8 ;;
   s29-memory)  # (carry .whl .pieces/meta) the planes' GPU tests; 4B and Qwen2.5-1.5B shapes of random Q4_K_M blocks with
     # the file's bytes (the embedding's rows gathered from them): decode, memory
     cp .pieces/meta/* /tmp/gguf/

@@ -15,8 +15,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib
+import os
 import random
 import sys
+import threading
 from pathlib import Path
 
 from .errors import ConfigError, MtpTurboError
@@ -464,6 +466,25 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     )
     add_lazy(p.add_subparsers(dest="command", required=True, metavar="COMMAND"), COMMANDS, argv)
     return p
+
+
+def run() -> None:
+    """The console script: main, then the process ends without the interpreter's teardown.
+    Why: after torch is imported, tearing the interpreter down takes ~0.5 s on a 2-core machine
+    (`import torch` alone: 1.31 s with it, 0.92 s without), a third of a one-shot generate's time
+    to its first token on the CPU (bench/RESULTS.md session 31). Output is flushed and threads
+    the process would wait for (the CPU cache's writer) are joined first; atexit handlers and
+    finalisers are skipped: nothing of ours needs them."""
+    rc = main()
+    for t in threading.enumerate():
+        if t is not threading.main_thread() and not t.daemon:
+            t.join()
+    try:
+        sys.stdout.flush()
+    except (BrokenPipeError, ValueError):  # a closed pipe: nothing more can be written
+        pass
+    sys.stderr.flush()
+    os._exit(rc)
 
 
 def main(argv: list[str] | None = None) -> int:

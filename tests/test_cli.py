@@ -139,6 +139,23 @@ def test_help_loads_no_torch():
     assert r.stdout.strip().endswith("TORCH False")
 
 
+def test_console_script_flushes_output_and_returns_the_code():
+    """The console script (cli.run) ends the process without the interpreter's teardown: what was
+    printed arrives, and the exit code is main's (0, or 1 with the error's message)."""
+    import subprocess
+    import sys
+
+    def script(*argv):
+        code = "import sys\nfrom mtp_turbo.cli import run\nsys.argv = ['mtp-turbo', *sys.argv[1:]]\nrun()\n"
+        return subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+
+    r = script("models")
+    assert r.returncode == 0, r.stderr
+    assert "gemma" in r.stdout.lower()
+    r = script("generate", "hi", "--max-tokens", "-1", "--no-server")
+    assert r.returncode == 1 and "max-tokens must be >= 0" in r.stderr
+
+
 def _option_help(text: str) -> dict[str, str]:
     """--flag -> its help text (the lines of its block, joined)."""
     out, name = {}, None

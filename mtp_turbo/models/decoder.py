@@ -40,6 +40,22 @@ class AttnContext:
     rows: tuple[slice, ...] | None = None
 
 
+class EmbeddingRows:
+    """A CPU model's embedding held as the file's bytes, read like its dense table [V, D] where a
+    drafter reads rows (`rows[ids]`: ids of any shape -> [*ids.shape, D], the dense table's values)."""
+
+    def __init__(self, model: "Decoder"):
+        self.model = model
+        self.shape = (model.cfg.vocab_size, model.cfg.hidden)
+        self.device, self.dtype = model.device, model.dtype
+
+    def __getitem__(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.model.embedding_rows(ids.reshape(-1)).reshape(*ids.shape, self.shape[1])
+
+    def dense(self) -> torch.Tensor:
+        return self.model.embed
+
+
 class Decoder:
     """Weights plus the forward. `weights` maps GGUF tensor names to dense tensors: linear weights
     [out, in] in `dtype`, norms and biases fp32. q/k/v and gate/up are stored fused (one matrix
@@ -123,6 +139,12 @@ class Decoder:
         if self._embed is not None:
             return self._embed[tokens]
         return self.embed_file.rows(tokens).dequantize().to(self.dtype)
+
+    def embedding_table(self):
+        """What a drafter indexes for embedding rows ([ids] -> rows, .shape): the dense table where
+        the model holds one (or off the CPU: the GPU kernels read it whole), else EmbeddingRows,
+        which gathers rows from the file's bytes without making the table."""
+        return self.embed if self.dense_embed or self.device.type != "cpu" else EmbeddingRows(self)
 
     def embed_tensors(self, one_row: bool = False) -> list[torch.Tensor]:
         """The tensors holding the embedding (one_row: one row of each), as the model holds it now."""

@@ -27,22 +27,17 @@ residual adds rounded to it, matmuls accumulated in fp32 (a bias added there bef
 
 from __future__ import annotations
 
-try:  # the module imports without Triton; fused.available() says whether it can run
-    import triton
+import torch
+
+from .triton_env import gdc_launch_dependents, gdc_wait, triton
+
+if triton is not None:
     import triton.language as tl
-except ImportError:
-    triton = None
-try:  # grid dependency control (programmatic dependent launch, sm_90+): Triton >= 3.4
-    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
-except ImportError:
-    gdc_wait = gdc_launch_dependents = None
 
 
 def pdl_supported(device) -> bool:
     """True when the kernels here can be launched with programmatic dependent launch on `device`
     (FusedTiles.pdl): CUDA of compute capability 9.0 or more, and a Triton with grid dependency control."""
-    import torch
-
     return (triton is not None and gdc_wait is not None and device.type == "cuda"
             and torch.cuda.get_device_capability(device)[0] >= 9)
 

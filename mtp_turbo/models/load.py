@@ -178,6 +178,15 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             skip.add(name)
             checked.append(name)
             sums.append(dequantize(raw, t.ggml_type, t.shape).sum(dtype=torch.float32))
+    elif int8 and cfg.tied_head and plane_format(gf.tensors["token_embd.weight"].ggml_type):
+        # the CPU's embedding rows are gathered from the file's bytes (the same values as the dense
+        # table's): no 0.3 s dequantization of the whole table at each start and ~4x less memory
+        # (Gemma-3-270M: 178 MB of Q8_0 against 671 MB of float32); its head is the int8 op
+        t = gf.tensors["token_embd.weight"]
+        embed_file = PlaneMatrix.from_gguf(gf.raw_tensor("token_embd.weight"), t.ggml_type, tuple(t.shape))
+        skip.add("token_embd.weight")
+        checked.append("token_embd.weight")
+        sums.append(embed_file.finite_sum())
     for name in tqdm(names, desc="loading weights", unit="tensor", disable=not progress, leave=False):
         t = gf.tensors[name]
         if name in skip:  # held by the cached ops, or as the file's bytes

@@ -148,13 +148,25 @@ class MTPHead:
         self.dtype = dtype
         self.W = weights
         self.ops = weights if ops is None else ops
-        self.embed = embed  # main embedding [V, D] (unscaled: the tied LM head)
+        self.embed = embed  # main embedding [V, D] (unscaled: the tied LM head), or its rows (EmbeddingRows)
         self.embed_scale = torch.tensor(cfg.embed_scale, dtype=dtype).to(self.device)
         self.vocab_ids = None if vocab_ids is None else vocab_ids.to(self.device, torch.int64)
-        if head_rows is None:
-            head_rows = embed if vocab_ids is None else embed[self.vocab_ids].contiguous()
-        self.head_rows = head_rows  # [N, D] values of the LM head (dense path and reference)
+        self.n_rows = int(embed.shape[0] if vocab_ids is None else vocab_ids.shape[0])  # the head's rows
+        self._head_rows = head_rows  # made on first use where not given (see head_rows)
         self.rope = None  # (cos, sin) tables, grown on demand
+
+    @property
+    def head_rows(self) -> torch.Tensor:
+        """[N, D] values of the LM head (the dense path and the reference): given, or the embedding's
+        rows gathered on first use (a drafter computing with ops["head"] never asks: ~0.05 s of a
+        one-shot CPU start)."""
+        if self._head_rows is None:
+            e = self.embed
+            if self.vocab_ids is not None:
+                self._head_rows = e[self.vocab_ids].contiguous()
+            else:  # every row: the dense table
+                self._head_rows = e if isinstance(e, torch.Tensor) else e.dense()
+        return self._head_rows
 
     def rope_at(self, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         need = int(pos.max().item()) + 1

@@ -129,7 +129,7 @@ class FusedMTPStep:
         self.xn, self.qkv_out, self.q = buf(R, D), buf(R, qd + 2 * kvd), buf(R, c.n_heads, c.head_dim)
         self.att, self.o_out, self.h1 = buf(1, qd), buf(1, D), buf(1, D)
         self.gu, self.dn, self.state = buf(1, c.ffn), buf(1, D), buf(1, D)
-        self.lg = buf(MAX_CHAIN, head.head_rows.shape[0], dtype=torch.float32)
+        self.lg = buf(MAX_CHAIN, head.n_rows, dtype=torch.float32)
         self.scale = float(head.embed_scale.float())
         self.cell_scratch: dict[int, tuple] = {}  # attend's partials per chunk count (allocated before capture)
         # the tails' arrival counters (zero before and after each launch): fc, qkv (a head each), o, down

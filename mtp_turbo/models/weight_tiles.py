@@ -22,11 +22,10 @@ BN * (BK / C) rows of chunks, built, then reshaped to [BN, BK]. A segment's K is
 
 from __future__ import annotations
 
-try:
-    import triton
+from .triton_env import triton
+
+if triton is not None:
     import triton.language as tl
-except ImportError:
-    triton = None
 
 if triton is not None:
 

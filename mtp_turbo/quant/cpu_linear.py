@@ -51,6 +51,14 @@ class Int8Linear:
     def shape(self) -> tuple[int, int]:
         return self.q.shape[0], self.k
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.q, self.scale
+
+    def rows(self, ids: torch.Tensor) -> "Int8Linear":
+        """The op of rows `ids` of w: the same codes and scales as Int8Linear(w[ids]) (each row is
+        quantized on its own), without quantizing again."""
+        return Int8Linear.from_codes(self.q[ids].contiguous(), self.scale[ids].contiguous(), self.k)
+
     def dequantize(self) -> torch.Tensor:
         """The values the kernel multiplies by, float32 [N, K]."""
         return self.q[:, :self.k].float() * self.scale.float()[:, None]
@@ -101,6 +109,9 @@ class Int4Linear:
     def shape(self) -> tuple[int, int]:
         return self.n, self.k
 
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.packed, self.sz
+
     def __call__(self, x: torch.Tensor, out_dtype: torch.dtype | None = None) -> torch.Tensor:
         """x [..., K] (any float dtype) -> [..., N] in out_dtype (default: x's dtype)."""
         lead, K = x.shape[:-1], x.shape[-1]
@@ -142,5 +153,10 @@ def quantize_cpu_model(model, ops: dict | None = None, blocks: dict | None = Non
             else:
                 L[k] = Int4Linear.from_blocks(blocks[name]) if name in blocks else Int8Linear(L[k])
             made[name] = L[k]
-    model.head_op = made["head"] = ops["head"] if ops else Int8Linear(model.head_weight)
+    if ops:
+        made["head"] = ops["head"]
+    else:  # a tied head whose embedding is held as the file's bytes: its values, dequantized once
+        w = model.head_weight if model.head_weight is not None else model.embed_file.dequantize()
+        made["head"] = Int8Linear(w)
+    model.head_op = made["head"]
     return made

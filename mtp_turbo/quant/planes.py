@@ -96,6 +96,12 @@ class PlaneMatrix:
         """float32 [n, k], bit-identical to quant/dequant.py on the file's bytes (the loader's values)."""
         return dequantize(self.gguf_bytes(), self.ggml_type, (self.n, self.k))
 
+    def finite_sum(self) -> torch.Tensor:
+        """A float32 scalar that is finite iff every value is: the sum of the float planes (block
+        scales and minimums; the other planes are integer codes, and a finite scale times a code
+        stays far inside float32). The loader's NaN check without dequantizing the matrix."""
+        return sum(p.float().sum() for p in self.planes if p.dtype.is_floating_point)
+
     def rows(self, index: torch.Tensor) -> "PlaneMatrix":
         """The rows `index` (int64 [T], on the planes' device) as a PlaneMatrix of their own (copies;
         no host sync: capturable in a CUDA graph)."""
@@ -198,7 +204,10 @@ def fused_weight(parts, dtype: torch.dtype) -> FusedWeight:
 
 
 def weight_tensors(w) -> list[torch.Tensor]:
-    """The tensors holding a PlaneMatrix or a FusedWeight; anything else (a tensor, another op) as it is."""
+    """The tensors holding a PlaneMatrix, a FusedWeight or an op that names its own (a CPU matrix:
+    quant/cpu_linear.py); anything else (a tensor) as it is."""
+    if hasattr(w, "tensors"):
+        return list(w.tensors())
     if isinstance(w, PlaneMatrix):
         return list(w.planes)
     if isinstance(w, FusedWeight):

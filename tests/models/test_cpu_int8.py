@@ -136,3 +136,23 @@ def test_int8_cache_maps_the_same_codes_and_is_remade_when_damaged(engine, tmp_p
     where.unlink()
     build(cpu_cache=False)
     assert not where.exists()
+
+
+def test_the_embedding_stays_the_files_bytes_and_the_drafter_reads_its_rows(engine, int8_engine):
+    """The int8 engine gathers embedding rows from the file's Q8_0 bytes (the dense table's values,
+    the f32 engine's rows bit for bit) and never makes the table: not for a step, not for the MTP
+    drafter, whose LM head codes are the main head's rows (the same as quantizing those rows again)."""
+    m = int8_engine.model
+    assert not m.dense_embed and m.embed_file is not None
+    ids = torch.tensor([0, 2, 1000, 262143, 2])
+    assert torch.equal(m.embedding_rows(ids), engine.model.embed[ids])
+    plain = int8_engine.generate_ids("The old lighthouse keeper", sampler=SamplerConfig(temperature=0.0),
+                                     max_tokens=12, stop_ids=())
+    spec = int8_engine.generate_ids("The old lighthouse keeper", sampler=SamplerConfig(temperature=0.0),
+                                    max_tokens=12, stop_ids=(), spec=SpecConfig(draft="mtp", draft_tokens=2))
+    assert spec == plain and not m.dense_embed
+    head = int8_engine.drafter.head
+    rows = engine.model.embed[head.vocab_ids]
+    assert torch.equal(head.embed[head.vocab_ids[:7]], rows[:7])
+    ref = Int8Linear(rows)
+    assert torch.equal(head.ops["head"].q, ref.q) and torch.equal(head.ops["head"].scale, ref.scale)

@@ -28,7 +28,14 @@ def fake_main_for_file():
                       eps=1e-6, rope_global=Rope(1e6), rope_local=Rope(1e4), sliding_window=16, sliding_pattern=6,
                       query_scale=32 ** -0.5, context_length=512)
     embed = torch.randn(V, D, generator=torch.Generator().manual_seed(1))
-    return SimpleNamespace(cfg=mc, device=torch.device("cpu"), dtype=torch.float32, embed=embed)
+    return fake_main(cfg=mc, device=torch.device("cpu"), dtype=torch.float32, embed=embed)
+
+
+def fake_main(**kw) -> SimpleNamespace:
+    """A stand-in for a main Decoder: what load_head reads of one (its dense table as embedding_table)."""
+    ns = SimpleNamespace(**kw)
+    ns.embedding_table = lambda: ns.embed
+    return ns
 
 
 def random_weights(cfg: MTPConfig, seed: int) -> dict[str, torch.Tensor]:
@@ -246,7 +253,7 @@ def test_head_keeps_the_main_models_format(head_file):
     q8_embed = PackedWeight.from_gguf_bytes(raw, "q8_0", tuple(main.embed.shape)).dequantize()
     info = SimpleNamespace(ggml_type=8, shape=tuple(main.embed.shape))
     gguf_file = SimpleNamespace(tensors={"token_embd.weight": info}, raw=lambda name: raw.reshape(-1))
-    main_q8 = SimpleNamespace(**{**vars(main), "embed": q8_embed})
+    main_q8 = fake_main(**{**vars(main), "embed": q8_embed})
     hp = load_head(p, main_q8, gemv_backend="torch", main_gguf=gguf_file)
     head = hp.ops["head"]
     assert head.w.fmt == "q8_0" and head.w.shape == (len(hp.vocab_ids), D)
@@ -255,7 +262,7 @@ def test_head_keeps_the_main_models_format(head_file):
     # the same rows from the codes a CUDA main model keeps (models/load.py), without the file
     from mtp_turbo.quant.repack import split_q8_0
 
-    main_kept = SimpleNamespace(**{**vars(main_q8), "head_q8": split_q8_0(torch.from_numpy(raw.reshape(-1)),
+    main_kept = fake_main(**{**vars(main_q8), "head_q8": split_q8_0(torch.from_numpy(raw.reshape(-1)),
                                                                           tuple(main.embed.shape))})
     main_kept.head_packed = lambda: PackedWeight("q8_0", tuple(main.embed.shape), *main_kept.head_q8)  # as Gemma3's
     kept = load_head(p, main_kept, gemv_backend="torch").ops["head"]

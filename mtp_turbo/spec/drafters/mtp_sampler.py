@@ -53,7 +53,7 @@ class DraftSampler:
         self.draw = None  # SamplerConfig whose whole chain + draw picks the drafts (coupling), or None
         self._vmap: np.ndarray | None = None  # full token id -> head index (-1: not a head row)
         self.vmap_dev: torch.Tensor | None = None  # head_index() on the device (windows read there)
-        n_rows = head.head_rows.shape[0]
+        n_rows = head.n_rows
         self.pen_dev = torch.zeros(n_rows, dtype=torch.float32, device=dev)  # window counts [N]
         self.pen_host = torch.zeros(n_rows, dtype=torch.float32, pin_memory=dev.type == "cuda")
         # the window-sequence path (set): per window length W, host [W] / device [W + max_k]
@@ -112,7 +112,7 @@ class DraftSampler:
         counts and coupled paths' torch ops take the values themselves."""
         p, d = self.pen, self.draw
         if self.seq is not None:
-            return ("seq", sampler_shape(self.seq_cfg, self.head.head_rows.shape[0], self.seq[1].shape[0]))
+            return ("seq", sampler_shape(self.seq_cfg, self.head.n_rows, self.seq[1].shape[0]))
         pen = None if p is None else (p.repeat_penalty, p.presence_penalty, p.frequency_penalty)
         return pen if d is None else (pen, d)
 

@@ -130,7 +130,9 @@ def test_without_prefill_hook_drafter_warms_up(tiny):
 def fake_main_for_file():
     mc = tiny_main_cfg()
     embed = torch.randn(V, D, generator=torch.Generator().manual_seed(1))
-    return SimpleNamespace(cfg=mc, device=torch.device("cpu"), dtype=torch.float32, embed=embed)
+    ns = SimpleNamespace(cfg=mc, device=torch.device("cpu"), dtype=torch.float32, embed=embed)
+    ns.embedding_table = lambda: ns.embed  # what load_head reads of a main Decoder
+    return ns
 
 
 def test_gguf_round_trip_and_identity_check(tmp_path):
