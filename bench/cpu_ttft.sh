@@ -11,5 +11,10 @@ ours() { mtp-turbo generate "$prompt" -n 1 --temperature 0 --device cpu --model 
 theirs() { "$bin/llama-completion" -m "$model" -p "$prompt" -n 1 --temp 0 -t 2 -no-cnv --no-warmup > /dev/null 2>&1 < /dev/null; }
 t() { local s e; s=$(date +%s.%N); "$@"; e=$(date +%s.%N); python3 -c "print(f'{$e - $s:.2f}')"; }
 ours; theirs
-echo "load: $(cut -d' ' -f1-3 /proc/loadavg) | $(date -u +%F)"
-for i in $(seq ${RUNS:-3}); do echo "run $i: mtp-turbo $(t ours) s | llama-completion $(t theirs) s"; done
+# Python writes its bytecode (.pyc) as a user's does unless PYTHONDONTWRITEBYTECODE is set (this sandbox
+# sets it: every start then compiles the package again, ~0.05 s): say which
+echo "load: $(cut -d' ' -f1-3 /proc/loadavg) | $(date -u +%F) | PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}"
+for i in $(seq ${RUNS:-3}); do
+  a=$(t ours); b=$(t theirs)
+  echo "run $i: mtp-turbo $a s | llama-completion $b s | $(python3 -c "print(f'{$a / $b:.2f}x')")"
+done

@@ -24,6 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from . import meta_cache
+
 from mtp_turbo.errors import ModelFileError
 
 GGUF_MAGIC = b"GGUF"
@@ -117,6 +119,8 @@ def _check_kinds(meta: Mapping[str, Any]) -> None:
         if key in meta and not _is_kind(meta[key], kind):
             raise _Corrupt(f"metadata {key} is {_describe(meta[key])}, expected {_KIND_WORDS[kind]}")
 
+
+_KEEP_LIST = 4096  # a metadata table holding a string array this long (a vocabulary) is kept: io/meta_cache.py
 
 # ggml type id -> (name, elements per block, bytes per block). A copy of gguf.GGML_QUANT_SIZES
 # (tests check they agree) because importing gguf costs ~0.2 s, more than parsing the model header.
@@ -381,13 +385,19 @@ class GGUFFile:
         if n_kv > _MAX_KV:
             raise _Corrupt(f"absurd metadata count {n_kv}")
         cur.fits(n_kv, _MIN_KV_BYTES, "the metadata table")
-        meta: dict[str, Any] = {}
-        for i in range(n_kv):
-            key = cur.string(f"metadata key #{i}")
-            if key in meta:
-                raise _Corrupt(f"duplicate metadata key {key!r}")
-            vtype = cur.u32(f"value type of {key!r}")
-            meta[key] = cur.value(vtype, f"value of {key!r}")
+        kept = meta_cache.load(self.path)
+        if kept is not None and len(kept[0]) == n_kv and 0 < kept[1] <= size:
+            meta, cur.pos = kept
+        else:
+            meta = {}
+            for i in range(n_kv):
+                key = cur.string(f"metadata key #{i}")
+                if key in meta:
+                    raise _Corrupt(f"duplicate metadata key {key!r}")
+                vtype = cur.u32(f"value type of {key!r}")
+                meta[key] = cur.value(vtype, f"value of {key!r}")
+            if any(isinstance(v, list) and len(v) >= _KEEP_LIST for v in meta.values()):
+                meta_cache.save(self.path, meta, cur.pos)  # a vocabulary: kept for the next open
         _check_kinds(meta)
         self.metadata = meta
 

@@ -296,3 +296,36 @@ def test_corrupted_header(tmp_path, small_file):
     for problem, bad in cases.items():
         with pytest.raises(ModelFileError, match=f"corrupted header.*{problem}"):
             GGUFFile(_damaged(tmp_path, bad))
+
+
+def test_metadata_kept_between_opens_is_the_files(model_path, tmp_path, monkeypatch):
+    """A vocabulary's metadata is kept (io/meta_cache.py) at the first open; the next open reads it
+    back: the same keys, values and types as parsing the file, the same tensors. A damaged copy is a
+    miss (parsed again); a table without a long string array is not kept."""
+    from mtp_turbo.io import meta_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    where = meta_cache._where(model_path)
+    assert not os.path.exists(where)
+    first = GGUFFile(model_path)
+    assert os.path.exists(where)
+    second = GGUFFile(model_path)
+    assert meta_cache.load(model_path) is not None
+    assert list(first.metadata) == list(second.metadata)
+    for k, v in first.metadata.items():
+        w = second.metadata[k]
+        assert type(w) is type(v), k
+        if isinstance(v, np.ndarray):
+            assert v.dtype == w.dtype and np.array_equal(v, w), k
+        else:
+            assert v == w, k
+    assert first.tensors == second.tensors and first.data_offset == second.data_offset
+    with open(where, "wb") as f:
+        f.write(b"not marshal data")
+    assert meta_cache.load(model_path) is None
+    third = GGUFFile(model_path)
+    assert third.tensors == first.tensors and third.metadata["tokenizer.ggml.tokens"] == first.metadata["tokenizer.ggml.tokens"]
+    small = tmp_path / "small.gguf"
+    write_gguf(small, "llama", {"tokenizer.ggml.tokens": ["a", "b"]}, {"w": (np.zeros(2 * 32 * 4, dtype=np.uint8), 0, (2, 32))})
+    GGUFFile(small)
+    assert not os.path.exists(meta_cache._where(small))
