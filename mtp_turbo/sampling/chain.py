@@ -31,8 +31,8 @@ from torch import Tensor
 
 from .config import SamplerConfig
 
-__all__ = ["probs_from_logits", "sample_dist", "penalty_counts", "window_counts", "apply_penalties",
-           "final_logits"]
+__all__ = ["probs_from_logits", "survivor_probs", "sample_dist", "penalty_counts", "window_counts", "apply_penalties",
+           "final_logits", "cumsum_rows"]
 
 _NEG_INF = float("-inf")
 
@@ -95,13 +95,40 @@ def apply_penalties(l: Tensor, c: Tensor, cfg: SamplerConfig) -> Tensor:
     return l
 
 
+def cumsum_rows(x: Tensor) -> Tensor:
+    """torch.cumsum(x, dim=1) of [R, N], on the CPU a row at a time: the same values (each row's
+    scan is sequential either way), but torch's CPU scan of several long rows strides across them:
+    3 rows of 262144 took 3.6 ms (float64) against 0.15 ms a row (bench/RESULTS.md session 31)."""
+    if x.shape[0] == 1 or x.device.type != "cpu":
+        return torch.cumsum(x, dim=1)
+    out = torch.empty(x.shape, dtype=torch.cumsum(x[:1, :1], dim=1).dtype, device=x.device)
+    for r in range(x.shape[0]):
+        torch.cumsum(x[r], 0, out=out[r])
+    return out
+
+
 def _top_k_keep(l: Tensor, k: int) -> Tensor:
     """Bool [R, M]: the k largest logits, ties at the k-th value -> lowest ids (exactly k kept)."""
     kth = torch.topk(l, k, dim=1).values[:, -1:]  # [R, 1] the k-th largest value (well defined)
     above = l > kth
     tied = l == kth
     room = k - above.sum(dim=1, keepdim=True)  # how many tied tokens still fit
-    return above | (tied & (torch.cumsum(tied.to(torch.int32), dim=1) <= room))
+    return above | (tied & (cumsum_rows(tied.to(torch.int32)) <= room))
+
+
+def _top_k_cols(l: Tensor, k: int) -> Tensor:
+    """Column indices [R, k] (any order) of the set _top_k_keep keeps. On the CPU one topk gives it
+    where no tie at the k-th value crosses the boundary (then topk had no choice to make), read on
+    the host; otherwise, and on other devices (no host sync: capturable), from the mask. One topk
+    over 3 rows of 262144 instead of a mask, its running count and a second topk: ~5 ms -> ~0.7 ms
+    (bench/RESULTS.md session 31)."""
+    if l.device.type == "cpu":
+        vals, cols = torch.topk(l, k, dim=1)
+        kth = vals[:, -1:]
+        if bool(((l == kth).sum(dim=1) == (vals == kth).sum(dim=1)).all()):
+            return cols
+    keep = _top_k_keep(l, k)
+    return torch.topk(keep.to(torch.int8), k, dim=1, sorted=False).indices  # exactly k kept
 
 
 def _min_p_keep(l: Tensor, min_p: float) -> Tensor:
@@ -130,9 +157,7 @@ def _chain(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> tuple[T
     for stage in cfg.order:
         if stage == "top_k":
             if 0 < cfg.top_k < l.shape[1]:
-                keep = _top_k_keep(l, cfg.top_k)
-                # exactly k finite-or-kept columns: gather them (order irrelevant downstream)
-                cols = torch.topk(keep.to(torch.int8), cfg.top_k, dim=1, sorted=False).indices
+                cols = _top_k_cols(l, cfg.top_k)  # gathered (their order is set by survivor_probs)
                 l = l.gather(1, cols)
                 ids = cols if ids is None else ids.gather(1, cols)
                 if c is not None:
@@ -152,27 +177,36 @@ def _chain(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> tuple[T
     return l, ids
 
 
-def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> Tensor:
-    """Probabilities [R, V] from logits [R, V] and penalty-window counts [R, V] (or None = none).
-
-    Runs cfg.order; masked tokens get exactly 0. Computes in the logits' dtype (float32 in the
-    engine; float64 works too and is used by the exact checks). No host sync.
-    """
+def survivor_probs(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> tuple[Tensor, Tensor | None]:
+    """probs_from_logits without the scatter back to [R, V]: (probabilities [R, M], their token ids
+    [R, M] ascending), or (p [R, V], None) where no top-k stage compacted the columns. What a draw
+    over few survivors reads (draw.draw_survivors) instead of passes over the vocabulary."""
     assert logits.dim() == 2, "logits must be [R, V]"
-    r, v = logits.shape
     assert counts is None or counts.shape == logits.shape, "counts must match logits [R, V]"
     pen = counts is not None and cfg.uses_penalties and "penalties" in cfg.order
 
     if cfg.greedy:
         l = apply_penalties(logits, counts.to(logits.dtype), cfg) if pen else logits
         best = torch.argmax(l, dim=1, keepdim=True)  # first maximal index = lowest id on ties
-        return torch.zeros_like(logits).scatter_(1, best, 1.0)
+        return torch.ones(best.shape, dtype=logits.dtype, device=logits.device), best
 
     l, ids = _chain(logits, counts, cfg)
-    p = torch.softmax(l, dim=1)
+    if ids is not None:  # token order, as a draw walks them (softmax then sums in that order too)
+        ids, order = torch.sort(ids, dim=1)
+        l = l.gather(1, order)
+    return torch.softmax(l, dim=1), ids
+
+
+def probs_from_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> Tensor:
+    """Probabilities [R, V] from logits [R, V] and penalty-window counts [R, V] (or None = none).
+
+    Runs cfg.order; masked tokens get exactly 0. Computes in the logits' dtype (float32 in the
+    engine; float64 works too and is used by the exact checks). No host sync.
+    """
+    p, ids = survivor_probs(logits, counts, cfg)
     if ids is None:
         return p
-    return torch.zeros(r, v, dtype=p.dtype, device=p.device).scatter_(1, ids, p)
+    return torch.zeros(logits.shape, dtype=p.dtype, device=p.device).scatter_(1, ids, p)
 
 
 def final_logits(logits: Tensor, counts: Tensor | None, cfg: SamplerConfig) -> Tensor:

@@ -78,10 +78,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .chain import final_logits, probs_from_logits
+from .chain import final_logits, survivor_probs
 from .codes import FINAL, MINP, NSLOT, PART_W, PEN, RADIX, SCAN, SELECT, STATS, TABLE, TEMP, TIES, TOPK, TOPP
 from .config import SamplerConfig
-from .draw import draw
+from .draw import draw_survivors
 from .exact import padded_counts
 from .rng import _keys, _signed, uniforms
 
@@ -328,7 +328,7 @@ def _torch_rows(logits: Tensor, windows: Tensor, u: Tensor, cfg: SamplerConfig, 
     counts = None
     if cfg.uses_penalties and "penalties" in cfg.order and windows.shape[1] > 0:
         counts = padded_counts(windows, logits.shape[1], logits.dtype)
-    ids = draw(probs_from_logits(logits, counts, cfg), u)
+    ids = draw_survivors(*survivor_probs(logits, counts, cfg), u)
     return ids, (final_logits(logits, counts, cfg) if debug else None)
 
 

@@ -179,3 +179,49 @@ def test_vectorized_rows_equal_single_rows_and_no_nan():
     for r in range(5):
         one = sample_dist(logits[r:r + 1], toks[: 40 - 4 + r], c)
         assert torch.equal(one[0], full[r])
+
+
+def test_top_k_columns_are_the_masks_set_with_ties_at_the_boundary():
+    """_top_k_cols (one topk on the CPU where no tie crosses the k-th value, the mask otherwise) keeps
+    exactly _top_k_keep's set: random rows, ties inside the kept set, ties across the boundary
+    (lowest ids kept), -0.0 beside 0.0."""
+    from mtp_turbo.sampling.chain import _top_k_cols, _top_k_keep
+
+    g = torch.Generator().manual_seed(3)
+    rows = [torch.randn(3, 5000, generator=g),
+            torch.randint(-4, 5, (3, 5000), generator=g).float(),  # many ties everywhere
+            torch.cat([torch.full((1, 50), 2.0), torch.randn(1, 4950, generator=g) - 10], dim=1)]
+    z = torch.randn(1, 5000, generator=g) - 10
+    z[0, [7, 11, 900]] = torch.tensor([0.0, -0.0, 0.0])
+    rows.append(z)
+    for l in rows:
+        for k in (1, 3, 40, 49, 50, 51):
+            keep = _top_k_keep(l, k)
+            cols = _top_k_cols(l, k)
+            got = torch.zeros_like(keep).scatter_(1, cols, True)
+            assert torch.equal(got, keep), k
+
+
+def test_a_draw_over_the_survivors_is_the_draw_over_the_vocabulary():
+    """draw_survivors(survivor_probs(...)) gives draw(probs_from_logits(...))'s tokens for every u,
+    with and without top-k, penalties and greedy; cumsum_rows is torch.cumsum."""
+    from mtp_turbo.sampling.chain import cumsum_rows, survivor_probs
+    from mtp_turbo.sampling.draw import draw, draw_survivors
+
+    g = torch.Generator().manual_seed(4)
+    V, R = 3000, 4
+    logits = torch.randn(R, V, generator=g) * 3
+    counts = penalty_counts(torch.randint(0, V, (80,), generator=g), R, V, 64)
+    u = torch.rand(500, dtype=torch.float64, generator=g)
+    u[:2] = torch.tensor([0.0, 1.0 - 2**-53])
+    for cfg in (SamplerConfig(seed=1), SamplerConfig(temperature=1.3, top_k=0, top_p=0.9, min_p=0.0),
+                SamplerConfig(temperature=0.6, repeat_penalty=1.1, presence_penalty=0.4),
+                SamplerConfig(temperature=0.0, repeat_penalty=1.3), SamplerConfig(top_k=7, top_p=1.0, min_p=0.0)):
+        full = probs_from_logits(logits, counts, cfg)
+        p, ids = survivor_probs(logits, counts, cfg)
+        for uu in u.split(R)[:-1]:
+            assert torch.equal(draw_survivors(p, ids, uu), draw(full, uu)), cfg
+    x = torch.rand(3, V, dtype=torch.float64, generator=g)
+    assert torch.equal(cumsum_rows(x), torch.cumsum(x, dim=1))
+    b = torch.rand(3, V, generator=g) > 0.5
+    assert torch.equal(cumsum_rows(b.to(torch.int32)), torch.cumsum(b.to(torch.int32), dim=1))
