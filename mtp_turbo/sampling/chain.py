@@ -117,16 +117,19 @@ def _top_k_keep(l: Tensor, k: int) -> Tensor:
 
 
 def _top_k_cols(l: Tensor, k: int) -> Tensor:
-    """Column indices [R, k] (any order) of the set _top_k_keep keeps. On the CPU one topk gives it
-    where no tie at the k-th value crosses the boundary (then topk had no choice to make), read on
-    the host; otherwise, and on other devices (no host sync: capturable), from the mask. One topk
-    over 3 rows of 262144 instead of a mask, its running count and a second topk: ~5 ms -> ~0.7 ms
-    (bench/RESULTS.md session 31)."""
+    """Column indices [R, k] (any order) of the set _top_k_keep keeps. On the CPU from one topk:
+    its values above the k-th are all kept, and the rest are the lowest ids holding the k-th value
+    (a row's ties at the boundary are common: the head's logits are bf16 values), found by one
+    comparison a row (shapes that depend on the data: the CPU only). Elsewhere from the mask (no
+    host sync: capturable). ~5 ms -> ~1 ms for 3 rows of 262144 (bench/RESULTS.md session 31)."""
     if l.device.type == "cpu":
         vals, cols = torch.topk(l, k, dim=1)
-        kth = vals[:, -1:]
-        if bool(((l == kth).sum(dim=1) == (vals == kth).sum(dim=1)).all()):
-            return cols
+        out = torch.empty_like(cols)
+        for r in range(l.shape[0]):
+            kth = vals[r, -1]
+            above = cols[r][vals[r] > kth]
+            out[r] = torch.cat([above, torch.nonzero(l[r] == kth).squeeze(1)[: k - above.shape[0]]])
+        return out
     keep = _top_k_keep(l, k)
     return torch.topk(keep.to(torch.int8), k, dim=1, sorted=False).indices  # exactly k kept
 
