@@ -168,7 +168,8 @@ def memory(eng) -> dict:
     import resource
 
     m = eng.model
-    weights = _unique_bytes([*m.embed_tensors(), m.out_norm, *weight_tensors(m.head_weight),
+    head = m.head_op if m.head_op is not None else m.head_weight  # a CPU int8 head, or the dense / file's one
+    weights = _unique_bytes([*m.embed_tensors(), m.out_norm, *weight_tensors(head),
                              *(t for L in m.layers for w in L.values() for t in weight_tensors(w))])
     head_q8 = _unique_bytes(m.head_q8 or ())
     pw = m.head_packed() if m.head_q8 is not None else None
