@@ -225,11 +225,8 @@ def load_head(path, main, device=None, dtype=None, expect_sha: str | None = None
         elif head_rows is not None:
             head = Int8Linear(head_rows)
         else:
-            table = main.embedding_table()
-            if vocab_ids is not None:
-                head = Int8Linear(table[vocab_ids.to(main.device)])
-            else:
-                head = Int8Linear(table if isinstance(table, torch.Tensor) else table.dense())
+            # (an untied main model: its embedding is the dense table, load.py keeps bytes only when tied)
+            head = Int8Linear(main.embed if vocab_ids is None else main.embed[vocab_ids.to(main.embed.device)])
         ops = int8_ops(W, head)
     elif packed_path:
         from ..quant.repack import PackedWeight
