@@ -726,6 +726,35 @@ def wl_gemv_tiles(dry_all: bool):
                                        torch.empty(m, n, dtype=torch.float32))
 
 
+def wl_fragk(dry_all: bool):
+    """The frag8 GEMV on K-quant layouts (fragk.py): Q4_K and Q6_K at Gemma-3 4B's matrix shapes and a
+    head's, 1-4 rows, the tiles the fused step uses (frag8 / frag8x, split 1 / 8 / 16), bf16 x; dry."""
+    import torch
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as GT
+
+    from mtp_turbo.quant.gemv import TileConfig
+    from mtp_turbo.quant.kernels import frag8_gemv
+    from mtp_turbo.quant.kernels.fragk import FragKWeight
+
+    view = _cuda_view_type()
+    shapes = {"qkv 4096x2560": (4096, 2560), "o 2560x2048": (2560, 2048), "down 2560x10240": (2560, 10240),
+              "head 32768x2560": (32768, 2560)}
+    for t in (GT.Q4_K, GT.Q6_K):
+        with workload(f"fragk {t.name} (CUDA branch)", dry=True):
+            for label, (n, k) in shapes.items():
+                block, size = GGML_QUANT_SIZES[t]
+                fw = FragKWeight.from_gguf(torch.zeros(n * k // block * size, dtype=torch.uint8), t, (n, k))
+                for kernel, split in (("frag8", 1), ("frag8", 8), ("frag8x", 16), ("frag8", 16)):
+                    for m in (1, 2, 3, 4):
+                        REC.dry += 1
+                        try:
+                            frag8_gemv.launch(torch.zeros(m, k, dtype=torch.bfloat16).as_subclass(view), fw,
+                                              TileConfig(kernel, 32, 64, 4, 2, split),
+                                              torch.empty(m, n, dtype=torch.float32))
+                        finally:
+                            REC.dry -= 1
+
+
 def wl_glue(dry_all: bool) -> None:
     import math
 
@@ -872,7 +901,7 @@ def wl_planes(dry_all: bool) -> None:  # noqa: C901
 
 WORKLOADS = {"main": wl_main, "mtp": wl_mtp, "sampler": wl_sampler, "gemv": wl_gemv, "glue": wl_glue,
              "ngram": wl_ngram, "gemv_tiles": wl_gemv_tiles,
-             "planes": wl_planes}
+             "planes": wl_planes, "fragk": wl_fragk}
 DEFAULT_WORKLOADS = ("main", "mtp", "sampler", "gemv", "glue", "ngram")
 
 

@@ -184,6 +184,37 @@ def int4_groups(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> tu
     return q.reshape(n, k), scale.reshape(n, k // 32), offset.reshape(n, k // 32)
 
 
+# K-quant formats whose integer fields int-exact GEMVs read (k_fields, quant/kernels/fragk.py)
+K_FIELD_TYPES: frozenset[int] = frozenset([T.Q4_K, T.Q6_K])
+
+
+def k_fields(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> dict[str, torch.Tensor]:
+    """A Q4_K / Q6_K matrix [N, K] as its integer fields, with dequantize's value of element (n, k)
+    (sub-block j = k // 32 (Q4_K) or k // 16 (Q6_K), super-block s = k // 256):
+    Q4_K: q uint8 [N, K] 0..15, sc / m uint8 [N, K // 32] 0..63, d / dmin float16 [N, K // 256];
+          value = (d sc) q - (dmin m).
+    Q6_K: q uint8 [N, K] 0..63, sc int8 [N, K // 16], d float16 [N, K // 256]; value = (d sc) (q - 32)."""
+    t = T(int(ggml_type))
+    assert t in K_FIELD_TYPES and len(shape) == 2, (t, shape)
+    n, k = (int(s) for s in shape)
+    raw = raw.contiguous().reshape(-1)
+    if raw.data_ptr() % 4:
+        raw = raw.clone()
+    bl = raw.reshape(-1, GGML_QUANT_SIZES[t][1])
+    ns = k // QK_K
+    if t == T.Q4_K:
+        sc, mn = _scale_min_k4(bl[:, 4:16])
+        return {"q": _nibbles(bl[:, 16:], 32).reshape(n, k), "sc": sc.to(torch.uint8).reshape(n, 8 * ns),
+                "m": mn.to(torch.uint8).reshape(n, 8 * ns),
+                "d": bl[:, 0:2].contiguous().view(torch.float16).reshape(n, ns),
+                "dmin": bl[:, 2:4].contiguous().view(torch.float16).reshape(n, ns)}
+    lo = _nibbles(bl[:, 0:128], 64).reshape(-1, 8, 32)
+    hi = _bits(bl[:, 128:192].reshape(-1, 32), 2).reshape(-1, 8, 32)
+    return {"q": lo.bitwise_or_(hi.bitwise_left_shift_(4)).reshape(n, k),
+            "sc": bl[:, 192:208].contiguous().view(torch.int8).reshape(n, 16 * ns),
+            "d": bl[:, 208:210].contiguous().view(torch.float16).reshape(n, ns)}
+
+
 def nbytes_for(ggml_type: int, shape: tuple[int, ...]) -> int:
     """Bytes a tensor of torch-order `shape` takes in `ggml_type` (last dim = GGUF row)."""
     block, size = GGML_QUANT_SIZES[T(ggml_type)]

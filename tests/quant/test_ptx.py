@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from mtp_turbo.quant.kernels.frag8 import SHIFT, Frag8Weight
-from mtp_turbo.quant.kernels.ptx import frag8_asm
+from mtp_turbo.quant.kernels.fragk import SHIFT as SHIFT_K, FragKWeight
+from mtp_turbo.quant.kernels.ptx import frag8_asm, fragk_asm
 from mtp_turbo.quant.repack import PackedWeight
 
 pytest.importorskip("triton")
@@ -99,6 +100,15 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
             reg[ops[0]] = (_s32(val(ops[1])) * _s32(val(ops[2])) + _s32(val(ops[3]))).astype(np.uint64) & 0xFFFFFFFF
         elif op == "cvt.rn.f32.s32":
             reg[ops[0]] = _b32(_s32(val(ops[1])).astype(np.float64))
+        elif op in ("bfe.u32", "bfe.s32"):
+            f = (val(ops[1]) >> int(ops[2])) & ((1 << int(ops[3])) - 1)
+            if op == "bfe.s32":
+                f = (f.astype(np.int64) - (1 << int(ops[3])) * (f >= (1 << (int(ops[3]) - 1)))).astype(np.uint64)
+            reg[ops[0]] = f & 0xFFFFFFFF
+        elif op == "cvt.rn.f32.u32":
+            reg[ops[0]] = _b32((val(ops[1]) & 0xFFFFFFFF).astype(np.float64))
+        elif op == "neg.f32":
+            reg[ops[0]] = _b32(-_f32(val(ops[1])))
         elif op == "shr.b32":
             reg[ops[0]] = val(ops[1]) >> int(ops[2])
         elif op == "shl.b32":
@@ -159,4 +169,73 @@ def test_frag8_asm_matches_dequantized_matmul(fmt, m):
     y = y[:, :n]
     ref = x.double().numpy() @ w.dequantize().double().numpy().T
     bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21
+    assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
+
+
+def _warp_gemv(asm, nt, nc, mm, m, operands):
+    """Run asm over every tile and chunk (operands(tile, c) -> the lane's input registers before the
+    accumulators), join lanes t and t ^ 1 as the store does: y [m, nt * 16]."""
+    y = np.zeros((m, nt * 16))
+    for tile in range(nt):
+        acc = [np.zeros(32, dtype=np.uint64) for _ in range(4)]
+        for c in range(nc):
+            out = run_warp(asm, {4 + i: v for i, v in enumerate(operands(tile, c) + acc)})
+            acc = [out[i] for i in range(4)]
+        a = [_f32(v) for v in acc]
+        for j in range(mm):
+            for row_off, i in ((0, 2 * j), (8, 2 * j + 1)):
+                v = a[i] + a[i][LANE ^ 1]
+                row = 2 * j + T // 2
+                keep = (T % 2 == 0) & (row < m)
+                y[row[keep], tile * 16 + G[keep] + row_off] = v[keep]
+    return y
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+def test_fragk_asm_matches_the_file_values(fmt, m):
+    """fragk_asm over every tile and chunk of a random Q4_K / Q6_K matrix (N with a padded tile), the
+    operands as frag8_gemv passes them: within fp32 rounding of x @ the file's exact values."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from blocks import random_blocks
+    from gguf import GGMLQuantizationType as GT
+
+    t = {"q4_k": GT.Q4_K, "q6_k": GT.Q6_K}[fmt]
+    n, k = 24, 512
+    mm = 1 if m <= 2 else 2
+    raw = torch.from_numpy(random_blocks(t, n, k, seed=m, scale=0.05))
+    fw = FragKWeight.from_gguf(raw, t, (n, k))
+    wv = fw.dequantize().numpy()
+    gen = torch.Generator().manual_seed(m)
+    x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
+    nt, nc = fw.tiles
+    xf = torch.zeros(nc, mm, 32, 4, dtype=torch.int32)
+    xe = torch.zeros(nc, 4, 4, dtype=torch.float32)
+    frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT_K[fmt], PDL=False)
+    xf = xf.numpy().view(np.uint32).astype(np.uint64)
+    xe = xe.numpy().view(np.uint32).astype(np.uint64)
+    qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
+    rec = fw.sf.numpy().view(np.uint32).astype(np.uint64)
+    hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
+
+    def operands(tile, c):
+        ops = [qf[tile, c, :, i] for i in range(4)]
+        if fmt == "q6_k":
+            ops += [hf[tile, c, :, i % 2] for i in range(4)]
+        ops += [rec[tile, c, G, i] for i in range(4)]
+        ops += [xe[c, T, j] for j in range(4)]
+        return ops + [xf[c, j, :, r] for j in range(mm) for r in range(4)]
+
+    y = _warp_gemv(fragk_asm(fmt, mm), nt, nc, mm, m, operands)[:, :n]
+    xd = x.double().numpy()
+    ref = xd @ wv.T
+    if fmt == "q4_k":  # the offset's share is summed apart: its terms bound the rounding too
+        f = __import__("mtp_turbo.quant.dequant", fromlist=["k_fields"]).k_fields(raw, t, (n, k))
+        off = (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).repeat_interleave(32, 1).numpy()
+        mag = np.abs(wv) + 2 * np.abs(off)
+    else:
+        mag = np.abs(wv)
+    bound = (np.abs(xd) @ mag.T) * 2.0 ** -21
     assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)

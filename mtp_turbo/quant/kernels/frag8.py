@@ -117,20 +117,35 @@ class Frag8Weight:
         codes, sc = padded_codes(w)
         nt, nc = codes.shape[0] // ROWS, codes.shape[1] // COLS
         dev = w.device
-        r, c = lane_rows_cols(dev)
-        blocks = codes.reshape(nt, ROWS, nc, 2, QK).permute(0, 2, 3, 1, 4).to(torch.int64)  # [NT, NC, 2, 16, 32]
-        v = blocks[:, :, :, r, c]  # [NT, NC, 2, 32 L, 4 r, 4 i] codes
+        v = lane_codes(codes)
         sh8 = 8 * torch.arange(4, device=dev)
         hf = None
         if w.fmt == "q8_0":
             qf = (((v - 128) & 0xFF) << sh8).sum(-1)  # [NT, NC, 2, 32, 4]: bytes = the values
         else:
-            nib = v & 0xF
-            words = ((nib[..., 0:2, :] | (nib[..., 2:4, :] << 4)) << sh8).sum(-1)  # [NT, NC, 2, 32, h]
-            qf = words.permute(0, 1, 3, 2, 4).reshape(nt, nc, 32, 4)  # word 2 b + h
+            qf = nibble_words(v)
             if w.fmt == "q5_0":
                 hf = to_i32(((1 - (v >> 4)) << _h_bits(dev)).sum((2, -2, -1)))  # [NT, NC, 32]
         return Frag8Weight(w.fmt, w.shape, to_i32(qf), scale_records(sc, nt, nc), hf)
+
+
+def lane_codes(codes: torch.Tensor) -> torch.Tensor:
+    """int64 [NT, NC, 2 blocks, 32 L, 4 r, 4 i]: the code of lane L's A register r, byte i, of each
+    block of each tile and chunk, from codes [NT*16, NC*64] (padded to whole tiles and chunks)."""
+    nt, nc = codes.shape[0] // ROWS, codes.shape[1] // COLS
+    r, c = lane_rows_cols(codes.device)
+    blocks = codes.reshape(nt, ROWS, nc, 2, QK).permute(0, 2, 3, 1, 4).to(torch.int64)  # [NT, NC, 2, 16, 32]
+    return blocks[:, :, :, r, c]
+
+
+def nibble_words(v: torch.Tensor) -> torch.Tensor:
+    """int64 [NT, NC, 32, 4] (32-bit patterns) of lane_codes' low 4 bits: word 2 b + h holds in byte
+    i register h's nibble (low) and register h + 2's (high) of block b (module docstring, q4_0)."""
+    nt, nc = v.shape[0], v.shape[1]
+    nib = v & 0xF
+    sh8 = 8 * torch.arange(4, device=v.device)
+    words = ((nib[..., 0:2, :] | (nib[..., 2:4, :] << 4)) << sh8).sum(-1)  # [NT, NC, 2, 32, h]
+    return words.permute(0, 1, 3, 2, 4).reshape(nt, nc, 32, 4)  # word 2 b + h
 
 
 def _row_slice(w: PackedWeight, r0: int, r1: int) -> PackedWeight:

@@ -20,9 +20,11 @@ import torch
 
 from ..repack import PackedWeight
 from . import frag8_x
-from .frag8 import SHIFT, Frag8Weight, counters, for_weight8
+from . import fragk
+from .frag8 import SHIFT as SHIFT8, Frag8Weight, counters, for_weight8
 from .frag8_x import x8_values
-from .ptx import frag8_asm, frag8_constraints
+from .fragk import FragKWeight
+from .ptx import frag8_asm, frag8_constraints, fragk_asm, fragk_constraints
 
 try:
     import triton
@@ -31,7 +33,8 @@ try:
 except ImportError:  # CPU machines without Triton (or a Triton without Gluon): not available
     triton = None
 
-FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2}
+FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
+SHIFT = {**SHIFT8, **fragk.SHIFT}  # log2 of the int8 multiple an A register holds, per format
 KERNELS = ("frag8", "frag8x")  # frag8x: the same GEMV making x's words itself (one launch, not two)
 
 
@@ -41,12 +44,16 @@ def available() -> bool:
 
 
 if triton is not None:
-    _A8_1 = {f: gl.constexpr(frag8_asm(f, 1)) for f in FMT_ID}
-    _A8_2 = {f: gl.constexpr(frag8_asm(f, 2)) for f in FMT_ID}
+    _A8_1 = {f: gl.constexpr(frag8_asm(f, 1)) for f in SHIFT8}
+    _A8_2 = {f: gl.constexpr(frag8_asm(f, 2)) for f in SHIFT8}
     _Q8_1, _Q8_2, _Q5_1, _Q5_2 = _A8_1["q8_0"], _A8_2["q8_0"], _A8_1["q5_0"], _A8_2["q5_0"]
     _Q4_1, _Q4_2 = _A8_1["q4_0"], _A8_2["q4_0"]
     _C8_1, _C8_2 = gl.constexpr(frag8_constraints("q8_0", 1)), gl.constexpr(frag8_constraints("q8_0", 2))
     _C4_1, _C4_2 = gl.constexpr(frag8_constraints("q4_0", 1)), gl.constexpr(frag8_constraints("q4_0", 2))
+    _K4_1, _K4_2 = gl.constexpr(fragk_asm("q4_k", 1)), gl.constexpr(fragk_asm("q4_k", 2))
+    _K6_1, _K6_2 = gl.constexpr(fragk_asm("q6_k", 1)), gl.constexpr(fragk_asm("q6_k", 2))
+    _CK4_1, _CK4_2 = gl.constexpr(fragk_constraints("q4_k", 1)), gl.constexpr(fragk_constraints("q4_k", 2))
+    _CK6_1, _CK6_2 = gl.constexpr(fragk_constraints("q6_k", 1)), gl.constexpr(fragk_constraints("q6_k", 2))
     _E_MIN = gl.constexpr(frag8_x.E_MIN)
 
     @gluon.jit
@@ -58,8 +65,9 @@ if triton is not None:
     @gluon.jit
     def _loads(QF, HF, SF, tile, c, lane, j, NC, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
         # The weights of chunk c of this lane's tile: words (w1: q8_0's second half, q5_0's qh
-        # copies, else w0 again) and scales. No masks: callers clamp tile and c to existing ones (a
-        # chunk loaded past the end is not used).
+        # copies, q6_k's high fields (word j % 2), else w0 again) and scales (the K-quants' int32
+        # record: the same [NT, NC, 8, 4] addressing). No masks: callers clamp tile and c to
+        # existing ones (a chunk loaded past the end is not used).
         rec = ((tile * NC + c) * 32 + lane)[:, None]  # this lane's record in [NT, NC, 32]
         if FMT == 0:
             q8 = ((tile * NC + c) * 64 + lane)[:, None] * 4 + j  # QF [NT, NC, 2, 32, 4]
@@ -70,6 +78,8 @@ if triton is not None:
             w1 = w0
             if FMT == 1:
                 w1 = gl.load(HF + rec) + gl.zeros([32 * W, 4], gl.int32, L4)
+            if FMT == 4:
+                w1 = gl.load(HF + rec * 2 + j % 2)
         return w0, w1, gl.load(SF + (((tile * NC + c) * 8 + lane // 4) * 4)[:, None] + j)  # SF [NT, NC, 8, 4]
 
     @gluon.jit
@@ -96,8 +106,22 @@ if triton is not None:
 
     @gluon.jit
     def _mma8(acc, w0, w1, s, x, FMT: gl.constexpr, MM: gl.constexpr):
-        # one chunk's PTX (frag8_asm) on a lane's weight words, scales, x scales and registers
-        if MM == 1:
+        # one chunk's PTX (frag8_asm, fragk_asm) on a lane's weight words, scales, x scales and registers
+        if FMT == 3:
+            if MM == 1:
+                acc = gl.inline_asm_elementwise(_K4_1, _CK4_1, [w0, s, x[0], x[1], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+            else:
+                acc = gl.inline_asm_elementwise(_K4_2, _CK4_2, [w0, s, x[0], x[1], x[2], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+        elif FMT == 4:
+            if MM == 1:
+                acc = gl.inline_asm_elementwise(_K6_1, _CK6_1, [w0, w1, s, x[0], x[1], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+            else:
+                acc = gl.inline_asm_elementwise(_K6_2, _CK6_2, [w0, w1, s, x[0], x[1], x[2], acc],
+                                                dtype=gl.float32, is_pure=True, pack=4)
+        elif MM == 1:
             if FMT == 0:
                 acc = gl.inline_asm_elementwise(_Q8_1, _C8_1, [w0, w1, s, x[0], x[1], acc], dtype=gl.float32,
                                                 is_pure=True, pack=4)
@@ -270,10 +294,11 @@ if triton is not None:
             _sum_splits(Y, OUT, CNT, M, N, gl.num_programs(1), stride_ys, stride_ym, W)
 
 
-def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor,
+def launch(x: torch.Tensor, w: PackedWeight | FragKWeight, tile, out: torch.Tensor,
            scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel "frag8" or "frag8x",
-    on the weight's int8 fragment layout (built on first use, kept on w: `frag8.for_weight8`). CUDA:
+    on the weight's int8 fragment layout (a PackedWeight's built on first use, kept on w:
+    `frag8.for_weight8`; a FragKWeight is its own). CUDA:
     the Gluon kernel; CPU tensors (Triton's interpreter): x_frag8 interpreted, then `emulate`.
     frag8: x's int8 words made by x_frag8, launched before; frag8x: by the GEMV's own programs (one
     launch, not two; the same bits). Tile: BLOCK_N 32 (two row tiles a warp), BLOCK_K 64, num_stages
@@ -283,7 +308,10 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor,
     read the x words back)."""
     assert tile.kernel in KERNELS and tile.BLOCK_N == 32 and tile.BLOCK_K == 64, tile
     assert tile.num_stages in (2, 3), tile
-    fw = for_weight8(w)
+    if isinstance(w, FragKWeight):  # a K-quant's layout, built from the file's bytes (fragk.py)
+        fw, cnt = w, w.counters
+    else:
+        fw, cnt = for_weight8(w), counters(w)
     n, k, m, nt, nc, cps, splits = geometry(fw, x, tile.split_k)
     mm = 1 if m <= 2 else 2  # mma groups: 2 rows x 4 pieces fill the 8 B columns of one
     xf, xe = scratch or (torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device),
@@ -300,7 +328,6 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor,
     hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
     w_ = tile.num_warps
     grid0 = triton.cdiv(nt, 2 * w_)
-    cnt = counters(w)
     assert cnt.numel() >= grid0, (cnt.numel(), grid0)
     gemv_frag8[(grid0, splits)](
         xf, xe, fw.qf, hf, fw.sf, y, out, cnt, x, m, n, nt, nc, cps, k, x.stride(0),
@@ -308,7 +335,7 @@ def launch(x: torch.Tensor, w: PackedWeight, tile, out: torch.Tensor,
         AHEAD=tile.num_stages - 1, XIN=x_inside, SHIFT=SHIFT[fw.fmt], num_warps=w_, launch_pdl=True)
 
 
-def geometry(fw: Frag8Weight, x: torch.Tensor, split_k: int) -> tuple[int, ...]:
+def geometry(fw: Frag8Weight | FragKWeight, x: torch.Tensor, split_k: int) -> tuple[int, ...]:
     """(N, K, M, NT, NC, chunks a split, splits) of x [M, K] against the layout, x checked: 1-4 rows
     of K, unit column stride."""
     n, k = fw.shape
@@ -319,7 +346,7 @@ def geometry(fw: Frag8Weight, x: torch.Tensor, split_k: int) -> tuple[int, ...]:
     return n, k, m, nt, nc, cps, -(-nc // cps)
 
 
-def emulate(fw: Frag8Weight, xf: torch.Tensor, xe: torch.Tensor, m: int) -> torch.Tensor:
+def emulate(fw: Frag8Weight | FragKWeight, xf: torch.Tensor, xe: torch.Tensor, m: int) -> torch.Tensor:
     """What the kernel computes, in torch (the CPU path): the stored weights decoded (exact), x rebuilt
     from its int8 pieces (exact), one float64 matmul."""
     x = x8_values(xf, xe, m, fw.shape[1], SHIFT[fw.fmt])

@@ -1,0 +1,137 @@
+"""The K-quant int8 fragment layout (quant/kernels/fragk.py) and the frag8 GEMV on it: the stored words
+decode to the file's exact values (k_fields, checked against gguf's dequantization), and the GEMV's
+launch (CPU: x_frag8 interpreted, then the exact emulation; CUDA: the Gluon kernel with fragk_asm)
+is within fp32 rounding of x @ those values, a row's outputs the same bits whatever rows are beside it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as T
+
+from mtp_turbo.quant.dequant import k_fields
+from mtp_turbo.quant.gemv import TileConfig
+from mtp_turbo.quant.kernels.fragk import FragKWeight
+
+sys.path.insert(0, str(Path(__file__).parent))
+from blocks import random_blocks  # noqa: E402
+
+TYPES = [T.Q4_K, T.Q6_K]
+
+
+def exact_values(raw: torch.Tensor, t: T, shape) -> torch.Tensor:
+    """float64 [N, K]: the file's values from its integer fields, in exact arithmetic."""
+    f = k_fields(raw, t, shape)
+    if t == T.Q4_K:
+        d = (f["d"].double().repeat_interleave(8, 1) * f["sc"].double()).repeat_interleave(32, 1)
+        m = (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).repeat_interleave(32, 1)
+        return d * f["q"].double() - m
+    d = (f["d"].double().repeat_interleave(16, 1) * f["sc"].double()).repeat_interleave(16, 1)
+    return d * (f["q"].double() - 32)
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_fields_are_the_file_values(t):
+    """k_fields' exact values round to gguf's float32 dequantization (which rounds each product)."""
+    n, k = 7, 512
+    raw = random_blocks(t, n, k, seed=3, scale=0.05)
+    ref = gguf.quants.dequantize(raw, t).reshape(n, k).astype(np.float64)
+    v = exact_values(torch.from_numpy(raw), t, (n, k)).numpy()
+    assert np.all(np.abs(v - ref) <= np.abs(ref) * 2.0 ** -23 + 1e-30)
+    assert np.any(v != 0)
+
+
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("n", [16, 37])
+def test_layout_decodes_to_the_file_values(t, n):
+    """The stored words, decoded as the PTX reads them, are the file's values exactly (padding rows
+    are zeros); every byte of the record and words takes part (a changed word changes the values)."""
+    k = 768
+    raw = torch.from_numpy(random_blocks(t, n, k, seed=n, scale=0.05))
+    fw = FragKWeight.from_gguf(raw, t, (n, k))
+    want = exact_values(raw, t, (n, k))
+    assert torch.equal(fw.dequantize(), want)
+    assert fw.tiles == (-(-n // 16), k // 64)
+    qf = fw.qf.clone()
+    qf[0, 1, 5, 2] ^= 0x10  # one code's bit
+    assert not torch.equal(FragKWeight(fw.fmt, fw.shape, qf, fw.sf, fw.hf).dequantize(), want)
+    if fw.hf is not None:
+        hf = fw.hf.clone()
+        hf[0, 2, 9, 1] ^= 1 << 8
+        assert not torch.equal(FragKWeight(fw.fmt, fw.shape, fw.qf, fw.sf, hf).dequantize(), want)
+
+
+def test_resident_bytes():
+    """The layout's size against the file's (n a multiple of 16): Q4_K 5 bits a weight (the file
+    4.5), Q6_K 7 (the file 6.5625)."""
+    n, k = 64, 1024
+    for t, bits in ((T.Q4_K, 5.0), (T.Q6_K, 7.0)):
+        raw = torch.from_numpy(random_blocks(t, n, k, seed=1))
+        fw = FragKWeight.from_gguf(raw, t, (n, k))
+        assert fw.nbytes * 8 / (n * k) == bits
+
+
+pytest.importorskip("triton")
+from mtp_turbo.quant.kernels import frag8_gemv  # noqa: E402
+
+
+def _case(t, n, k, m, device):
+    raw = torch.from_numpy(random_blocks(t, n, k, seed=n + m, scale=0.05))
+    fw = FragKWeight.from_gguf(raw.to(device), t, (n, k))
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, k, generator=g)
+    w = exact_values(raw, t, (n, k))
+    ref = x.double() @ w.t()
+    f = k_fields(raw, t, (n, k))
+    mag = w.abs()
+    if t == T.Q4_K:  # the offsets' share is summed apart
+        mag = mag + 2 * (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).abs().repeat_interleave(32, 1)
+    return fw, x.to(device), ref, 1e-6 * (x.double().abs() @ mag.t())
+
+
+@pytest.mark.parametrize("t", TYPES)
+@pytest.mark.parametrize("kernel", ["frag8", "frag8x"])
+def test_launch_cpu_emulation(t, kernel):
+    """CPU: within fp32 rounding of the exact product, whole and split; one row alone equals the
+    same row among three."""
+    for m in (1, 3):
+        fw, x, ref, bound = _case(t, 37, 512, m, "cpu")
+        for split in (1, 4):
+            out = torch.full((m, 37), float("nan"))
+            frag8_gemv.launch(x, fw, TileConfig(kernel, 32, 64, 4, 2, split), out)
+            assert torch.all((out.double() - ref).abs() <= bound)
+            if m == 3:
+                one = torch.full((1, 37), float("nan"))
+                frag8_gemv.launch(x[1:2].contiguous(), fw, TileConfig(kernel, 32, 64, 4, 2, split), one)
+                assert torch.equal(one[0], out[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("t", TYPES)
+def test_gpu_kernel_is_exact_repeatable_and_row_invariant(t):
+    """The Gluon kernel with fragk_asm: 1-4 rows, whole and split into 2..16 parts, frag8 and frag8x:
+    within fp32 rounding of the exact product, the same bits on 10 calls, a row's bits the same
+    whatever rows are beside it, the counters back at zero."""
+    for n, k in ((300, 2048), (1040, 512)):
+        fw4, x4, ref4, bound4 = _case(t, n, k, 4, "cuda")
+        for kernel, split in (("frag8", 1), ("frag8", 8), ("frag8x", 16), ("frag8", 16)):
+            tile = TileConfig(kernel, 32, 64, 4, 2, split)
+            rows = {}
+            for m in (1, 2, 3, 4):
+                out = torch.full((m, n), float("nan"), device="cuda")
+                frag8_gemv.launch(x4[:m].contiguous(), fw4, tile, out)
+                first = out.clone()
+                assert torch.all((first.double().cpu() - ref4[:m]).abs() <= bound4[:m]), (n, k, m, kernel, split)
+                for _ in range(10):
+                    frag8_gemv.launch(x4[:m].contiguous(), fw4, tile, out)
+                assert torch.equal(out, first)
+                assert not fw4.counters.any()
+                rows[m] = first
+            for m in (2, 3, 4):
+                assert torch.equal(rows[m][: m - 1], rows[m - 1]), (n, k, m, kernel, split)
