@@ -19,6 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..quant.frag_matrix import FragMatrix
 from ..quant.planes import FusedWeight
 
 from .arch import GELU_TANH, BlockSpec
@@ -26,9 +27,9 @@ from .arch import GELU_TANH, BlockSpec
 
 def linear(w, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x [..., in] @ w.T (+ bias, added in fp32 before the rounding): F.linear for a dense weight,
-    the layer's own GEMV for a PackedLinear; a matrix held as the file's bytes (quant/planes.py)
-    dequantized for the call (the loader's values: the torch forward off the fused step's path)."""
-    if isinstance(w, FusedWeight):
+    the layer's own GEMV for a PackedLinear; a matrix held as the file's bytes (quant/planes.py,
+    quant/frag_matrix.py) dequantized for the call (the loader's values: the torch forward off the fused step's path)."""
+    if isinstance(w, (FusedWeight, FragMatrix)):
         w = w.dense(x.dtype)
     if bias is None:
         return F.linear(x, w) if isinstance(w, torch.Tensor) else w(x)

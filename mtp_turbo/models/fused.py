@@ -29,6 +29,7 @@ import dataclasses
 import torch
 
 from ..quant import kernels as qk
+from ..quant.frag_matrix import FragMatrix
 from ..quant.gemv import TileConfig, device_capability, runs_on
 from . import fused_kernels as fk
 from .decoder import Decoder
@@ -84,13 +85,18 @@ class FusedDecoder:
             return torch.zeros(shape, dtype=dtype, device=dev)
 
         R = self.rows
+        # matrices held as the file's bytes on integer tensor cores (quant/frag_matrix.py) write
+        # float32 outputs, their epilogues separate kernels (gate|up's through gu2)
+        frag = any(isinstance(w, FragMatrix) for w in model.layers[0].values())
+        out = torch.float32 if frag else act
         self.res = [buf(R, D), buf(R, D)]  # residual stream, ping-pong
-        self.qkv = buf(R, nq + 2 * nkv)
+        self.qkv = buf(R, nq + 2 * nkv, dtype=out)
         self.q = buf(R, c.n_heads, DH)
         self.att = buf(R, c.n_heads, DH)
-        self.o = buf(R, D)
+        self.o = buf(R, D, dtype=out)
         self.gu = buf(R, c.ffn)
-        self.down = buf(R, D)
+        self.gu2 = buf(R, 2 * c.ffn, dtype=torch.float32) if frag else None
+        self.down = buf(R, D, dtype=out)
         self.xn = buf(R, D)  # the normed input of the next GEMV
         self.hidden = buf(R, D)
         self.row_ids = torch.arange(R, device=dev)  # rows 0.. of a gathered embedding (see forward)
@@ -194,7 +200,7 @@ class FusedDecoder:
             plan.gemv_residual(self.att[:T].view(T, H * DH), L["o"], self.o, self.count[i, 0], res[cur],
                                L.get("post_attn_norm"), L["ffn_norm"], res[1 - cur], xn)
             cur = 1 - cur
-            gu = plan.mlp(xn, L["gate_up"], self.gu)
+            gu = plan.mlp(xn, L["gate_up"], self.gu, self.gu2)
             # the next layer's input norm; the last layer's: the final norm, its residual into hidden
             last = i + 1 == c.n_layers
             plan.gemv_residual(gu, L["down"], self.down, self.count[i, 1], res[cur], L.get("post_ffn_norm"),

@@ -278,6 +278,24 @@ if triton is not None:
                            H, HKV, DH, ACT, QKN)
 
     @triton.jit(do_not_specialize=["M"])
+    def gated_act(Y2, GU, N, BN: tl.constexpr, SILU: tl.constexpr = False, PDL: tl.constexpr = 0):
+        """Row program_id(1), columns program_id(0) * BN..: GU = act(g) * u of Y2's gate half g = Y2[:, :N]
+        and up half u = Y2[:, N:] (float32 GEMV outputs, the frag GEMV's), with linear's GATED
+        arithmetic: g, u rounded to the activation dtype, act(g) rounded, times u."""
+        pdl_enter(PDL)
+        ACT: tl.constexpr = GU.dtype.element_ty
+        m = tl.program_id(1)
+        rn = tl.program_id(0) * BN + tl.arange(0, BN)
+        msk = rn < N
+        g = tl.load(Y2 + m * 2 * N + rn, mask=msk, other=0.0).to(ACT).to(tl.float32)
+        u = tl.load(Y2 + m * 2 * N + N + rn, mask=msk, other=0.0).to(ACT).to(tl.float32)
+        if SILU:
+            a = silu(g)
+        else:
+            a = 0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
+        tl.store(GU + m * N + rn, (a.to(ACT).to(tl.float32) * u).to(ACT), mask=msk)
+
+    @triton.jit(do_not_specialize=["M"])
     def residual_norm(H, DELTA, WPOST, WPRE, HOUT, XOUT, M, K, eps, PRO: tl.constexpr, KP: tl.constexpr,
                       RT: tl.constexpr, PDL: tl.constexpr = 0, POST: tl.constexpr = True):
         """Program b: rows b * RT.. (< M) of the norm before a GEMV: PRO 1: XOUT = rmsnorm(H) *

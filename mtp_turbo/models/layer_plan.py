@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..quant.frag_matrix import FragMatrix
 from ..quant.planes import DENSE, FusedWeight
 from . import fused_kernels as fk
 from .arch import SILU, BlockSpec
@@ -144,8 +145,15 @@ class LayerPlan:
 
     def gemv(self, x, w, y, bias=None, gated=False, head=False) -> torch.Tensor:
         """y[:M] = x [M, K] @ w.T (+ bias); gated: act(x @ w[:N].T) * (x @ w[N:].T), the family's
-        activation. Returns y[:M]."""
+        activation. Returns y[:M]. A FragMatrix (the file's bytes on integer tensor cores) writes
+        float32 y, never gated (mlp's scratch takes its two halves)."""
         M, K = x.shape
+        if isinstance(w, FragMatrix):
+            assert not gated and y.dtype == torch.float32, (gated, y.dtype)
+            w.gemv(x, y)
+            if bias is not None:
+                y[:M] += bias.float()
+            return y[:M]
         N = w.shape[0] // 2 if gated else w.shape[0]
         assert M <= y.shape[0] and w.shape[1] == K and y.shape[1] == N, (x.shape, w.shape, y.shape)
         bn, bk, launch = self.tiles.gemv(K, gated, head)
@@ -167,7 +175,7 @@ class LayerPlan:
         N = w.shape[0]
         qn = xn if qn is None else qn
         kn = xn if kn is None else kn
-        if t.tails:
+        if t.tails and not isinstance(w, FragMatrix):
             bn, bk, launch = t.gemv(K)
             (wa, wb, split), bk, fmt = weight_args(w, bn, bk)
             fk.linear_rope[(-(-N // bn), -(-M // MP))](
@@ -194,7 +202,7 @@ class LayerPlan:
         cnt: int32 [row blocks] of zeros (the tail's counter)."""
         M, K = x.shape
         N = w.shape[0]
-        if not self.tiles.tails:
+        if not self.tiles.tails or isinstance(w, FragMatrix):
             self.gemv(x, w, y)
             if res is None:
                 self.norm(y[:M], wpre, xout)
@@ -209,6 +217,13 @@ class LayerPlan:
                                                   BN=bn, BK=bk, PREC=self.prec, TP=1 if res is None else 2,
                                                   POST=self.post, **fmt, **launch, **self.gemv_go)
 
-    def mlp(self, xn, gate_up, gu) -> torch.Tensor:
-        """The gated half of the MLP: gu [M, F] = act(xn @ gate.T) * (xn @ up.T). Returns gu[:M]."""
-        return self.gemv(xn, gate_up, gu, gated=True)
+    def mlp(self, xn, gate_up, gu, scratch=None) -> torch.Tensor:
+        """The gated half of the MLP: gu [M, F] = act(xn @ gate.T) * (xn @ up.T). Returns gu[:M].
+        A FragMatrix gate_up writes both halves to scratch (float32 [>= M, 2F]) first."""
+        if not isinstance(gate_up, FragMatrix):
+            return self.gemv(xn, gate_up, gu, gated=True)
+        M, F = xn.shape[0], gu.shape[1]
+        gate_up.gemv(xn, scratch)
+        fk.gated_act[(-(-F // 1024), M)](scratch, gu, F, BN=1024, SILU=self.silu, num_warps=self.tiles.warps,
+                                         **self.go)
+        return gu[:M]

@@ -16,6 +16,7 @@ from tqdm import tqdm
 from ..errors import ModelFileError
 from ..io.gguf_file import GGUFFile, ggml_type_name
 from ..quant.dequant import INT4_TYPES, SUPPORTED_TYPES, dequantize
+from ..quant.frag_matrix import frag_matrix, frag_runs
 from ..quant.planes import FusedWeight, PlaneMatrix, fused_weight, plane_format
 from ..quant.repack import split_q8_0
 from .arch import ModelConfig, layer_tensors, tensor_shapes
@@ -104,10 +105,12 @@ def int4_blocks(gf: GGUFFile, cfg: ModelConfig) -> dict:
 
 
 def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dtype: torch.dtype, names: list[str],
-                       sums: list, progress: bool) -> dict:
-    """Every layer's matrices as the fused GEMVs read them from the file's own bytes
-    (quant/planes.py): 'blk.{i}.qkv', '.gate_up', '.o', '.down' -> FusedWeight. Each tensor's
-    loader values are summed for check_finite (appended to sums, its name to names) and dropped."""
+                       sums: list, progress: bool, frag: bool = False) -> dict:
+    """Every layer's matrices as the fused GEMVs read them from the file's own bytes:
+    'blk.{i}.qkv', '.gate_up', '.o', '.down' -> a FragMatrix (frag: the integer tensor cores'
+    layouts, quant/frag_matrix.py) where every part's format has one, else a FusedWeight
+    (quant/planes.py). Each tensor's loader values are summed for check_finite (appended to sums,
+    its name to names) and dropped."""
     keys = layer_tensors(cfg)
     out = {}
     for i in tqdm(range(cfg.n_layers), desc="loading matrices", unit="layer", disable=not progress, leave=False):
@@ -120,21 +123,23 @@ def load_file_matrices(gf: GGUFFile, cfg: ModelConfig, device: torch.device, dty
                 raws.append((raw, t.ggml_type, tuple(t.shape)))
                 names.append(name)
                 sums.append(dequantize(raw, t.ggml_type, t.shape).sum(dtype=torch.float32))
-            out[f"blk.{i}.{fused}"] = fused_weight(raws, dtype)
+            fm = frag_matrix(raws) if frag else None
+            out[f"blk.{i}.{fused}"] = fm if fm is not None else fused_weight(raws, dtype)
     return out
 
 
 def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = None, progress: bool = True,
                max_positions: int | None = None, cpu_int8: bool = False, cpu_cache: bool = False,
-               file_weights: bool = False, cpu_int4: bool = False) -> Decoder:
+               file_weights: bool = False, cpu_int4: bool = False, frag: bool | None = None) -> Decoder:
     """The model of `gf` on `device`; max_positions: see Decoder (the engine's context size);
     cpu_int8: on the CPU, the matrices and the LM head held as int8 (quant/cpu_linear.py); with
     cpu_int4 too, the matrices the file holds in 4-bit blocks held as those codes (Int4Linear);
     cpu_cache: those int8 matrices mapped from the user's cache when a run made them before, else
     saved there for the next (quant/cpu_cache.py); file_weights (for the fused step: the engine asks
     on CUDA, the tests in the CPU interpreter): the layers' matrices, and the embedding and LM head
-    unless they are Q8_0, held as the file's own bytes (quant/planes.py) with no dense copy (the
-    torch forward dequantizes what it reads as it goes)."""
+    unless they are Q8_0, held as the file's own bytes with no dense copy (the torch forward
+    dequantizes what it reads as it goes): as the integer tensor cores' layouts (frag; None: where
+    the frag8 GEMV runs, Hopper) for the formats that have one, else as planes (quant/planes.py)."""
     try:
         cfg = model_config(gf)
     except ModelFileError as e:
@@ -162,7 +167,8 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
     sums = []  # one per tensor, on the device: read once at the end (one sync, not one per tensor)
     checked = []
     if file_weights:
-        weights.update(load_file_matrices(gf, cfg, device, dtype, checked, sums, progress))
+        frag = frag_runs(device) if frag is None else frag
+        weights.update(load_file_matrices(gf, cfg, device, dtype, checked, sums, progress, frag))
         skip |= set(checked)
         # the embedding (and the tied head) and an untied head, unless Q8_0 (the frag8 head's own path)
         for name in dict.fromkeys(["token_embd.weight", head_name]):
@@ -174,7 +180,8 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             if name == "token_embd.weight":
                 embed_file = pm
             if name == head_name:
-                head_file = FusedWeight(pm)
+                fm = frag_matrix([(raw, t.ggml_type, tuple(t.shape))]) if frag else None
+                head_file = fm if fm is not None else FusedWeight(pm)
             skip.add(name)
             checked.append(name)
             sums.append(dequantize(raw, t.ggml_type, t.shape).sum(dtype=torch.float32))

@@ -63,6 +63,7 @@ class Frag8Weight:
     qf: torch.Tensor  # int32, see module docstring
     sf: torch.Tensor  # float16 [NT, NC, 8, 4]
     hf: torch.Tensor | None = None  # int32 [NT, NC, 32] (q5_0)
+    counters: torch.Tensor | None = None  # int32 [NT]: split-K arrival counters, for a layout held alone (FragMatrix)
 
     @property
     def tiles(self) -> tuple[int, int]:

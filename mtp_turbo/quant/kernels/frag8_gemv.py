@@ -294,7 +294,7 @@ if triton is not None:
             _sum_splits(Y, OUT, CNT, M, N, gl.num_programs(1), stride_ys, stride_ym, W)
 
 
-def launch(x: torch.Tensor, w: PackedWeight | FragKWeight, tile, out: torch.Tensor,
+def launch(x: torch.Tensor, w: PackedWeight | Frag8Weight | FragKWeight, tile, out: torch.Tensor,
            scratch: tuple[torch.Tensor, torch.Tensor] | None = None) -> None:
     """out[M, N] (float32, contiguous) = x[M, K] @ dequant(w).T with tile.kernel "frag8" or "frag8x",
     on the weight's int8 fragment layout (a PackedWeight's built on first use, kept on w:
@@ -308,10 +308,10 @@ def launch(x: torch.Tensor, w: PackedWeight | FragKWeight, tile, out: torch.Tens
     read the x words back)."""
     assert tile.kernel in KERNELS and tile.BLOCK_N == 32 and tile.BLOCK_K == 64, tile
     assert tile.num_stages in (2, 3), tile
-    if isinstance(w, FragKWeight):  # a K-quant's layout, built from the file's bytes (fragk.py)
-        fw, cnt = w, w.counters
-    else:
+    if isinstance(w, PackedWeight):
         fw, cnt = for_weight8(w), counters(w)
+    else:  # a layout held alone, with its counters (a FragKWeight, or a Frag8Weight of a FragMatrix)
+        fw, cnt = w, w.counters
     n, k, m, nt, nc, cps, splits = geometry(fw, x, tile.split_k)
     mm = 1 if m <= 2 else 2  # mma groups: 2 rows x 4 pieces fill the 8 B columns of one
     xf, xe = scratch or (torch.empty(nc, mm, 32, 4, dtype=torch.int32, device=x.device),
@@ -350,4 +350,6 @@ def emulate(fw: Frag8Weight | FragKWeight, xf: torch.Tensor, xe: torch.Tensor, m
     """What the kernel computes, in torch (the CPU path): the stored weights decoded (exact), x rebuilt
     from its int8 pieces (exact), one float64 matmul."""
     x = x8_values(xf, xe, m, fw.shape[1], SHIFT[fw.fmt])
-    return (x @ fw.dequantize().double().t()).float().to(xf.device)
+    w = fw.dequantize().double()
+    # row by row: a float64 matmul's blocking (so its rounding) depends on the row count
+    return torch.stack([w @ x[i] for i in range(m)]).float().to(xf.device)

@@ -40,7 +40,7 @@ import torch
 from gguf import GGMLQuantizationType as T
 
 from ..dequant import k_fields
-from .frag8 import COLS, ROWS, lane_codes, lane_rows_cols, nibble_words, to_i32
+from .frag8 import COLS, ROWS, SLICE_ROWS, lane_codes, lane_rows_cols, nibble_words, to_i32
 
 FORMATS = {T.Q4_K: "q4_k", T.Q6_K: "q6_k"}
 MULT = {"q4_k": 1, "q6_k": 4}  # the int8 an A register holds = MULT x the sub-block's integer
@@ -88,11 +88,21 @@ class FragKWeight:
         return [t for t in (self.qf, self.sf, self.hf, self.counters) if t is not None]
 
     @staticmethod
-    def from_gguf(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> "FragKWeight":
-        """The matrix of GGUF bytes raw (uint8, as in the file; its device is the layout's), exact."""
+    def from_gguf(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int],
+                  slice_rows: int = SLICE_ROWS) -> "FragKWeight":
+        """The matrix of GGUF bytes raw (uint8, as in the file; its device is the layout's), exact;
+        built from slices of at most slice_rows rows (the int64 temporaries take ~8 bytes a weight)."""
         fmt = FORMATS[T(int(ggml_type))]
         n, k = shape
         assert k % SUPER == 0, f"K={k} must be a multiple of {SUPER}"
+        if n > slice_rows:
+            rows = raw.reshape(n, -1)
+            parts = [FragKWeight.from_gguf(rows[r0:r0 + slice_rows].reshape(-1), ggml_type,
+                                           (min(n, r0 + slice_rows) - r0, k), slice_rows)
+                     for r0 in range(0, n, slice_rows)]
+            cat = (lambda ts: None if ts[0] is None else torch.cat(ts).contiguous())
+            return FragKWeight(fmt, (n, k), cat([p.qf for p in parts]), cat([p.sf for p in parts]),
+                               cat([p.hf for p in parts]), cat([p.counters for p in parts]))
         f = k_fields(raw, ggml_type, shape)
         nt, nc = -(-n // ROWS), k // COLS
         dev = raw.device
