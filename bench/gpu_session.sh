@@ -228,6 +228,15 @@
 # (`mkdir -p /tmp/gguf && cp .pieces/gNN/* /tmp/gguf/`), then:
 #   bench/gpu_session.sh s33-check         (carry .whl) Triton on CUDA; the GPU tests without a model; the real model's GPU
 #                                          tests (fused step, drafters); MT-Bench plain / MTP against session 25's table
+#
+# Session 32 (issue 37: the file's bytes on integer tensor cores, FragMatrix; no device was lent in session 32):
+#   bench/gpu_session.sh s34-start         (carry .carry .whl .pieces/meta) llama-bench + llama-quantize built and the
+#                                          synthetic F16 models written in the background; the frag kernels' GPU tests;
+#                                          the per-matrix microbench (bench/experiments/fragk_gemv_bench.py --quick)
+#   pieces .pieces/g00..g08, one call each (`mkdir -p /tmp/gguf && cp .pieces/gNN/* /tmp/gguf/`), back to back
+#   bench/gpu_session.sh s34-gemma         join; frag vs dense logits (ab_logits); the real model's GPU tests with
+#                                          file weights (frag); plain + MTP, frag and dense, beside llama-bench
+#   bench/gpu_session.sh s34-synth SHAPE.. quantize each synthetic model (Q4_K_M); plain frag and dense beside llama-bench
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -334,7 +343,45 @@ bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes an
     | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" | tee "$OUT/bench_${n}_dense.txt" | tail -8
 }
 
+bench_frag() {  # NAME MODEL [bench args]: plain decode on the frag layouts and on dense matrices, llama-bench beside
+  local n=$1 m=$2 L=/tmp/llama.cpp/build/bin; shift 2
+  timeout 240 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
+    --prompts mtbench --pp 512 --floor --file-weights --llama-bench $L/llama-bench --llama-args "-ngl 99" "$@" \
+    --json "$OUT/bench_${n}_frag.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" \
+    | tee "$OUT/bench_${n}_frag.txt" | tail -12
+  timeout 150 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
+    --prompts mtbench --pp 512 --floor --no-file-weights "$@" --json "$OUT/bench_${n}_dense.json" 2>&1 | tr '\r' '\n' \
+    | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" | tee "$OUT/bench_${n}_dense.txt" | tail -8
+}
+
 case $step in
+  s34-start)  # (carry .carry .whl .pieces/meta)
+    mkdir -p /tmp/logs; cp .pieces/meta/* /tmp/gguf/
+    llama_build 12 "llama-bench llama-quantize" || exit 1
+    synth_f16 ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-1.5b}
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
+    timeout 240 python3 -m pytest -q -m gpu tests/quant/test_fragk.py tests/quant/test_frag8_gemv.py -p no:cacheprovider -rf \
+      2>&1 | grep -v Warning | tee "$OUT/pytest_fragk.txt" | tail -4
+    timeout 240 python3 bench/experiments/fragk_gemv_bench.py --quick --out "$OUT/fragk_gemv.json" 2>&1 | tee "$OUT/fragk_gemv.txt" ;;
+  s34-gemma)  # (pieces copied) join; frag vs dense on the real model: logits, GPU tests, bench beside llama-bench
+    cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=True --out /tmp/ab_file.pt 2>&1 | tail -1
+    timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=False --out /tmp/ab_dense.pt 2>&1 | tail -1
+    python3 bench/ab_logits.py --compare /tmp/ab_dense.pt /tmp/ab_file.pt | tee "$OUT/ab_frag_vs_dense.txt"
+    timeout 240 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py tests/spec -x --model-path /tmp/gguf/gemma.gguf \
+      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4
+    for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    MODES=plain,mtp bench_frag gemma /tmp/gguf/gemma.gguf --draft-tokens 3 ;;
+  s34-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_frag
+    L=/tmp/llama.cpp/build/bin
+    for shape in "$@"; do
+      for i in $(seq 60); do grep -q SYNTH_DONE /tmp/logs/synth-$shape.log 2>/dev/null && break; sleep 3; done
+      timeout 200 $L/llama-quantize /tmp/synth-$shape-f16.gguf /tmp/synth-$shape.gguf Q4_K_M 16 > /tmp/logs/quant-$shape.log 2>&1 \
+        || { tail -3 /tmp/logs/quant-$shape.log; continue; }
+      rm -f /tmp/synth-$shape-f16.gguf; ls -la /tmp/synth-$shape.gguf
+      bench_frag synth_$shape /tmp/synth-$shape.gguf
+    done ;;
   s33-check)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import mtp_turbo.models.triton_env as t; print('triton on CUDA:', t.triton.__version__)" || exit 1

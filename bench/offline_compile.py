@@ -733,8 +733,10 @@ def wl_fragk(dry_all: bool):
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType as GT
 
     from mtp_turbo.quant.gemv import TileConfig
-    from mtp_turbo.quant.kernels import frag8_gemv
+    from mtp_turbo.quant.kernels import frag8_gemv, frag_gemm
+    from mtp_turbo.quant.kernels.frag8 import Frag8Weight
     from mtp_turbo.quant.kernels.fragk import FragKWeight
+    from mtp_turbo.quant.repack import BLOCK_BYTES, PackedWeight
 
     view = _cuda_view_type()
     shapes = {"qkv 4096x2560": (4096, 2560), "o 2560x2048": (2560, 2048), "down 2560x10240": (2560, 10240),
@@ -753,6 +755,23 @@ def wl_fragk(dry_all: bool):
                                               torch.empty(m, n, dtype=torch.float32))
                         finally:
                             REC.dry -= 1
+                REC.dry += 1
+                try:  # the prefill GEMM (frag_gemm.py), a 128-row chunk, split 1 and 8
+                    for split in (1, 8):
+                        frag_gemm.launch(torch.zeros(128, k, dtype=torch.bfloat16), fw, split,
+                                         torch.empty(128, n, dtype=torch.float32))
+                finally:
+                    REC.dry -= 1
+    for fmt in ("q8_0", "q5_0", "q4_0"):
+        with workload(f"frag_gemm {fmt}", dry=True):
+            n, k = 2048, 640
+            raw = torch.zeros(n * k // 32 * BLOCK_BYTES[fmt], dtype=torch.uint8)
+            fw = Frag8Weight.from_packed(PackedWeight.from_gguf_bytes(raw, fmt, (n, k)))
+            REC.dry += 1
+            try:
+                frag_gemm.launch(torch.zeros(128, k, dtype=torch.bfloat16), fw, 4, torch.empty(128, n, dtype=torch.float32))
+            finally:
+                REC.dry -= 1
 
 
 def wl_glue(dry_all: bool) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..quant.planes import weight_tensors
 from .arch import ModelConfig, layer_tensors
 from .block import attend, finish, linear, project_qkv, rms_norm, rope_tables
 
@@ -138,7 +139,7 @@ class Decoder:
         or the same values dequantized from the file's bytes (no host sync: capturable)."""
         if self._embed is not None:
             return self._embed[tokens]
-        return self.embed_file.rows(tokens).dequantize().to(self.dtype)
+        return self.embed_file.row_values(tokens).to(self.dtype)
 
     def embedding_table(self):
         """What a drafter indexes for embedding rows ([ids] -> rows, .shape): the dense table where
@@ -148,7 +149,7 @@ class Decoder:
 
     def embed_tensors(self, one_row: bool = False) -> list[torch.Tensor]:
         """The tensors holding the embedding (one_row: one row of each), as the model holds it now."""
-        held = [self._embed] if self._embed is not None else list(self.embed_file.planes)
+        held = [self._embed] if self._embed is not None else weight_tensors(self.embed_file)
         return [t[0] for t in held] if one_row else held
 
     def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:

@@ -176,11 +176,13 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
             if t.ggml_type == Q8_0 or not plane_format(t.ggml_type):
                 continue
             raw = gf.raw_tensor(name, device)
-            pm = PlaneMatrix.from_gguf(raw, t.ggml_type, tuple(t.shape))
+            fm = frag_matrix([(raw, t.ggml_type, tuple(t.shape))]) if frag and name == head_name else None
+            # a tied K-quant head's layout gives the embedding rows too: one copy of the table's bytes
+            one = fm is not None and name == "token_embd.weight" and hasattr(fm.runs[0].layout, "row_values")
+            pm = None if one else PlaneMatrix.from_gguf(raw, t.ggml_type, tuple(t.shape))
             if name == "token_embd.weight":
-                embed_file = pm
+                embed_file = fm if one else pm
             if name == head_name:
-                fm = frag_matrix([(raw, t.ggml_type, tuple(t.shape))]) if frag else None
                 head_file = fm if fm is not None else FusedWeight(pm)
             skip.add(name)
             checked.append(name)

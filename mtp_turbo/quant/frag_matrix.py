@@ -30,6 +30,7 @@ K_TYPES = (T.Q4_K, T.Q6_K)  # fragk's
 FRAG_TYPES = frozenset(int(t) for t in BLOCK_TYPES + K_TYPES)
 K_INTS = frozenset(int(t) for t in K_TYPES)
 ROWS = 4  # rows one launch takes (two mma groups of two)
+GEMM_ROWS = 8  # more rows than this (prefill chunks) go through frag_gemm.py: one read of the weights a chunk
 SMS = 132  # programs to fill: an H200's SMs (more programs than SMs keeps every SM busy)
 
 
@@ -83,15 +84,29 @@ class FragMatrix:
     def gemv(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """out[:M] = x [M, K] @ values.T in float32 (out: float32 [>= M, N], unit column stride).
         Rows go ROWS a launch; each run writes its columns. Returns out[:M]."""
-        from .kernels import frag8_gemv
+        from .kernels import frag8_gemv, frag_gemm
 
         M, K = x.shape
         assert K == self.shape[1] and out.dtype == torch.float32 and out.shape[1] == self.shape[0], (x.shape, out.shape)
+        if M > GEMM_ROWS:  # a prefill chunk: the GEMM with the GEMV's arithmetic (each row the same bits)
+            for r in self.runs:
+                frag_gemm.launch(x, r.layout, r.tile.split_k, out[:M, r.r0:r.r1])
+            return out[:M]
         for m0 in range(0, M, ROWS):
             m1 = min(M, m0 + ROWS)
             for r in self.runs:
                 frag8_gemv.launch(x[m0:m1], r.layout, r.tile, out[m0:m1, r.r0:r.r1])
         return out[:M]
+
+    def row_values(self, index: torch.Tensor) -> torch.Tensor:
+        """float32 [T, K]: the loader's values of rows `index` (a one-run K-quant matrix: a tied
+        embedding gathered from the head's layout, so no second copy of its bytes is held)."""
+        assert len(self.runs) == 1 and hasattr(self.runs[0].layout, "row_values"), "one K-quant run"
+        return self.runs[0].layout.row_values(index)
+
+    def dequantize(self) -> torch.Tensor:
+        """float32 [N, K]: the loader's values (the whole matrix)."""
+        return self.dense(torch.float32)
 
     def dense(self, dtype: torch.dtype) -> torch.Tensor:
         """The matrix as the loader makes it (float32 values, then dtype)."""

@@ -102,6 +102,10 @@ class PlaneMatrix:
         stays far inside float32). The loader's NaN check without dequantizing the matrix."""
         return sum(p.float().sum() for p in self.planes if p.dtype.is_floating_point)
 
+    def row_values(self, index: torch.Tensor) -> torch.Tensor:
+        """float32 [T, K]: the loader's values of rows `index` (embedding rows)."""
+        return self.rows(index).dequantize()
+
     def rows(self, index: torch.Tensor) -> "PlaneMatrix":
         """The rows `index` (int64 [T], on the planes' device) as a PlaneMatrix of their own (copies;
         no host sync: capturable in a CUDA graph)."""

@@ -103,3 +103,23 @@ def test_fused_step_close_to_the_dense_model_and_rows_independent(models):
     got = torch.stack([one_l[p] for p in range(14)])
     err = (got - ref).abs().max().item()
     assert err <= 1e-4 * ref.abs().max().item(), err
+
+
+def test_a_tied_k_quant_embedding_is_read_from_the_heads_layout(tmp_path):
+    """A tied Q6_K embedding: the head's layout is the only copy of its bytes, its rows the loader's
+    values (the dense table's rows bit for bit), and the fused step runs on it."""
+    gf = GGUFFile(write_model(tmp_path / "tied.gguf", tied=True))
+    frag = load_model(gf, "cpu", torch.float32, progress=False, file_weights=True, frag=True)
+    dense = load_model(gf, "cpu", torch.float32, progress=False)
+    assert isinstance(frag.head_weight, FragMatrix) and frag.embed_file is frag.head_weight
+    assert not frag.dense_embed
+    held = {t.data_ptr() for t in frag.embed_tensors()}
+    assert held == {t.data_ptr() for t in frag.head_weight.tensors()}
+    ids = torch.tensor([0, 17, 16, 260, 5, 17])
+    assert torch.equal(frag.embedding_rows(ids), dense.embed[ids])
+    toks = torch.randint(0, V, (6,), generator=torch.Generator().manual_seed(2))
+    logits, _, _ = _steps(frag, toks, [2, 4])
+    kv = KVCache(2, 64, KV_HEADS, HEAD_DIM, "cpu", torch.float32)
+    ref = dense.forward(toks, 0, kv)[0]
+    got = torch.stack([logits[p] for p in range(2, 6)])
+    assert _rel(got, ref[2:]) < 1e-4

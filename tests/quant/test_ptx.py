@@ -21,6 +21,9 @@ from mtp_turbo.quant.repack import PackedWeight
 pytest.importorskip("triton")
 from mtp_turbo.quant.kernels import frag8_x  # noqa: E402
 
+from triton._C.libtriton import interpreter as _tri  # noqa: E402
+
+_fma32 = _tri.fma_fp32
 LANE = np.arange(32)
 G, T = LANE // 4, LANE % 4
 
@@ -117,8 +120,9 @@ def run_warp(asm: str, inputs: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
             reg[ops[0]] = _b32(_h2f(val(ops[1])))
         elif op == "mul.f32":
             reg[ops[0]] = _b32(_f32(val(ops[1])).astype(np.float32) * _f32(val(ops[2])).astype(np.float32))
-        elif op == "fma.rn.f32":
-            reg[ops[0]] = _b32(_f32(val(ops[1])) * _f32(val(ops[2])) + _f32(val(ops[3])))
+        elif op == "fma.rn.f32":  # one rounding (the interpreter's fp32 fma)
+            a, b, c = (_f32(val(t)).astype(np.float32) for t in ops[1:4])
+            reg[ops[0]] = np.asarray(_fma32(a, b, c), dtype=np.float32).view(np.uint32).astype(np.uint64)
         else:
             raise AssertionError(f"instruction not modelled: {st}")
     return {k: reg[f"${k}"] for k in range(8)}
@@ -172,22 +176,31 @@ def test_frag8_asm_matches_dequantized_matmul(fmt, m):
     assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
 
 
-def _warp_gemv(asm, nt, nc, mm, m, operands):
+def _warp_gemv(asm, nt, nc, mm, m, operands, cps=None):
     """Run asm over every tile and chunk (operands(tile, c) -> the lane's input registers before the
-    accumulators), join lanes t and t ^ 1 as the store does: y [m, nt * 16]."""
-    y = np.zeros((m, nt * 16))
+    accumulators), join lanes t and t ^ 1 as the store does, in float32: y [m, nt * 16]. cps: chunks
+    a split (the kernel's split-K: each split's joined partial, then 0 + P_0 + P_1 + .. in order)."""
+    y = np.zeros((m, nt * 16), dtype=np.float32)
+    cps = cps or nc
+    splits = [(c0, min(nc, c0 + cps)) for c0 in range(0, nc, cps)]
     for tile in range(nt):
-        acc = [np.zeros(32, dtype=np.uint64) for _ in range(4)]
-        for c in range(nc):
-            out = run_warp(asm, {4 + i: v for i, v in enumerate(operands(tile, c) + acc)})
-            acc = [out[i] for i in range(4)]
-        a = [_f32(v) for v in acc]
+        parts = []
+        for c0, c1 in splits:
+            acc = [np.zeros(32, dtype=np.uint64) for _ in range(4)]
+            for c in range(c0, c1):
+                out = run_warp(asm, {4 + i: v for i, v in enumerate(operands(tile, c) + acc)})
+                acc = [out[i] for i in range(4)]
+            parts.append([_f32(v).astype(np.float32) for v in acc])
         for j in range(mm):
             for row_off, i in ((0, 2 * j), (8, 2 * j + 1)):
-                v = a[i] + a[i][LANE ^ 1]
+                vs = [a[i] + a[i][LANE ^ 1] for a in parts]  # float32 adds
+                v = vs[0] if len(vs) == 1 else np.float32(0)
+                if len(vs) > 1:
+                    for p in vs:
+                        v = v + p
                 row = 2 * j + T // 2
                 keep = (T % 2 == 0) & (row < m)
-                y[row[keep], tile * 16 + G[keep] + row_off] = v[keep]
+                y[row[keep], tile * 16 + G[keep] + row_off] = np.broadcast_to(v, (32,))[keep]
     return y
 
 
@@ -228,7 +241,7 @@ def test_fragk_asm_matches_the_file_values(fmt, m):
         ops += [xe[c, T, j] for j in range(4)]
         return ops + [xf[c, j, :, r] for j in range(mm) for r in range(4)]
 
-    y = _warp_gemv(fragk_asm(fmt, mm), nt, nc, mm, m, operands)[:, :n]
+    y = _warp_gemv(fragk_asm(fmt, mm), nt, nc, mm, m, operands)[:, :n].astype(np.float64)
     xd = x.double().numpy()
     ref = xd @ wv.T
     if fmt == "q4_k":  # the offset's share is summed apart: its terms bound the rounding too
@@ -239,3 +252,76 @@ def test_fragk_asm_matches_the_file_values(fmt, m):
         mag = np.abs(wv)
     bound = (np.abs(xd) @ mag.T) * 2.0 ** -21
     assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
+
+
+def _warp_rows(fmt, fw, x, cps):
+    """The decode GEMV's float32 outputs for every row of x: the PTX in the warp interpreter, 4 rows a
+    launch (x_frag8's words for each launch), split into chunks of cps."""
+    asm_of = fragk_asm if fmt in ("q4_k", "q6_k") else frag8_asm
+    shift = SHIFT_K[fmt] if fmt in SHIFT_K else SHIFT[fmt]
+    nt, nc = fw.tiles
+    k = x.shape[1]
+    u32 = (lambda t: t.numpy().view(np.uint32).astype(np.uint64))
+    qf = u32(fw.qf)
+    hf = None if fw.hf is None else u32(fw.hf)
+    ys = []
+    for m0 in range(0, x.shape[0], 4):
+        xr = x[m0:m0 + 4].contiguous()
+        m = xr.shape[0]
+        mm = 1 if m <= 2 else 2
+        xf = torch.zeros(nc, mm, 32, 4, dtype=torch.int32)
+        xe = torch.zeros(nc, 4, 4, dtype=torch.float32)
+        frag8_x.x_frag8[(nc,)](xr, xf, xe, k, xr.stride(0), M=m, MM=mm, SHIFT=shift, PDL=False)
+        xf, xe = u32(xf), u32(xe)
+
+        def operands(tile, c):
+            if fmt in ("q4_k", "q6_k"):
+                rec = u32(fw.sf)
+                ops = [qf[tile, c, :, i] for i in range(4)]
+                if fmt == "q6_k":
+                    ops += [hf[tile, c, :, i % 2] for i in range(4)]
+                ops += [rec[tile, c, G, i] for i in range(4)]
+            else:
+                ops = [qf[tile, c, b, :, r] for b in range(2) for r in range(4)] if fmt == "q8_0" else \
+                    [qf[tile, c, :, i] for i in range(4)]
+                if fmt == "q5_0":
+                    ops += [hf[tile, c]] * 4
+                s = fw.sf.numpy().view(np.uint16).astype(np.uint64)[tile, c, G]
+                ops += [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
+            ops += [xe[c, T, j] for j in range(4)]
+            return ops + [xf[c, j, :, r] for j in range(mm) for r in range(4)]
+
+        ys.append(_warp_gemv(asm_of(fmt, mm), nt, nc, mm, m, operands, cps))
+    return np.concatenate(ys)[:, :fw.shape[0]]
+
+
+@pytest.mark.parametrize("fmt", ["q8_0", "q5_0", "q4_0", "q4_k", "q6_k"])
+def test_prefill_gemm_gives_the_decode_gemv_s_bits(fmt):
+    """frag_gemm.gemm_frag (the prefill chunks' GEMM, Triton interpreter) against the decode GEMV's PTX
+    (the warp interpreter, 4 rows a launch): the same float32 bits for every row, whole and split
+    over K (3 chunks a split: a short last split), N with a padded tile, rows past a program's 16."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    from blocks import random_blocks
+    from gguf import GGMLQuantizationType as GT
+
+    from mtp_turbo.quant.kernels import frag_gemm
+
+    n, k, m = 40, 512, 18
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-6, 6, (m, k), generator=gen).float())
+    x[3] = 0.0  # a zero row: E = 0, every piece 0
+    if fmt in ("q4_k", "q6_k"):
+        t = {"q4_k": GT.Q4_K, "q6_k": GT.Q6_K}[fmt]
+        fw = FragKWeight.from_gguf(torch.from_numpy(random_blocks(t, n, k, seed=5, scale=0.05)), t, (n, k))
+    else:
+        fw = Frag8Weight.from_packed(PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt))
+    nc = fw.tiles[1]
+    for split in (1, 3):
+        cps = -(-nc // split)
+        want = _warp_rows(fmt, fw, x, cps)
+        got = torch.full((m, n), float("nan"))
+        frag_gemm.launch(x, fw, split, got)
+        assert np.array_equal(got.numpy().view(np.uint32), want.view(np.uint32)), (
+            split, int((got.numpy() != want).sum()))

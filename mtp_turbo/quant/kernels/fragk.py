@@ -144,15 +144,29 @@ class FragKWeight:
     def dequantize(self) -> torch.Tensor:
         """float64 [N, K]: the values the stored words give (exact), decoded as the PTX reads them."""
         n, k = self.shape
-        nt, nc = self.tiles
-        dev = self.qf.device
+        return self._decode(self.qf, self.sf, self.hf)[:n, :k]
+
+    def row_values(self, index: torch.Tensor) -> torch.Tensor:
+        """float32 [T, K]: rows `index` (int64 [T], on the layout's device) as the loader's values (the
+        exact values rounded once to float32, as gguf's dequantization rounds them); only their row
+        tiles are decoded, with no host sync (capturable in a CUDA graph): embedding rows."""
+        tiles = index // ROWS
+        pick = (lambda t: None if t is None else t.index_select(0, tiles))
+        vals = self._decode(pick(self.qf), pick(self.sf), pick(self.hf))  # [T * 16, K]
+        vals = vals.reshape(index.shape[0], ROWS, -1)
+        return vals[torch.arange(index.shape[0], device=index.device), index % ROWS].float()
+
+    def _decode(self, qf: torch.Tensor, sf: torch.Tensor, hf: torch.Tensor | None) -> torch.Tensor:
+        """float64 [nt * 16, NC * 64]: the row tiles whose words are qf, sf, hf (any nt of them)."""
+        nt, nc = sf.shape[0], sf.shape[1]
+        dev = qf.device
         sh8 = 8 * torch.arange(4, device=dev)
-        qf = self.qf.to(torch.int64) & 0xFFFFFFFF
+        qf = qf.to(torch.int64) & 0xFFFFFFFF
         w = qf.reshape(nt, nc, 32, 2, 2).permute(0, 1, 3, 2, 4)  # [NT, NC, b, L, h]
         by = (w[..., None] >> sh8) & 0xFF  # [.., h, i]
         lo, hi = by & 0xF, by >> 4
         nib = torch.stack([lo[..., 0, :], lo[..., 1, :], hi[..., 0, :], hi[..., 1, :]], dim=-2)  # [NT, NC, b, L, r, i]
-        rec = self.sf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 8, 4]
+        rec = sf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 8, 4]
         f16 = (lambda bits: (bits & 0xFFFF).to(torch.int16).view(torch.float16).double())
         byte = (lambda word, i: (word >> (8 * i)) & 0xFF)
         lane = torch.arange(32, device=dev)
@@ -172,7 +186,7 @@ class FragKWeight:
             o = o.permute(0, 1, 3, 2, 4)[..., r % 2]
             vals = a[..., None] * ints.double() - o[..., None]
         else:
-            hf = self.hf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 32, 2]
+            hf = hf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 32, 2]
             hw = hf.permute(0, 1, 3, 2)[..., None, None]  # [NT, NC, b, L, 1, 1]
             field = (hw >> (8 * torch.arange(4, device=dev)[None, :] + 2 * r[:, None])) & 3  # [.., r, i]
             ints = (nib << 2) | (field << 6)  # the stored field carries the ^ 0x80
@@ -186,4 +200,4 @@ class FragKWeight:
         rr, cc = lane_rows_cols(dev)
         out = torch.zeros(nt, nc, 2, ROWS, 32, dtype=torch.float64, device=dev)
         out[:, :, :, rr, cc] = vals
-        return out.permute(0, 3, 1, 2, 4).reshape(nt * ROWS, nc * COLS)[:n, :k]
+        return out.permute(0, 3, 1, 2, 4).reshape(nt * ROWS, nc * COLS)

@@ -1,0 +1,189 @@
+"""The frag GEMV's arithmetic for many rows: prefill chunks on the same layouts, each row the frag8 GEMV's bits.
+
+Owns: `gemm_frag` (a Triton kernel: a [16 TB output rows, BM x rows] tile per program, int8 tl.dot
+of the layout's A values against x's int8 pieces, then the PTX's float32 steps in the PTX's order)
+and `launch`. Ignores: the layouts (frag8.py, fragk.py), the decode GEMV (frag8_gemv.py) whose bits
+it reproduces, which rows go where (frag_matrix.py).
+
+Why: the decode GEMV takes 4 rows a launch, so a 128-row prefill chunk would read every matrix 32
+times; and a prompt token's K/V must be the bits a one-row step gives it (DESIGN.md: same text
+whatever the chunking), so prefill cannot take another arithmetic. Integer sums are exact in any
+order, so the k order inside a block is free (the weights are taken in their stored order, x's
+columns gathered to match); the float steps are the PTX's, per output and x row:
+  per split s (chunks [s CPS, (s + 1) CPS)), per chunk, per 32-block b, for the lanes' two piece
+  pairs (pieces 0, 1: xe = 2^(E - 14 - SHIFT); pieces 2, 3: 2^(E - 28 - SHIFT)):
+    f = float(c_first * 128 + c_second)                    (cvt.rn of the exact int32 join)
+    acc = fma(f, scale * xe, acc)                          (q4_k: then fma(float(sum x join), (-dmin m) xe, acc);
+                                                            q6_k: the two 16-column halves, low then high)
+  P_s = acc_first_pair + acc_second_pair;  y = P_0 (one split) or ((0 + P_0) + P_1) + ...
+The x pieces are x_frag8's rule (frag8_x.py): E from the row's largest |x| in the 64-column chunk,
+V = trunc(x 2^(28 - E)), p0 = V >> 21, p1..p3 its 7-bit digits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .frag8_x import E_MIN
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # CPU machines without Triton
+    triton = None
+
+FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
+TB = 2  # row tiles (16 rows) a program takes
+BM = 16  # x rows a program takes
+
+
+if triton is not None:
+    _EMIN = tl.constexpr(E_MIN)
+
+    @triton.jit
+    def _f16(bits):
+        # float32 of the fp16 in the low 16 bits of int32 bits
+        return (bits & 0xFFFF).to(tl.int16).to(tl.float16, bitcast=True).to(tl.float32)
+
+    @triton.jit
+    def _pow2(e):
+        # 2^e as float32 (e an int32 tensor in the normal range)
+        return ((127 + e) << 23).to(tl.float32, bitcast=True)
+
+    @triton.jit
+    def _weights(QF, HF, tb, c, NC, b: tl.constexpr, FMT: tl.constexpr, BN: tl.constexpr):
+        # int8 [BN, 32]: the A values of block b of chunk c for output rows n = 16 tb' + 8 rr + g, the
+        # k axis in the order (t, rk, i) (register r = 2 rk + rr, byte i of lane 4 g + t)
+        n = tl.arange(0, BN)
+        k = tl.arange(0, 32)
+        tt = tb + n // 16
+        rr = (n % 16) // 8
+        g = n % 8
+        t = k // 8
+        rk = (k // 4) % 2
+        i = k % 4
+        lane = (4 * g)[:, None] + t[None, :]
+        base = (tt * NC + c)[:, None]
+        r = 2 * rk[None, :] + rr[:, None]
+        if FMT == 0:  # q8_0: the bytes are the values
+            w = tl.load(QF + ((base * 2 + b) * 32 + lane) * 4 + r)
+            a = (w >> (8 * i)[None, :]) & 0xFF
+        else:
+            w = tl.load(QF + (base * 32 + lane) * 4 + 2 * b + rr[:, None])
+            nib = (w >> (8 * i + 4 * rk)[None, :]) & 0xF
+            if FMT == 1:  # q5_0: nibble at bits 3-6, NOT the 5th bit at bit 7: 8 (q - 16)
+                h = tl.load(HF + base * 32 + lane)
+                a = (nib << 3) | (((h >> (8 * i[None, :] + 7 - 4 * b - r)) & 1) << 7)
+            elif FMT == 2:  # q4_0: 16 (q - 8)
+                a = (nib << 4) ^ 0x80
+            elif FMT == 3:  # q4_k: the code itself
+                a = nib
+            else:  # q6_k: nibble at bits 2-5, the stored high field at 6-7: 4 (q - 32)
+                h = tl.load(HF + (base * 32 + lane) * 2 + b)
+                a = (nib << 2) | (((h >> (8 * i[None, :] + 2 * r)) & 3) << 6)
+        return a.to(tl.int8)
+
+    @triton.jit
+    def _dot4(w, p0, p1, p2, p3):
+        # the two piece pairs' exact int32 joins of w [BN, 32] against the pieces [32, BM]
+        c0 = tl.dot(w, p0, out_dtype=tl.int32)
+        c1 = tl.dot(w, p1, out_dtype=tl.int32)
+        c2 = tl.dot(w, p2, out_dtype=tl.int32)
+        c3 = tl.dot(w, p3, out_dtype=tl.int32)
+        return (c0 * 128 + c1).to(tl.float32), (c2 * 128 + c3).to(tl.float32)
+
+    @triton.jit(do_not_specialize=["M"])
+    def gemm_frag(X, QF, HF, SF, Y, M, N, NT, NC, CPS, S, K, stride_xm, stride_ym,
+                  FMT: tl.constexpr, SHIFT: tl.constexpr, TB: tl.constexpr, BM: tl.constexpr):
+        """Y[m, n] for x rows m of program_id(1)'s BM and output rows of program_id(0)'s TB row tiles
+        (module docstring). S splits of CPS chunks, as the decode GEMV's."""
+        BN: tl.constexpr = 16 * TB
+        tb = tl.program_id(0) * TB
+        rm = tl.program_id(1) * BM + tl.arange(0, BM)
+        m_ok = rm < M
+        n = tl.arange(0, BN)
+        tt = tl.minimum(tb + n // 16, NT - 1)  # a tile past the end is loaded (clamped), never stored
+        rr = (n % 16) // 8
+        g = n % 8
+        k = tl.arange(0, 32)
+        kcol = 16 * ((k // 4) % 2) + 4 * (k // 8) + k % 4  # x's column in a block for the k order (t, rk, i)
+        c64 = tl.arange(0, 64)
+        tot = tl.zeros([BN, BM], dtype=tl.float32)
+        for s in range(S):
+            acc_a = tl.zeros([BN, BM], dtype=tl.float32)  # pieces 0, 1
+            acc_b = tl.zeros([BN, BM], dtype=tl.float32)  # pieces 2, 3
+            c0 = s * CPS
+            c1 = tl.minimum(c0 + CPS, NC)
+            for c in range(c0, c1):
+                xc = tl.load(X + rm[:, None] * stride_xm + (64 * c + c64)[None, :],
+                             mask=m_ok[:, None] & ((64 * c + c64) < K)[None, :], other=0.0).to(tl.float32)
+                mx = tl.max(tl.abs(xc), axis=1)
+                e = tl.where(mx > 0, tl.maximum(((mx.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 126, _EMIN), 0)
+                sc = _pow2(28 - e)
+                xe_a = _pow2(e - 14 - SHIFT)[None, :]
+                xe_b = _pow2(e - 28 - SHIFT)[None, :]
+                rec = ((tt * NC + c) * 8 + g) * 4  # this row's scale record entry
+                for b in tl.static_range(2):
+                    cols = 64 * c + 32 * b + kcol
+                    xb = tl.load(X + rm[None, :] * stride_xm + cols[:, None],
+                                 mask=m_ok[None, :] & (cols < K)[:, None], other=0.0).to(tl.float32)  # [32, BM]
+                    v = (xb * sc[None, :]).to(tl.int32)
+                    p0 = (v >> 21).to(tl.int8)
+                    p1 = ((v >> 14) & 0x7F).to(tl.int8)
+                    p2 = ((v >> 7) & 0x7F).to(tl.int8)
+                    p3 = (v & 0x7F).to(tl.int8)
+                    w = _weights(QF, HF, tb, c, NC, b, FMT, BN)
+                    if FMT == 4:  # q6_k: each 16-column half with its own scale (record word b, byte 2 half + rr)
+                        rk = ((k // 4) % 2)[None, :]
+                        lo_a, lo_b = _dot4(tl.where(rk == 0, w, 0).to(tl.int8), p0, p1, p2, p3)
+                        hi_a, hi_b = _dot4(tl.where(rk == 1, w, 0).to(tl.int8), p0, p1, p2, p3)
+                        word = tl.load(SF + rec + b)
+                        d = _f16(tl.load(SF + rec + 2) >> (16 * rr))
+                        s_lo = d * ((word >> (8 * rr)) & 0xFF).to(tl.int8).to(tl.float32)
+                        s_hi = d * ((word >> (8 * (2 + rr))) & 0xFF).to(tl.int8).to(tl.float32)
+                        acc_a = tl.fma(lo_a, s_lo[:, None] * xe_a, acc_a)
+                        acc_a = tl.fma(hi_a, s_hi[:, None] * xe_a, acc_a)
+                        acc_b = tl.fma(lo_b, s_lo[:, None] * xe_b, acc_b)
+                        acc_b = tl.fma(hi_b, s_hi[:, None] * xe_b, acc_b)
+                    else:
+                        fa, fb = _dot4(w, p0, p1, p2, p3)
+                        if FMT == 3:  # q4_k: (d sc) x the codes' sum, then (-dmin m) x the block's sum of x
+                            sh = 8 * (2 * b + rr)
+                            dd = tl.load(SF + rec + 2 + rr)
+                            al = _f16(dd) * ((tl.load(SF + rec) >> sh) & 0xFF).to(tl.float32)
+                            be = -_f16(dd >> 16) * ((tl.load(SF + rec + 1) >> sh) & 0xFF).to(tl.float32)
+                            sa = (tl.sum(p0.to(tl.int32), axis=0) * 128 + tl.sum(p1.to(tl.int32), axis=0)).to(tl.float32)
+                            sb = (tl.sum(p2.to(tl.int32), axis=0) * 128 + tl.sum(p3.to(tl.int32), axis=0)).to(tl.float32)
+                            acc_a = tl.fma(fa, al[:, None] * xe_a, acc_a)
+                            acc_a = tl.fma(sa[None, :] + tl.zeros([BN, BM], dtype=tl.float32), be[:, None] * xe_a, acc_a)
+                            acc_b = tl.fma(fb, al[:, None] * xe_b, acc_b)
+                            acc_b = tl.fma(sb[None, :] + tl.zeros([BN, BM], dtype=tl.float32), be[:, None] * xe_b, acc_b)
+                        else:  # the block's fp16 scale (record entry 2 b + rr)
+                            da = tl.load(SF + rec + 2 * b + rr).to(tl.float32)
+                            acc_a = tl.fma(fa, da[:, None] * xe_a, acc_a)
+                            acc_b = tl.fma(fb, da[:, None] * xe_b, acc_b)
+            if S == 1:
+                tot = acc_a + acc_b
+            else:
+                tot += acc_a + acc_b
+        row = tb * 16 + n
+        ok = ((tb + n // 16) < NT) & (row < N)
+        tl.store(Y + rm[None, :] * stride_ym + row[:, None], tot, mask=ok[:, None] & m_ok[None, :])
+
+
+def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int = TB, bm: int = BM) -> None:
+    """out[M, N] (float32, unit column stride) = x [M, K] @ values.T for a layout fw (Frag8Weight or
+    FragKWeight), each row the bits the frag8 GEMV gives it at split_k (the same chunks a split).
+    tb, bm: row tiles and x rows a program takes (any: a row's bits do not depend on them)."""
+    from .frag8_gemv import SHIFT
+
+    n, k = fw.shape
+    m = x.shape[0]
+    assert x.dim() == 2 and x.shape[1] == k and x.stride(1) == 1 and out.stride(1) == 1, (x.shape, out.stride())
+    nt, nc = fw.tiles
+    cps = -(-nc // split_k)
+    splits = -(-nc // cps)
+    hf = fw.hf if fw.hf is not None else fw.qf
+    gemm_frag[(triton.cdiv(nt, tb), triton.cdiv(m, bm))](
+        x, fw.qf, hf, fw.sf, out, m, n, nt, nc, cps, splits, k, x.stride(0), out.stride(0),
+        FMT=FMT_ID[fw.fmt], SHIFT=SHIFT[fw.fmt], TB=tb, BM=bm, num_warps=4)
