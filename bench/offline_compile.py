@@ -762,6 +762,29 @@ def wl_fragk(dry_all: bool):
                                          torch.empty(128, n, dtype=torch.float32))
                 finally:
                     REC.dry -= 1
+    # a whole step and a prefill chunk of a mixed-format model on the frag layouts (their epilogue kernels:
+    # q/k RoPE on float32 rows, the norm after a float32 GEMV, gated_act)
+    import importlib.util
+    import tempfile
+
+    from mtp_turbo.cache.kv import KVCache
+    from mtp_turbo.io.gguf_file import GGUFFile
+    from mtp_turbo.models.fused import FusedDecoder
+    from mtp_turbo.models.load import load_model
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec_ = importlib.util.spec_from_file_location("tfw", os.path.join(here, "tests", "models", "test_file_weights.py"))
+    tfw = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(tfw)
+    for tied in (False, True):
+        with tempfile.TemporaryDirectory() as d, workload(f"a mixed-format model's step on the frag layouts "
+                                                          f"({'tied' if tied else 'untied'})", dry=True):
+            m = load_model(GGUFFile(tfw.write_model(tfw.Path(d) / "mixed.gguf", tied=tied)), "cpu", torch.bfloat16,
+                           progress=False, file_weights=True, frag=True)
+            kv = KVCache(2, 256, tfw.KV_HEADS, tfw.HEAD_DIM, "cpu", torch.bfloat16)
+            dec = FusedDecoder(m, kv)
+            for T_ in (1, 4, 32):
+                dec.forward(torch.zeros(T_, dtype=torch.int64), torch.arange(T_), head=T_ <= 8)
     for fmt in ("q8_0", "q5_0", "q4_0"):
         with workload(f"frag_gemm {fmt}", dry=True):
             n, k = 2048, 640
@@ -1084,6 +1107,11 @@ def worker(path: str, results: str, start: int, only: str | None, src: str) -> i
     (a "begin" line first, so the parent can tell which one hung or crashed); the kernels' modules
     imported from the source tree `src`."""
     sys.path.insert(0, src)
+    import torch
+
+    # models/triton_env.py imports Triton only where its kernels can run (CUDA or the interpreter);
+    # here they are compiled for a GPU this machine does not have
+    torch.cuda.is_available = lambda: True
     import triton
     from triton import knobs
 
