@@ -237,6 +237,7 @@
 #   bench/gpu_session.sh s34-gemma         join; frag vs dense logits (ab_logits); the real model's GPU tests with
 #                                          file weights (frag); plain + MTP, frag and dense, beside llama-bench
 #   bench/gpu_session.sh s34-synth SHAPE.. quantize each synthetic model (Q4_K_M); plain frag and dense beside llama-bench
+#   bench/gpu_session.sh s34-blocks SHAPE. gemma3-12b gemma3-27b qwen2.5-7b qwen2.5-14b as random Q4_K_M blocks, the same
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -372,6 +373,10 @@ case $step in
     timeout 240 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py tests/spec -x --model-path /tmp/gguf/gemma.gguf \
       -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    for fw in --file-weights --no-file-weights; do  # the fused step's logits (scoring.step_logits), 16 chunks of 512
+      timeout 120 python3 -m mtp_turbo.cli perplexity bench/data/tempest.txt --model /tmp/gguf/gemma.gguf --ctx 512 \
+        --chunks 16 --no-progress $fw 2>&1 | tail -1 | sed "s/^/gemma $fw: /"
+    done | tee "$OUT/ppl_frag.txt"
     MODES=plain,mtp bench_frag gemma /tmp/gguf/gemma.gguf --draft-tokens 3 ;;
   s34-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_frag
     L=/tmp/llama.cpp/build/bin
@@ -381,6 +386,15 @@ case $step in
         || { tail -3 /tmp/logs/quant-$shape.log; continue; }
       rm -f /tmp/synth-$shape-f16.gguf; ls -la /tmp/synth-$shape.gguf
       bench_frag synth_$shape /tmp/synth-$shape.gguf
+    done ;;
+  s34-blocks)  # SHAPE...: random Q4_K_M blocks at larger published shapes (synth_model.py --blocks: no F16 file,
+    # no llama-quantize), plain frag and dense beside llama-bench (needs s34-start's llama build and meta files)
+    for shape in "$@"; do
+      like=/tmp/gguf/gemma-meta.gguf; case $shape in qwen*) like=/tmp/gguf/qwen-meta.gguf ;; esac
+      timeout 240 python3 bench/synth_model.py --like $like --shape $shape --blocks --out /tmp/blocks-$shape.gguf 2>&1 | tail -1
+      ls -la /tmp/blocks-$shape.gguf || continue
+      bench_frag blocks_$shape /tmp/blocks-$shape.gguf
+      rm -f /tmp/blocks-$shape.gguf
     done ;;
   s33-check)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv

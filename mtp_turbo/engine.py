@@ -12,7 +12,6 @@ a speculative round verifies against.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from .cache.kv import KVCache
+from . import scoring
 from .engine_config import EngineConfig
 from .errors import CacheError, ConfigError, MtpTurboError
 from .io.gguf_file import GGUFFile
@@ -440,50 +440,16 @@ class Engine:
 
     # ---- analysis ---------------------------------------------------------------------------------
     def forward_logits(self, ids: list[int], chunk: int, tail_single: int = 0) -> torch.Tensor:
-        """Logits of every position of `ids` from an empty cache of its own (the session is left
-        as it is): chunks of `chunk` rows, the last `tail_single` tokens one row at a time (for
-        tests and perplexity). fp32 [n, V] on CPU."""
-        n = len(ids)
-        c = self.model.cfg
-        kv = KVCache(c.n_layers, n, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
-        toks = torch.tensor(ids, dtype=torch.int64, device=self.device)
-        out = []
-        with torch.inference_mode():
-            head = n - tail_single
-            for c0 in range(0, head, chunk):
-                c1 = min(head, c0 + chunk)
-                logits, _ = self.model.forward(toks[c0:c1], c0, kv)
-                out.append(logits.float().cpu())
-            for p in range(head, n):
-                logits, _ = self.model.forward(toks[p : p + 1], p, kv)
-                out.append(logits.float().cpu())
-        return torch.cat(out)
+        """Logits of every position of `ids` from an empty cache of its own (scoring.forward_logits)."""
+        return scoring.forward_logits(self, ids, chunk, tail_single)
+
+    def step_logits(self, ids: list[int], first: int) -> torch.Tensor:
+        """Logits of positions first .. n-1 as decoding computes them (scoring.step_logits)."""
+        return scoring.step_logits(self, ids, first)
 
     def perplexity(self, text: str, ctx: int, max_chunks: int | None = None, progress: bool = True) -> dict:
-        """llama.cpp's llama-perplexity: chunks of ctx tokens, each starting with BOS, scoring the
-        second half of each chunk (positions ctx/2 .. ctx-2 predicting the next token)."""
-        if ctx < 8 or ctx > self.ctx_size:
-            raise ConfigError(f"perplexity --ctx must be in [8, {self.ctx_size}], got {ctx}")
-        ids = self.tokenizer.encode(text, add_bos=True)
-        n_chunks = len(ids) // ctx
-        if max_chunks:
-            n_chunks = min(n_chunks, max_chunks)
-        if n_chunks < 1:
-            raise ConfigError(f"the text has {len(ids)} tokens; perplexity at --ctx {ctx} needs at least {ctx}")
-        first = ctx // 2
-        nll, count = 0.0, 0
-        per_chunk = []
-        for i in tqdm(range(n_chunks), desc="perplexity", unit="chunk", disable=not progress):
-            chunk = ids[i * ctx : (i + 1) * ctx]
-            if self.tokenizer.add_bos:  # as llama-perplexity: BOS first only where the file adds one
-                chunk[0] = self.tokenizer.bos_id
-            logits = self.forward_logits(chunk, chunk=self.cfg.prefill_chunk)  # [ctx, V]
-            lp = torch.log_softmax(logits[first : ctx - 1].double(), dim=-1)
-            tgt = torch.tensor(chunk[first + 1 : ctx])
-            nll += -lp.gather(1, tgt[:, None]).sum().item()
-            count += ctx - 1 - first
-            per_chunk.append(math.exp(nll / count))
-        return {"ppl": math.exp(nll / count), "tokens_scored": count, "chunks": n_chunks, "running": per_chunk}
+        """llama.cpp's llama-perplexity on the logits decoding computes (scoring.perplexity)."""
+        return scoring.perplexity(self, text, ctx, max_chunks, progress)
 
     # ---- sessions -------------------------------------------------------------------------------------
     def identity(self) -> dict:
