@@ -1216,7 +1216,7 @@ _SHOW = {  # the constexprs / options that name a variant in the table (others a
     "linear": ("PRO", "GATED", "KP", "BN", "BK", "PREC"), "residual_norm": ("PRO", "KP"),
     "qk_rope_write": ("H", "HKV", "DH"), "attn_partial": ("DH", "QR", "BS", "PREC"),
     "attn_combine": ("DH", "QR", "BS"), "mtp_inputs": ("KP",), "attn_cells": ("DH", "QR", "BS", "PREC"),
-    "gelu_gate": ("BLOCK",),
+    "gated_act": ("BN", "SILU"),
     "full_pass": ("KIND", "AT", "AT_CODE", "PREV_KIND", "NEED_C", "COUNT_MODE", "WS", "DEBUG", "B"),
     "compact": ("FIRST", "FROM_CAND", "GREEDY", "NEED_C", "COUNT_MODE", "WS", "DEBUG", "NCP", "KP"),
     "count_table": ("END_FROM_POS", "BLK"),

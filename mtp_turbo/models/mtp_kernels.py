@@ -2,9 +2,9 @@
 
 Owns: `mtp_inputs` (the embedding row gather and both input norms, side by side for the one fc
 GEMV), `attn_cells` (one query row over an explicit list of cells: the drafter's sink + window +
-chain; a program a chunk of cells, merged by the last) and `gelu_gate` (the gating of a packed
-gate|up GEMV's output). Ignores: the kernels the head's block shares with the main model
-(fused_kernels.py), buffers and launch order.
+chain; a program a chunk of cells, merged by the last). Ignores: the kernels the head's block
+shares with the main model (fused_kernels.py: the gating of a packed gate|up GEMV's output too),
+buffers and launch order.
 
 Rounding follows fused_kernels.py (norms in fp32 rounded to the activation dtype, matmuls
 accumulated in fp32); each row is computed from its own inputs alone.
@@ -89,17 +89,4 @@ if triton is not None:
                 acc = tl.sum(w[:, None] * ops, axis=0)
                 l_all = tl.sum(w * fk.ld(LS + at, s_ok, 0.0, True), axis=0)
                 tl.store(OUT + (g * REP + r) * DH + rd, (acc / l_all).to(OUT.dtype.element_ty))
-
-    @triton.jit
-    def gelu_gate(GU, Y, F, BLOCK: tl.constexpr):
-        """Program (m, b): Y[m, j] = gelu_tanh(g) * u for g = GU[m, j], u = GU[m, F + j] (a packed
-        gate|up GEMV's fp32 output), with linear's GATED rounding points (activation dtype = Y's)."""
-        ACT: tl.constexpr = Y.dtype.element_ty
-        m = tl.program_id(0)
-        rj = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        ok = rj < F
-        g = tl.load(GU + m * 2 * F + rj, mask=ok, other=0.0).to(ACT).to(tl.float32)
-        u = tl.load(GU + m * 2 * F + F + rj, mask=ok, other=0.0).to(ACT).to(tl.float32)
-        gl = 0.5 * g * (1.0 + fk.tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)))
-        tl.store(Y + m * F + rj, (gl.to(ACT).to(tl.float32) * u).to(ACT), mask=ok)
 

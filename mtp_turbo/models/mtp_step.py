@@ -31,6 +31,7 @@ import torch
 import dataclasses
 
 from ..errors import ConfigError
+from . import fused_kernels as fk
 from . import mtp_kernels as mk
 from .arch import GELU_TANH
 from .layer_plan import MP, FusedTiles, LayerPlan, pow2
@@ -83,7 +84,7 @@ class FusedMTPStep:
     """The four operations on fused_kernels.py's kernels, over static buffers of up to MAX_ROWS
     rows. Dense matrices (torch tensors in the activation dtype) go through the fused GEMV
     (`linear`, gating in its epilogue); packed ones (PackedLinear) through their own GEMV, with
-    `gelu_gate` after gate|up. fc_embedding | fc_hidden is one GEMV over both normed inputs."""
+    `gated_act` after gate|up. fc_embedding | fc_hidden is one GEMV over both normed inputs."""
 
     def __init__(self, head: MTPHead, k_cache: torch.Tensor, v_cache: torch.Tensor, rope,
                  tiles: FusedTiles = FusedTiles()):
@@ -145,7 +146,7 @@ class FusedMTPStep:
             if not gated:
                 return out
             F = out.shape[1] // 2
-            mk.gelu_gate[(M, -(-F // 1024))](out, y, F, BLOCK=1024, num_warps=4)
+            fk.gated_act[(-(-F // 1024), M)](out, y, F, BN=1024, num_warps=4)
             return y
         return self.plan.gemv(x, w, y, gated=gated, head=head)
 

@@ -346,3 +346,20 @@ def test_cuda_input_rows_are_torch_s_bf16_embedding_in_a_graph():
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(_bits(out[:8]), _bits(torch.mul(emb[toks[:8]], scale)))
+
+
+@pytest.mark.parametrize("silu", [False, True])
+def test_gated_act_gates_a_float32_gate_up_output(silu):
+    # the gating after a gate|up GEMV that writes float32 (the frag layouts, the MTP head's packed ops),
+    # in float32 activations (the interpreter's bf16 casts truncate): act(gate) * up against torch's
+    # activation (its tanh / exp differ by float32 ulps)
+    from mtp_turbo.models import fused_kernels as fk
+
+    g = torch.Generator().manual_seed(3)
+    M, F = 3, 1100  # a partial last column block
+    y2 = torch.randn(M, 2 * F, generator=g) * 3
+    gu = torch.full((M, F), float("nan"))
+    fk.gated_act[(-(-F // 1024), M)](y2, gu, F, BN=1024, SILU=silu, num_warps=4)
+    gate, up = y2[:, :F], y2[:, F:]
+    act = torch.nn.functional.silu(gate) if silu else torch.nn.functional.gelu(gate, approximate="tanh")
+    assert torch.allclose(gu, act * up, rtol=1e-5, atol=1e-5)  # the tanh form near -1: absolute error
