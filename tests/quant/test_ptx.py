@@ -134,43 +134,10 @@ def test_frag8_asm_matches_dequantized_matmul(fmt, m):
     """frag8_asm (integer mma) over every tile and chunk, operands as frag8_gemv passes them, the
     store's join of lanes t and t ^ 1; x spans 16 binades inside each chunk."""
     n, k = 24, 160
-    mm = 1 if m <= 2 else 2  # as launch picks
     gen = torch.Generator().manual_seed(7)
     w = PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt)
     x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
-    fw = Frag8Weight.from_packed(w)
-    nt, nc = fw.tiles
-    xf = torch.zeros(nc, mm, 32, 4, dtype=torch.int32)
-    xe = torch.zeros(nc, 4, 4, dtype=torch.float32)
-    frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT[fmt], PDL=False)
-    xf = xf.numpy().view(np.uint32).astype(np.uint64)
-    xe = xe.numpy().view(np.uint32).astype(np.uint64)
-    qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
-    sf = fw.sf.numpy().view(np.uint16).astype(np.uint64)
-    hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
-    asm = frag8_asm(fmt, mm)
-    y = np.zeros((m, nt * 16))
-    for tile in range(nt):
-        acc = [np.zeros(32, dtype=np.uint64) for _ in range(4)]
-        for c in range(nc):
-            words = [qf[tile, c, b, :, r] for b in range(2) for r in range(4)] if fmt == "q8_0" else \
-                [qf[tile, c, :, i] for i in range(4)]
-            if fmt == "q5_0":
-                words += [hf[tile, c]] * 4
-            s = sf[tile, c, G]
-            ops = words + [s[:, 0] | (s[:, 1] << np.uint64(16)), s[:, 2] | (s[:, 3] << np.uint64(16))]
-            ops += [xe[c, T, j] for j in range(4)]
-            ops += [xf[c, j, :, r] for j in range(mm) for r in range(4)]
-            out = run_warp(asm, {4 + i: v for i, v in enumerate(ops + acc)})
-            acc = [out[i] for i in range(4)]
-        a = [_f32(v) for v in acc]
-        for j in range(mm):
-            for row_off, i in ((0, 2 * j), (8, 2 * j + 1)):
-                v = a[i] + a[i][LANE ^ 1]  # the store's shuffle: lane t's pieces + lane t ^ 1's
-                row = 2 * j + T // 2
-                keep = (T % 2 == 0) & (row < m)
-                y[row[keep], tile * 16 + G[keep] + row_off] = v[keep]
-    y = y[:, :n]
+    y = _warp_rows(fmt, Frag8Weight.from_packed(w), x, None).astype(np.float64)
     ref = x.double().numpy() @ w.dequantize().double().numpy().T
     bound = (np.abs(x.double().numpy()) @ np.abs(w.dequantize().double().numpy()).T) * 2.0 ** -21
     assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
@@ -209,49 +176,36 @@ def _warp_gemv(asm, nt, nc, mm, m, operands, cps=None):
 def test_fragk_asm_matches_the_file_values(fmt, m):
     """fragk_asm over every tile and chunk of a random Q4_K / Q6_K matrix (N with a padded tile), the
     operands as frag8_gemv passes them: within fp32 rounding of x @ the file's exact values."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
-    from blocks import random_blocks
     from gguf import GGMLQuantizationType as GT
+
+    from mtp_turbo.quant.dequant import k_fields
 
     t = {"q4_k": GT.Q4_K, "q6_k": GT.Q6_K}[fmt]
     n, k = 24, 512
-    mm = 1 if m <= 2 else 2
-    raw = torch.from_numpy(random_blocks(t, n, k, seed=m, scale=0.05))
+    raw = torch.from_numpy(_blocks().random_blocks(t, n, k, seed=m, scale=0.05))
     fw = FragKWeight.from_gguf(raw, t, (n, k))
     wv = fw.dequantize().numpy()
     gen = torch.Generator().manual_seed(m)
     x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-8, 8, (m, k), generator=gen).float())
-    nt, nc = fw.tiles
-    xf = torch.zeros(nc, mm, 32, 4, dtype=torch.int32)
-    xe = torch.zeros(nc, 4, 4, dtype=torch.float32)
-    frag8_x.x_frag8[(nc,)](x, xf, xe, k, x.stride(0), M=m, MM=mm, SHIFT=SHIFT_K[fmt], PDL=False)
-    xf = xf.numpy().view(np.uint32).astype(np.uint64)
-    xe = xe.numpy().view(np.uint32).astype(np.uint64)
-    qf = fw.qf.numpy().view(np.uint32).astype(np.uint64)
-    rec = fw.sf.numpy().view(np.uint32).astype(np.uint64)
-    hf = None if fw.hf is None else fw.hf.numpy().view(np.uint32).astype(np.uint64)
-
-    def operands(tile, c):
-        ops = [qf[tile, c, :, i] for i in range(4)]
-        if fmt == "q6_k":
-            ops += [hf[tile, c, :, i % 2] for i in range(4)]
-        ops += [rec[tile, c, G, i] for i in range(4)]
-        ops += [xe[c, T, j] for j in range(4)]
-        return ops + [xf[c, j, :, r] for j in range(mm) for r in range(4)]
-
-    y = _warp_gemv(fragk_asm(fmt, mm), nt, nc, mm, m, operands)[:, :n].astype(np.float64)
+    y = _warp_rows(fmt, fw, x, None).astype(np.float64)
     xd = x.double().numpy()
     ref = xd @ wv.T
+    mag = np.abs(wv)
     if fmt == "q4_k":  # the offset's share is summed apart: its terms bound the rounding too
-        f = __import__("mtp_turbo.quant.dequant", fromlist=["k_fields"]).k_fields(raw, t, (n, k))
+        f = k_fields(raw, t, (n, k))
         off = (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).repeat_interleave(32, 1).numpy()
-        mag = np.abs(wv) + 2 * np.abs(off)
-    else:
-        mag = np.abs(wv)
+        mag = mag + 2 * np.abs(off)
     bound = (np.abs(xd) @ mag.T) * 2.0 ** -21
     assert np.all(np.abs(y - ref) <= bound), np.max(np.abs(y - ref) / bound)
+
+
+def _blocks():
+    """tests/quant/blocks.py (random GGUF blocks), imported by path."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).parent))
+    import blocks
+    return blocks
 
 
 def _warp_rows(fmt, fw, x, cps):
@@ -300,13 +254,11 @@ def test_prefill_gemm_gives_the_decode_gemv_s_bits(fmt):
     """frag_gemm.gemm_frag (the prefill chunks' GEMM, Triton interpreter) against the decode GEMV's PTX
     (the warp interpreter, 4 rows a launch): the same float32 bits for every row, whole and split
     over K (3 chunks a split: a short last split), N with a padded tile, rows past a program's 16."""
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
-    from blocks import random_blocks
     from gguf import GGMLQuantizationType as GT
 
     from mtp_turbo.quant.kernels import frag_gemm
+
+    random_blocks = _blocks().random_blocks
 
     n, k, m = 40, 512, 18
     gen = torch.Generator().manual_seed(11)
