@@ -31,6 +31,11 @@ FRAG_TYPES = frozenset(int(t) for t in BLOCK_TYPES + K_TYPES)
 K_INTS = frozenset(int(t) for t in K_TYPES)
 ROWS = 4  # rows one launch takes (two mma groups of two)
 GEMM_ROWS = 8  # more rows than this (prefill chunks) go through frag_gemm.py: one read of the weights a chunk
+# launches of up to this many rows make x's int8 words inside the GEMV (tile kernel frag8x: one launch,
+# not x_frag8 + the GEMV; the same words and bits, tests/quant/test_frag8_gemv.py). Decode steps are
+# chains of dependent launches (~4.7 us a launch in the 270M step, RESULTS session 24); at 3-4 rows
+# frag8x measured slower on 8192 x 8192 (27.8 against 19.0 us, RESULTS session 8)
+X_INSIDE_ROWS = 2
 SMS = 132  # programs to fill: an H200's SMs (more programs than SMs keeps every SM busy)
 
 
@@ -95,7 +100,8 @@ class FragMatrix:
         for m0 in range(0, M, ROWS):
             m1 = min(M, m0 + ROWS)
             for r in self.runs:
-                frag8_gemv.launch(x[m0:m1], r.layout, r.tile, out[m0:m1, r.r0:r.r1])
+                tile = r.tile if m1 - m0 > X_INSIDE_ROWS else dataclasses.replace(r.tile, kernel="frag8x")
+                frag8_gemv.launch(x[m0:m1], r.layout, tile, out[m0:m1, r.r0:r.r1])
         return out[:M]
 
     def row_values(self, index: torch.Tensor) -> torch.Tensor:

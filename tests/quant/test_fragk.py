@@ -117,10 +117,12 @@ def test_launch_cpu_emulation(t, kernel):
 def test_gpu_kernel_is_exact_repeatable_and_row_invariant(t):
     """The Gluon kernel with fragk_asm: 1-4 rows, whole and split into 2..16 parts, frag8 and frag8x:
     within fp32 rounding of the exact product, the same bits on 10 calls, a row's bits the same
-    whatever rows are beside it, the counters back at zero."""
+    whatever rows are beside it and whichever of frag8 / frag8x made x's words (FragMatrix picks by
+    row count), the counters back at zero."""
     for n, k in ((300, 2048), (1040, 512)):
         fw4, x4, ref4, bound4 = _case(t, n, k, 4, "cuda")
-        for kernel, split in (("frag8", 1), ("frag8", 8), ("frag8x", 16), ("frag8", 16)):
+        seen = {}
+        for kernel, split in (("frag8", 1), ("frag8x", 1), ("frag8", 8), ("frag8x", 16), ("frag8", 16)):
             tile = TileConfig(kernel, 32, 64, 4, 2, split)
             rows = {}
             for m in (1, 2, 3, 4):
@@ -135,3 +137,6 @@ def test_gpu_kernel_is_exact_repeatable_and_row_invariant(t):
                 rows[m] = first
             for m in (2, 3, 4):
                 assert torch.equal(rows[m][: m - 1], rows[m - 1]), (n, k, m, kernel, split)
+            if split in seen:  # x's words made inside the GEMV (frag8x) or before it: the same bits
+                assert all(torch.equal(rows[m], seen[split][m]) for m in rows), (n, k, split)
+            seen[split] = rows
