@@ -5,7 +5,8 @@ Gemma-3 4B's matrices in Q4_K_M's types (q|k|v, o, gate|up Q4_K; down and the he
 blocks, 1 and 4 rows. Each variant: triton.testing.do_bench (L2 flushed) of FragMatrix.gemv (x words
 by x_frag8 then the GEMV: "frag8"; or made inside: "frag8x") at splits 1..32, the layout's bytes and
 their GB/s; the dense GEMV (the fused step's default tiles) beside it, and the step total (34 layers
-+ the head) at each matrix's best split against dense. Predicted before the first run (H200): Q4_K
++ the head) at each matrix's best split against dense. Then prefill: a 128-row chunk through
+frag_gemm at several program shapes (TB row tiles x BM rows) against the dense GEMV's 128 rows. Predicted before the first run (H200): Q4_K
 ~2 TB/s of layout bytes on gate|up and the head (frag8 Q4_0 reached 2.3 TB/s on 8192 x 8192, session 8),
 a step's GEMVs ~1.4 ms against dense's 3.5 ms.
 
@@ -78,6 +79,39 @@ def main():
             out[f"{name} {n}x{k} rows {rows}"] = res
             print(name, rows, json.dumps({kk: (v if not isinstance(v, dict) else round(v["us"], 1))
                                           for kk, v in res.items()}), flush=True)
+    # prefill: a 128-row chunk through frag_gemm at several program shapes (a row's bits do not depend
+    # on them) against the dense fused GEMV's 128 rows; tok/s of a chunk's GEMVs for the whole model
+    from mtp_turbo.quant.kernels import frag_gemm
+    shapes = ((2, 16), (2, 32), (4, 32), (4, 64), (8, 64)) if not a.quick else ((2, 16), (4, 64))
+    gemm = {sh: 0.0 for sh in shapes}
+    dense_pp = 0.0
+    for name, (n, k, t, gated) in MATS.items():
+        if name == "head":
+            continue
+        raw = torch.from_numpy(random_blocks(t, n, k, 0, scale=1e-4)).cuda()
+        fm = frag_matrix([(raw, t, (n, k))])
+        dense = dequantize(raw, t, (n, k)).to(torch.bfloat16)
+        x = (0.1 * torch.randn(128, k, device="cuda")).to(torch.bfloat16)
+        y32 = torch.zeros(128, n, dtype=torch.float32, device="cuda")
+        y = torch.zeros(128, n // 2 if gated else n, dtype=torch.bfloat16, device="cuda")
+        dms = triton.testing.do_bench(lambda: plan.gemv(x, dense, y, gated=gated), warmup=3, rep=30)
+        dense_pp += dms * 1e3 * PER_TOKEN[name]
+        res = {"dense_us": dms * 1e3}
+        run = fm.runs[0]
+        for tb, bm in shapes:
+            try:
+                us = triton.testing.do_bench(lambda: frag_gemm.launch(x, run.layout, run.tile.split_k, y32, tb, bm),
+                                             warmup=3, rep=30) * 1e3
+            except Exception as e:  # noqa: BLE001
+                res[f"gemm {tb}x{bm}"] = f"error {type(e).__name__}: {e}"[:200]
+                gemm[(tb, bm)] = float("inf")
+                continue
+            res[f"gemm {tb}x{bm}"] = us
+            gemm[(tb, bm)] += us * PER_TOKEN[name]
+        out[f"{name} {n}x{k} rows 128"] = res
+        print(name, 128, json.dumps({kk: round(v, 1) if isinstance(v, float) else v for kk, v in res.items()}), flush=True)
+    print(f"a 128-row chunk's layer GEMVs: dense {dense_pp:.0f} us ({128e6 / dense_pp:.0f} tok/s), "
+          + ", ".join(f"gemm {tb}x{bm} {v:.0f} us ({128e6 / v:.0f} tok/s)" for (tb, bm), v in gemm.items()))
     for rows in (1, 4):
         d = sum(dense_t[(nm, rows)] * PER_TOKEN[nm] for nm in MATS)
         f = sum(best[(nm, rows)][0] * PER_TOKEN[nm] for nm in MATS)
