@@ -140,3 +140,18 @@ def test_gpu_kernel_is_exact_repeatable_and_row_invariant(t):
             if split in seen:  # x's words made inside the GEMV (frag8x) or before it: the same bits
                 assert all(torch.equal(rows[m], seen[split][m]) for m in rows), (n, k, split)
             seen[split] = rows
+
+
+@pytest.mark.parametrize("t", TYPES)
+def test_a_layout_built_in_row_slices_is_the_same(t):
+    """Built from slices of 32 rows (the loader uses 16384: bounded temporaries) with a short last
+    slice: the same words, records and counters' size as one pass."""
+    n, k = 100, 512
+    raw = torch.from_numpy(random_blocks(t, n, k, seed=9, scale=0.05))
+    whole = FragKWeight.from_gguf(raw, t, (n, k))
+    sliced = FragKWeight.from_gguf(raw, t, (n, k), slice_rows=32)
+    for a, b in ((whole.qf, sliced.qf), (whole.sf, sliced.sf), (whole.hf, sliced.hf)):
+        assert (a is None and b is None) or torch.equal(a, b)
+    assert sliced.counters.shape == whole.counters.shape
+    assert torch.equal(sliced.row_values(torch.tensor([0, 99, 33, 16])),
+                       exact_values(raw, t, (n, k))[[0, 99, 33, 16]].float())

@@ -144,7 +144,10 @@ class FragKWeight:
     def dequantize(self) -> torch.Tensor:
         """float64 [N, K]: the values the stored words give (exact), decoded as the PTX reads them."""
         n, k = self.shape
-        return self._decode(self.qf, self.sf, self.hf)[:n, :k]
+        step = SLICE_ROWS // ROWS  # tiles decoded at once (the int64 temporaries: ~8 bytes a weight)
+        cut = (lambda t, a: None if t is None else t[a:a + step])
+        return torch.cat([self._decode(cut(self.qf, a), cut(self.sf, a), cut(self.hf, a))
+                          for a in range(0, self.tiles[0], step)])[:n, :k]
 
     def row_values(self, index: torch.Tensor) -> torch.Tensor:
         """float32 [T, K]: rows `index` (int64 [T], on the layout's device) as the loader's values (the
