@@ -83,8 +83,8 @@ class FragMatrix:
 
     def tensors(self) -> list[torch.Tensor]:
         """The device tensors holding the layouts."""
-        return [t for r in self.runs for t in (r.layout.qf, r.layout.sf, r.layout.hf, r.layout.counters)
-                if t is not None]
+        return [t for r in self.runs for t in (r.layout.qf, r.layout.sf, getattr(r.layout, "df", None),
+                                                r.layout.hf, r.layout.counters) if t is not None]
 
     def gemv(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """out[:M] = x [M, K] @ values.T in float32 (out: float32 [>= M, N], unit column stride).

@@ -59,18 +59,21 @@ def test_layout_decodes_to_the_file_values(t, n):
     assert fw.tiles == (-(-n // 16), k // 64)
     qf = fw.qf.clone()
     qf[0, 1, 5, 2] ^= 0x10  # one code's bit
-    assert not torch.equal(FragKWeight(fw.fmt, fw.shape, qf, fw.sf, fw.hf).dequantize(), want)
+    assert not torch.equal(FragKWeight(fw.fmt, fw.shape, qf, fw.sf, fw.df, fw.hf).dequantize(), want)
+    df = fw.df.clone()
+    df[0, 0, 3, 0] ^= 1 << 3  # a super-block scale's mantissa bit
+    assert not torch.equal(FragKWeight(fw.fmt, fw.shape, fw.qf, fw.sf, df, fw.hf).dequantize(), want)
     if fw.hf is not None:
         hf = fw.hf.clone()
         hf[0, 2, 9, 1] ^= 1 << 8
-        assert not torch.equal(FragKWeight(fw.fmt, fw.shape, fw.qf, fw.sf, hf).dequantize(), want)
+        assert not torch.equal(FragKWeight(fw.fmt, fw.shape, fw.qf, fw.sf, fw.df, hf).dequantize(), want)
 
 
 def test_resident_bytes():
-    """The layout's size against the file's (n a multiple of 16): Q4_K 5 bits a weight (the file
-    4.5), Q6_K 7 (the file 6.5625)."""
+    """The layout's size against the file's (n a multiple of 16): Q4_K 4.625 bits a weight (the
+    file 4.5), Q6_K 6.5625 (the file's)."""
     n, k = 64, 1024
-    for t, bits in ((T.Q4_K, 5.0), (T.Q6_K, 7.0)):
+    for t, bits in ((T.Q4_K, 4.625), (T.Q6_K, 6.5625)):
         raw = torch.from_numpy(random_blocks(t, n, k, seed=1))
         fw = FragKWeight.from_gguf(raw, t, (n, k))
         assert fw.nbytes * 8 / (n * k) == bits
@@ -150,7 +153,7 @@ def test_a_layout_built_in_row_slices_is_the_same(t):
     raw = torch.from_numpy(random_blocks(t, n, k, seed=9, scale=0.05))
     whole = FragKWeight.from_gguf(raw, t, (n, k))
     sliced = FragKWeight.from_gguf(raw, t, (n, k), slice_rows=32)
-    for a, b in ((whole.qf, sliced.qf), (whole.sf, sliced.sf), (whole.hf, sliced.hf)):
+    for a, b in ((whole.qf, sliced.qf), (whole.sf, sliced.sf), (whole.df, sliced.df), (whole.hf, sliced.hf)):
         assert (a is None and b is None) or torch.equal(a, b)
     assert sliced.counters.shape == whole.counters.shape
     assert torch.equal(sliced.row_values(torch.tensor([0, 99, 33, 16])),

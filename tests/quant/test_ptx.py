@@ -230,7 +230,7 @@ def _warp_rows(fmt, fw, x, cps):
 
         def operands(tile, c):
             if fmt in ("q4_k", "q6_k"):
-                rec = u32(fw.sf)
+                rec = u32(fw.record())
                 ops = [qf[tile, c, :, i] for i in range(4)]
                 if fmt == "q6_k":
                     ops += [hf[tile, c, :, i % 2] for i in range(4)]

@@ -63,11 +63,11 @@ if triton is not None:
         gl.inline_asm_elementwise("griddepcontrol.wait; // $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
 
     @gluon.jit
-    def _loads(QF, HF, SF, tile, c, lane, j, NC, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
+    def _loads(QF, HF, SF, DF, tile, c, lane, j, NC, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
         # The weights of chunk c of this lane's tile: words (w1: q8_0's second half, q5_0's qh
         # copies, q6_k's high fields (word j % 2), else w0 again) and scales (the K-quants' int32
-        # record: the same [NT, NC, 8, 4] addressing). No masks: callers clamp tile and c to
-        # existing ones (a chunk loaded past the end is not used).
+        # record: words 0-1 from SF [NT, NC, 8, 2], 2-3 from the super-block's DF [NT, NC / 4, 8, DW]).
+        # No masks: callers clamp tile and c to existing ones (a chunk loaded past the end is not used).
         rec = ((tile * NC + c) * 32 + lane)[:, None]  # this lane's record in [NT, NC, 32]
         if FMT == 0:
             q8 = ((tile * NC + c) * 64 + lane)[:, None] * 4 + j  # QF [NT, NC, 2, 32, 4]
@@ -80,6 +80,13 @@ if triton is not None:
                 w1 = gl.load(HF + rec) + gl.zeros([32 * W, 4], gl.int32, L4)
             if FMT == 4:
                 w1 = gl.load(HF + rec * 2 + j % 2)
+        if FMT >= 3:
+            DW: gl.constexpr = 2 if FMT == 3 else 1
+            g8 = (tile * NC + c) * 8 + lane // 4
+            d8 = (tile * (NC // 4) + c // 4) * 8 + lane // 4
+            s = gl.load(SF + (g8 * 2)[:, None] + j, mask=j < 2, other=0) + \
+                gl.load(DF + (d8 * DW)[:, None] + (j - 2) % DW, mask=j >= 2, other=0)
+            return w0, w1, s
         return w0, w1, gl.load(SF + (((tile * NC + c) * 8 + lane // 4) * 4)[:, None] + j)  # SF [NT, NC, 8, 4]
 
     @gluon.jit
@@ -246,7 +253,7 @@ if triton is not None:
                 gl.store(XE + (c * 4 + t) * 4 + jj, sc, mask=ok & (g == 0))
 
     @gluon.jit
-    def gemv_frag8(XF, XE, QF, HF, SF, Y, OUT, CNT, X, M, N, NT, NC, CPS, K, stride_xm, stride_ys, stride_ym,
+    def gemv_frag8(XF, XE, QF, HF, SF, DF, Y, OUT, CNT, X, M, N, NT, NC, CPS, K, stride_xm, stride_ys, stride_ym,
                    FMT: gl.constexpr, W: gl.constexpr, MM: gl.constexpr, FUSE: gl.constexpr,
                    AHEAD: gl.constexpr, XIN: gl.constexpr, SHIFT: gl.constexpr):
         # Two row tiles per warp (2 (i W + w) and + 1) sharing each chunk's x registers; loads (x too)
@@ -259,11 +266,11 @@ if triton is not None:
         j, lane, t0, c0, c1, last, ta, tb = _pair_tiles(CPS, NC, NT, W, L4, RL)
         acc_a = gl.zeros([32 * W, 4], gl.float32, L4)
         acc_b = gl.zeros([32 * W, 4], gl.float32, L4)
-        a = _loads(QF, HF, SF, ta, c0, lane, j, NC, FMT, W, L4)
-        b = _loads(QF, HF, SF, tb, c0, lane, j, NC, FMT, W, L4)
+        a = _loads(QF, HF, SF, DF, ta, c0, lane, j, NC, FMT, W, L4)
+        b = _loads(QF, HF, SF, DF, tb, c0, lane, j, NC, FMT, W, L4)
         c_1 = gl.minimum(c0 + 1, last)
-        a1 = _loads(QF, HF, SF, ta, c_1, lane, j, NC, FMT, W, L4)
-        b1 = _loads(QF, HF, SF, tb, c_1, lane, j, NC, FMT, W, L4)
+        a1 = _loads(QF, HF, SF, DF, ta, c_1, lane, j, NC, FMT, W, L4)
+        b1 = _loads(QF, HF, SF, DF, tb, c_1, lane, j, NC, FMT, W, L4)
         _x_ready()
         if XIN:
             _x_make(X, XF, XE, c0, c1, K, M, stride_xm, MM, SHIFT, W)
@@ -272,8 +279,8 @@ if triton is not None:
         x1 = _xloads8(XF, XE, c_1, lane, j, MM)
         for c in range(c0, c1):
             cn = gl.minimum(c + AHEAD, last)
-            an = _loads(QF, HF, SF, ta, cn, lane, j, NC, FMT, W, L4)
-            bn = _loads(QF, HF, SF, tb, cn, lane, j, NC, FMT, W, L4)
+            an = _loads(QF, HF, SF, DF, ta, cn, lane, j, NC, FMT, W, L4)
+            bn = _loads(QF, HF, SF, DF, tb, cn, lane, j, NC, FMT, W, L4)
             xn = _xloads8(XF, XE, cn, lane, j, MM)
             acc_a = _mma8(acc_a, a[0], a[1], a[2], x, FMT, MM)
             acc_b = _mma8(acc_b, b[0], b[1], b[2], x, FMT, MM)
@@ -330,7 +337,7 @@ def launch(x: torch.Tensor, w: PackedWeight | Frag8Weight | FragKWeight, tile, o
     grid0 = triton.cdiv(nt, 2 * w_)
     assert cnt.numel() >= grid0, (cnt.numel(), grid0)
     gemv_frag8[(grid0, splits)](
-        xf, xe, fw.qf, hf, fw.sf, y, out, cnt, x, m, n, nt, nc, cps, k, x.stride(0),
+        xf, xe, fw.qf, hf, fw.sf, getattr(fw, "df", fw.qf), y, out, cnt, x, m, n, nt, nc, cps, k, x.stride(0),
         0 if splits == 1 else y.stride(0), out.stride(0), FMT=FMT_ID[fw.fmt], W=w_, MM=mm, FUSE=splits > 1,
         AHEAD=tile.num_stages - 1, XIN=x_inside, SHIFT=SHIFT[fw.fmt], num_warps=w_, launch_pdl=True)
 

@@ -93,7 +93,7 @@ if triton is not None:
         return (c0 * 128 + c1).to(tl.float32), (c2 * 128 + c3).to(tl.float32)
 
     @triton.jit(do_not_specialize=["M"])
-    def gemm_frag(X, QF, HF, SF, Y, M, N, NT, NC, CPS, S, K, stride_xm, stride_ym,
+    def gemm_frag(X, QF, HF, SF, DF, Y, M, N, NT, NC, CPS, S, K, stride_xm, stride_ym,
                   FMT: tl.constexpr, SHIFT: tl.constexpr, TB: tl.constexpr, BM: tl.constexpr):
         """Y[m, n] for x rows m of program_id(1)'s BM and output rows of program_id(0)'s TB row tiles
         (module docstring). S splits of CPS chunks, as the decode GEMV's."""
@@ -122,7 +122,8 @@ if triton is not None:
                 sc = _pow2(28 - e)
                 xe_a = _pow2(e - 14 - SHIFT)[None, :]
                 xe_b = _pow2(e - 28 - SHIFT)[None, :]
-                rec = ((tt * NC + c) * 8 + g) * 4  # this row's scale record entry
+                rec = (tt * NC + c) * 8 + g  # this row's scale record (SF: 4 fp16 or 2 words an entry)
+                sup = (tt * (NC // 4) + c // 4) * 8 + g  # its super-block's words (DF, the K-quants)
                 for b in tl.static_range(2):
                     cols = 64 * c + 32 * b + kcol
                     xb = tl.load(X + rm[None, :] * stride_xm + cols[:, None],
@@ -137,8 +138,8 @@ if triton is not None:
                         rk = ((k // 4) % 2)[None, :]
                         lo_a, lo_b = _dot4(tl.where(rk == 0, w, 0).to(tl.int8), p0, p1, p2, p3)
                         hi_a, hi_b = _dot4(tl.where(rk == 1, w, 0).to(tl.int8), p0, p1, p2, p3)
-                        word = tl.load(SF + rec + b)
-                        d = _f16(tl.load(SF + rec + 2) >> (16 * rr))
+                        word = tl.load(SF + rec * 2 + b)
+                        d = _f16(tl.load(DF + sup) >> (16 * rr))
                         s_lo = d * ((word >> (8 * rr)) & 0xFF).to(tl.int8).to(tl.float32)
                         s_hi = d * ((word >> (8 * (2 + rr))) & 0xFF).to(tl.int8).to(tl.float32)
                         acc_a = tl.fma(lo_a, s_lo[:, None] * xe_a, acc_a)
@@ -149,9 +150,9 @@ if triton is not None:
                         fa, fb = _dot4(w, p0, p1, p2, p3)
                         if FMT == 3:  # q4_k: (d sc) x the codes' sum, then (-dmin m) x the block's sum of x
                             sh = 8 * (2 * b + rr)
-                            dd = tl.load(SF + rec + 2 + rr)
-                            al = _f16(dd) * ((tl.load(SF + rec) >> sh) & 0xFF).to(tl.float32)
-                            be = -_f16(dd >> 16) * ((tl.load(SF + rec + 1) >> sh) & 0xFF).to(tl.float32)
+                            dd = tl.load(DF + sup * 2 + rr)
+                            al = _f16(dd) * ((tl.load(SF + rec * 2) >> sh) & 0xFF).to(tl.float32)
+                            be = -_f16(dd >> 16) * ((tl.load(SF + rec * 2 + 1) >> sh) & 0xFF).to(tl.float32)
                             sa = (tl.sum(p0.to(tl.int32), axis=0) * 128 + tl.sum(p1.to(tl.int32), axis=0)).to(tl.float32)
                             sb = (tl.sum(p2.to(tl.int32), axis=0) * 128 + tl.sum(p3.to(tl.int32), axis=0)).to(tl.float32)
                             acc_a = tl.fma(fa, al[:, None] * xe_a, acc_a)
@@ -159,7 +160,7 @@ if triton is not None:
                             acc_b = tl.fma(fb, al[:, None] * xe_b, acc_b)
                             acc_b = tl.fma(sb[None, :] + tl.zeros([BN, BM], dtype=tl.float32), be[:, None] * xe_b, acc_b)
                         else:  # the block's fp16 scale (record entry 2 b + rr)
-                            da = tl.load(SF + rec + 2 * b + rr).to(tl.float32)
+                            da = tl.load(SF + rec * 4 + 2 * b + rr).to(tl.float32)
                             acc_a = tl.fma(fa, da[:, None] * xe_a, acc_a)
                             acc_b = tl.fma(fb, da[:, None] * xe_b, acc_b)
             if S == 1:
@@ -185,5 +186,5 @@ def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int = TB, b
     splits = -(-nc // cps)
     hf = fw.hf if fw.hf is not None else fw.qf
     gemm_frag[(triton.cdiv(nt, tb), triton.cdiv(m, bm))](
-        x, fw.qf, hf, fw.sf, out, m, n, nt, nc, cps, splits, k, x.stride(0), out.stride(0),
+        x, fw.qf, hf, fw.sf, getattr(fw, "df", fw.qf), out, m, n, nt, nc, cps, splits, k, x.stride(0), out.stride(0),
         FMT=FMT_ID[fw.fmt], SHIFT=SHIFT[fw.fmt], TB=tb, BM=bm, num_warps=4)

@@ -17,8 +17,9 @@ two 32-blocks b; K is a multiple of 256 (one super-block = 4 chunks). Lane L = (
         (`w & 0x0F0F0F0F`, `(w >> 4) & 0x0F0F0F0F`), MULT 1. The offset's share is (dmin m) x the
         block's sum of x, which the kernel takes from one more mma with every A byte 1.
         qf int32 [NT, NC, 32, 4]: frag8's nibble words (q4_0's layout) of q.
-        rec int32 [NT, NC, 8, 4], entry g: (sc bytes (row g b0, g+8 b0, g b1, g+8 b1), m bytes in the
-        same order, f16x2 (d, dmin) of row g, f16x2 (d, dmin) of row g+8).
+        record of lane group g (4 registers): (sc bytes (row g b0, g+8 b0, g b1, g+8 b1), m bytes in the
+        same order, f16x2 (d, dmin) of row g, f16x2 (d, dmin) of row g+8); the first two words in
+        sf int32 [NT, NC, 8, 2], the last two, once a super-block, in df int32 [NT, NC / 4, 8, 2].
   q6_k  value = (d sc_j) (q - 32) per 16 columns j, q in 0..63. A register = 4 (q - 32) =
         (low nibble << 2 | high 2 bits << 6) ^ 0x80, MULT 4; the xor is stored: the high field is
         kept as (q >> 4) ^ 2. Registers a0, a1 hold a block's columns 0-15 and a2, a3 its columns
@@ -26,10 +27,11 @@ two 32-blocks b; K is a multiple of 256 (one super-block = 4 chunks). Lane L = (
         qf int32 [NT, NC, 32, 4]: frag8's nibble words of q & 15.
         hf int32 [NT, NC, 32, 2]: word b has in byte i, bits 2r..2r+1, the stored high field of
         register r's byte i (`(w << 6 - 2r) & 0xC0C0C0C0` puts it at bits 6-7).
-        rec int32 [NT, NC, 8, 4], entry g: (sc int8 of block 0 (row g cols 0-15, g+8 0-15, g 16-31,
-        g+8 16-31): register order), the same for block 1, f16x2 (d of row g, d of row g+8), 0).
-A lane's record repeats its rows' super-block scales in each of the 4 chunks: 5 bits a weight for
-q4_k against the file's 4.5, 7 against 6.5625 for q6_k.
+        record of lane group g: (sc int8 of block 0 (row g cols 0-15, g+8 0-15, g 16-31, g+8 16-31):
+        register order), the same for block 1, f16x2 (d of row g, d of row g+8), unused); the first
+        two words in sf int32 [NT, NC, 8, 2], the third once a super-block in df int32 [NT, NC / 4, 8, 1].
+The kernels gather a lane's 4 record registers from sf and df. Bytes: 4.625 bits a weight for q4_k
+(the file 4.5: its 12 scale bytes a super-block unpacked to 16), 6.5625 for q6_k (the file's).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ class FragKWeight:
     fmt: str
     shape: tuple[int, int]  # (N, K) of the matrix (unpadded rows; K a multiple of 256)
     qf: torch.Tensor
-    sf: torch.Tensor  # the record, int32 [NT, NC, 8, 4] (the kernel's scale operand)
+    sf: torch.Tensor  # the record's chunk words, int32 [NT, NC, 8, 2]
+    df: torch.Tensor  # the record's super-block words, int32 [NT, NC / 4, 8, 2 (q4_k) or 1 (q6_k)]
     hf: torch.Tensor | None = None  # q6_k's high fields
     counters: torch.Tensor | None = None  # int32 [NT]: the GEMV's split-K arrival counters (zeros between calls)
 
@@ -80,12 +83,18 @@ class FragKWeight:
     def tiles(self) -> tuple[int, int]:
         return self.sf.shape[0], self.sf.shape[1]
 
+    def record(self) -> torch.Tensor:
+        """int32 [NT, NC, 8, 4]: every chunk's 4 record words as the kernels gather them (q6_k's 4th:
+        a copy of the 3rd)."""
+        sup = self.df.repeat_interleave(4, dim=1)
+        return torch.cat([self.sf, sup] if self.df.shape[-1] == 2 else [self.sf, sup, sup], -1)
+
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.qf, self.sf, self.hf) if t is not None)
+        return sum(t.numel() * t.element_size() for t in (self.qf, self.sf, self.df, self.hf) if t is not None)
 
     def tensors(self) -> list[torch.Tensor]:
-        return [t for t in (self.qf, self.sf, self.hf, self.counters) if t is not None]
+        return [t for t in (self.qf, self.sf, self.df, self.hf, self.counters) if t is not None]
 
     @staticmethod
     def from_gguf(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int],
@@ -102,7 +111,8 @@ class FragKWeight:
                      for r0 in range(0, n, slice_rows)]
             cat = (lambda ts: None if ts[0] is None else torch.cat(ts).contiguous())
             return FragKWeight(fmt, (n, k), cat([p.qf for p in parts]), cat([p.sf for p in parts]),
-                               cat([p.hf for p in parts]), cat([p.counters for p in parts]))
+                               cat([p.df for p in parts]), cat([p.hf for p in parts]),
+                               cat([p.counters for p in parts]))
         f = k_fields(raw, ggml_type, shape)
         nt, nc = -(-n // ROWS), k // COLS
         dev = raw.device
@@ -138,7 +148,9 @@ class FragKWeight:
             rec = torch.stack([_bytes4(regs[0]), _bytes4(regs[1]), _f16x2(dg[:, :, :8], dg[:, :, 8:]),
                                torch.zeros_like(regs[0][..., 0], dtype=torch.int64)], -1)
             hf = to_i32(hf)
-        return FragKWeight(fmt, (n, k), to_i32(qf), to_i32(rec), hf,
+        rec = to_i32(rec)  # [NT, NC, 8, 4]; its last words are the same in a super-block's 4 chunks
+        df = rec[:, ::4, :, 2:4] if fmt == "q4_k" else rec[:, ::4, :, 2:3]
+        return FragKWeight(fmt, (n, k), to_i32(qf), rec[..., :2].contiguous(), df.contiguous(), hf,
                            torch.zeros(nt, dtype=torch.int32, device=dev))
 
     def dequantize(self) -> torch.Tensor:
@@ -146,7 +158,7 @@ class FragKWeight:
         n, k = self.shape
         step = SLICE_ROWS // ROWS  # tiles decoded at once (the int64 temporaries: ~8 bytes a weight)
         cut = (lambda t, a: None if t is None else t[a:a + step])
-        return torch.cat([self._decode(cut(self.qf, a), cut(self.sf, a), cut(self.hf, a))
+        return torch.cat([self._decode(cut(self.qf, a), cut(self.sf, a), cut(self.df, a), cut(self.hf, a))
                           for a in range(0, self.tiles[0], step)])[:n, :k]
 
     def row_values(self, index: torch.Tensor) -> torch.Tensor:
@@ -155,13 +167,15 @@ class FragKWeight:
         tiles are decoded, with no host sync (capturable in a CUDA graph): embedding rows."""
         tiles = index // ROWS
         pick = (lambda t: None if t is None else t.index_select(0, tiles))
-        vals = self._decode(pick(self.qf), pick(self.sf), pick(self.hf))  # [T * 16, K]
+        vals = self._decode(pick(self.qf), pick(self.sf), pick(self.df), pick(self.hf))  # [T * 16, K]
         vals = vals.reshape(index.shape[0], ROWS, -1)
         return vals[torch.arange(index.shape[0], device=index.device), index % ROWS].float()
 
-    def _decode(self, qf: torch.Tensor, sf: torch.Tensor, hf: torch.Tensor | None) -> torch.Tensor:
-        """float64 [nt * 16, NC * 64]: the row tiles whose words are qf, sf, hf (any nt of them)."""
+    def _decode(self, qf: torch.Tensor, sf: torch.Tensor, df: torch.Tensor, hf: torch.Tensor | None) -> torch.Tensor:
+        """float64 [nt * 16, NC * 64]: the row tiles whose words are qf, sf, df, hf (any nt of them)."""
         nt, nc = sf.shape[0], sf.shape[1]
+        sup = df.repeat_interleave(4, dim=1)  # each chunk's super-block words: the 4 record words
+        sf = torch.cat([sf, sup] if df.shape[-1] == 2 else [sf, sup, sup], -1)
         dev = qf.device
         sh8 = 8 * torch.arange(4, device=dev)
         qf = qf.to(torch.int64) & 0xFFFFFFFF
@@ -169,7 +183,7 @@ class FragKWeight:
         by = (w[..., None] >> sh8) & 0xFF  # [.., h, i]
         lo, hi = by & 0xF, by >> 4
         nib = torch.stack([lo[..., 0, :], lo[..., 1, :], hi[..., 0, :], hi[..., 1, :]], dim=-2)  # [NT, NC, b, L, r, i]
-        rec = sf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 8, 4]
+        rec = sf.to(torch.int64) & 0xFFFFFFFF  # [NT, NC, 8, 4] (q6_k: the 4th a copy of the 3rd, unused)
         f16 = (lambda bits: (bits & 0xFFFF).to(torch.int16).view(torch.float16).double())
         byte = (lambda word, i: (word >> (8 * i)) & 0xFF)
         lane = torch.arange(32, device=dev)
