@@ -1,17 +1,19 @@
 """A matrix held as int8 fragment layouts of the file's own bytes, for the frag8 GEMV on integer tensor cores.
 
 Owns: `FragMatrix` (the rows of one fused GEMV: runs of rows in one format, each a layout: a
-FragKWeight for Q4_K / Q6_K (kernels/fragk.py), a PackedWeight with its frag8 layout for Q8_0 / Q5_0 /
-Q4_0 (kernels/frag8.py)), `frag_matrix` (built from the parts' GGUF bytes; None when a part's format
-has no layout), its GEMV (1-4 rows a launch, each run with one fixed tile and split) and its values
-(`dense`, the loader's: the torch forward). Ignores: which matrices a model has (models/load.py), the
-kernel (kernels/frag8_gemv.py), the epilogues (models/layer_plan.py).
+FragKWeight for Q4_K / Q6_K (kernels/fragk.py), a Frag8Weight for Q8_0 / Q5_0 / Q4_0 (kernels/frag8.py),
+each with its split counters), `frag_matrix` (built from the parts' GGUF bytes; None when a part's
+format has no layout), its GEMV (1-4 rows a launch, each run with one fixed split; more rows, the
+prefill chunks, through kernels/frag_gemm.py with the same bits a row), its values (`dense`, the
+loader's: the torch forward) and rows (`row_values`: a tied embedding). Ignores: which matrices a
+model has (models/load.py), the kernels (kernels/), the epilogues (models/layer_plan.py).
 
 Why: a decode step must read the file's bytes, not a dense bf16 copy 3.5x larger (the file-bytes
 issue). Unlike the dense path the result is not the bf16 matrix's: x is taken to 2^-28 of its
 chunk's largest value and each 32-block (16 for Q6_K) summed exactly in int32, so an output is
 within fp32 rounding of x times the file's exact values. A row's bits never depend on the rows
-beside it: a run's tile and split are fixed at build, whatever the row count.
+beside it: a run's split is fixed at build, whatever the row count (frag8 and frag8x make the same
+x words; the GEMM repeats the GEMV's float steps).
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ GEMM_ROWS = 8  # more rows than this (prefill chunks) go through frag_gemm.py: o
 # chains of dependent launches (~4.7 us a launch in the 270M step, RESULTS session 24); at 3-4 rows
 # frag8x measured slower on 8192 x 8192 (27.8 against 19.0 us, RESULTS session 8)
 X_INSIDE_ROWS = 2
-SMS = 132  # programs to fill: an H200's SMs (more programs than SMs keeps every SM busy)
 
 
 def frag_runs(device) -> bool:
@@ -49,13 +50,13 @@ def frag_runs(device) -> bool:
     return frag8_gemv.available() and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def split_for(n: int, k: int) -> int:
-    """Parts of K a run is split into: enough programs (4 warps, 8 row tiles each) for 2 per SM, at
-    least 2 chunks of 64 a part; a power of two."""
+def split_for(n: int, k: int, sms: int = 132) -> int:
+    """Parts of K a run is split into: enough programs (4 warps, 8 row tiles each) for 2 on each of
+    the device's sms (an H200's 132 by default), at least 2 chunks of 64 a part; a power of two."""
     programs = -(-n // 128)
     chunks = k // 64
     split = 1
-    while programs * split < 2 * SMS and chunks // (2 * split) >= 2:
+    while programs * split < 2 * sms and chunks // (2 * split) >= 2:
         split *= 2
     return split
 
@@ -140,6 +141,8 @@ def frag_matrix(parts) -> FragMatrix | None:
             groups.append([int(t), [(raw, shape)]])
     runs, r0 = [], 0
     k = parts[0][2][1]
+    dev = parts[0][0].device
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count if dev.type == "cuda" else 132
     for t, ps in groups:
         n = sum(s[0] for _, s in ps)
         raw = torch.cat([r.reshape(-1) for r, _ in ps])
@@ -148,6 +151,6 @@ def frag_matrix(parts) -> FragMatrix | None:
         else:  # the PackedWeight is a step on the way: only its frag8 layout is kept
             fw = Frag8Weight.from_packed(PackedWeight.from_gguf_bytes(raw, fmt_name(t), (n, k)).to(raw.device))
             layout = dataclasses.replace(fw, counters=torch.zeros(fw.tiles[0], dtype=torch.int32, device=raw.device))
-        runs.append(Run(r0, r0 + n, layout, TileConfig("frag8", 32, 64, 4, 2, split_for(n, k))))
+        runs.append(Run(r0, r0 + n, layout, TileConfig("frag8", 32, 64, 4, 2, split_for(n, k, sms))))
         r0 += n
     return FragMatrix((r0, k), tuple(runs))
