@@ -386,7 +386,8 @@ case $step in
         || { tail -3 /tmp/logs/quant-$shape.log; continue; }
       rm -f /tmp/synth-$shape-f16.gguf; ls -la /tmp/synth-$shape.gguf
       bench_frag synth_$shape /tmp/synth-$shape.gguf
-    done ;;
+    done
+    python3 bench/scaling_table.py "$OUT" --md | tee "$OUT/scaling.md" ;;
   s34-blocks)  # SHAPE...: random Q4_K_M blocks at larger published shapes (synth_model.py --blocks: no F16 file,
     # no llama-quantize), plain frag and dense beside llama-bench (needs s34-start's llama build and meta files)
     for shape in "$@"; do
@@ -395,7 +396,8 @@ case $step in
       ls -la /tmp/blocks-$shape.gguf || continue
       bench_frag blocks_$shape /tmp/blocks-$shape.gguf
       rm -f /tmp/blocks-$shape.gguf
-    done ;;
+    done
+    python3 bench/scaling_table.py "$OUT" --md | tee "$OUT/scaling.md" ;;
   s33-check)
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
     python3 -c "import mtp_turbo.models.triton_env as t; print('triton on CUDA:', t.triton.__version__)" || exit 1
