@@ -158,3 +158,37 @@ def test_a_layout_built_in_row_slices_is_the_same(t):
     assert sliced.counters.shape == whole.counters.shape
     assert torch.equal(sliced.row_values(torch.tensor([0, 99, 33, 16])),
                        exact_values(raw, t, (n, k))[[0, 99, 33, 16]].float())
+
+
+def test_the_default_models_matrices_in_the_layouts(model_reader):
+    """Every 2-D tensor of the default model (Gemma-3-270M Q4_K_M: Q8_0, Q5_0, Q4_K, Q6_K) that has a
+    layout, as FragMatrix: its values are gguf's dequantization bit for bit, and the GEMV (the launch's
+    CPU emulation) is within fp32 rounding of x times them. The embedding: its first 4096 rows."""
+    from mtp_turbo.quant.frag_matrix import FRAG_TYPES, frag_matrix
+
+    seen = set()
+    g = torch.Generator().manual_seed(0)
+    for t in model_reader.tensors:
+        if len(t.shape) != 2 or int(t.tensor_type) not in FRAG_TYPES:
+            continue
+        n, k = (int(s) for s in reversed(t.shape.tolist()))
+        data = np.asarray(t.data).reshape(n, -1)[:4096]
+        n = data.shape[0]
+        part = np.array(data)
+        ref = gguf.quants.dequantize(part, t.tensor_type).reshape(n, k)
+        fm = frag_matrix([(torch.from_numpy(part.view(np.uint8).reshape(-1)), t.tensor_type, (n, k))])
+        assert fm is not None and np.array_equal(fm.dequantize().numpy().view(np.uint32),
+                                                 ref.astype(np.float32).view(np.uint32)), t.name
+        if t.tensor_type not in seen or t.name.startswith("token_embd"):  # one GEMV a type (the emulation is float64)
+            x = torch.randn(2, k, generator=g)
+            out = torch.full((2, n), float("nan"))
+            fm.gemv(x, out)
+            w = torch.from_numpy(ref).double()
+            mag = w.abs()
+            if t.tensor_type == T.Q4_K:  # the offsets' share is summed apart: its terms bound the rounding too
+                f = k_fields(torch.from_numpy(part.view(np.uint8).reshape(-1)), t.tensor_type, (n, k))
+                mag = mag + 2 * (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).abs().repeat_interleave(32, 1)
+            bound = 1e-6 * (x.double().abs() @ mag.t())
+            assert torch.all((out.double() - x.double() @ w.t()).abs() <= bound), t.name
+        seen.add(t.tensor_type)
+    assert {T.Q8_0, T.Q5_0, T.Q4_K, T.Q6_K} <= seen
