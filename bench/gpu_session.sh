@@ -234,10 +234,13 @@
 #                                          synthetic F16 models written in the background; the frag kernels' GPU tests;
 #                                          the per-matrix microbench (bench/experiments/fragk_gemv_bench.py --quick)
 #   pieces .pieces/g00..g08, one call each (`mkdir -p /tmp/gguf && cp .pieces/gNN/* /tmp/gguf/`), back to back
-#   bench/gpu_session.sh s34-gemma         join; frag vs dense logits (ab_logits); the real model's GPU tests with
-#                                          file weights (frag); plain + MTP, frag and dense, beside llama-bench
+#   bench/gpu_session.sh s34-gemma         join; frag vs dense logits (ab_logits); perplexity frag / dense; plain + MTP,
+#                                          frag and dense, beside llama-bench (~5 min)
+#   bench/gpu_session.sh s34-gtest         the real model's GPU tests, dense and frag (~4 min)
 #   bench/gpu_session.sh s34-synth SHAPE.. quantize each synthetic model (Q4_K_M); plain frag and dense beside llama-bench
+#                                          (~3 min a shape: gemma3-4b first, then gemma3-1b, qwen2.5-1.5b)
 #   bench/gpu_session.sh s34-blocks SHAPE. gemma3-12b gemma3-27b qwen2.5-7b qwen2.5-14b as random Q4_K_M blocks, the same
+#   (30 device minutes do not hold all of it: start (~5), pieces (~3), gemma, gtest, synth gemma3-4b, then the rest)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
@@ -370,14 +373,15 @@ case $step in
     timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=True --out /tmp/ab_file.pt 2>&1 | tail -1
     timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=False --out /tmp/ab_dense.pt 2>&1 | tail -1
     python3 bench/ab_logits.py --compare /tmp/ab_dense.pt /tmp/ab_file.pt | tee "$OUT/ab_frag_vs_dense.txt"
-    timeout 240 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py tests/spec -x --model-path /tmp/gguf/gemma.gguf \
-      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
     for fw in --file-weights --no-file-weights; do  # the fused step's logits (scoring.step_logits), 16 chunks of 512
       timeout 120 python3 -m mtp_turbo.cli perplexity bench/data/tempest.txt --model /tmp/gguf/gemma.gguf --ctx 512 \
         --chunks 16 --no-progress $fw 2>&1 | tail -1 | sed "s/^/gemma $fw: /"
     done | tee "$OUT/ppl_frag.txt"
     MODES=plain,mtp bench_frag gemma /tmp/gguf/gemma.gguf --draft-tokens 3 ;;
+  s34-gtest)  # (after s34-gemma) the real model's GPU tests, dense and file weights (frag): fused step, spec
+    timeout 500 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py tests/spec -x --model-path /tmp/gguf/gemma.gguf \
+      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4 ;;
   s34-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_frag
     L=/tmp/llama.cpp/build/bin
     for shape in "$@"; do
