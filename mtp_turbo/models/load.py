@@ -170,10 +170,11 @@ def load_model(gf: GGUFFile, device: torch.device, dtype: torch.dtype | None = N
         frag = frag_runs(device) if frag is None else frag
         weights.update(load_file_matrices(gf, cfg, device, dtype, checked, sums, progress, frag))
         skip |= set(checked)
-        # the embedding (and the tied head) and an untied head, unless Q8_0 (the frag8 head's own path)
+        # the embedding (and the tied head) and an untied head; a Q8_0 head without the layouts keeps the
+        # frag8 head's own path (its codes beside a dense table); with them it is a FragMatrix like the rest
         for name in dict.fromkeys(["token_embd.weight", head_name]):
             t = gf.tensors[name]
-            if t.ggml_type == Q8_0 or not plane_format(t.ggml_type):
+            if (t.ggml_type == Q8_0 and not frag) or not plane_format(t.ggml_type):
                 continue
             raw = gf.raw_tensor(name, device)
             fm = frag_matrix([(raw, t.ggml_type, tuple(t.shape))]) if frag and name == head_name else None

@@ -41,14 +41,15 @@ LAYER_TYPES = [(T.Q4_K, T.Q4_K, T.Q6_K, T.Q5_K, T.Q4_0, T.Q4_1, T.Q5_0),
 KEYS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 
 
-def write_model(path: Path, nan_in: str | None = None, tied: bool = False) -> Path:
-    """Untied: an F32 embedding and a Q6_K output matrix; tied: a Q6_K embedding that is the head too."""
+def write_model(path: Path, nan_in: str | None = None, tied: bool = False, head_type: T = T.Q6_K) -> Path:
+    """Untied: an F32 embedding and a head_type (Q6_K) output matrix; tied: a head_type embedding that is
+    the head too."""
     cfg = ModelConfig(family="llama", vocab_size=V, hidden=D, n_layers=2, n_heads=HEADS, n_kv_heads=KV_HEADS,
                       head_dim=HEAD_DIM, ffn=FFN, eps=1e-5, rope_global=Rope(1e4), rope_local=Rope(1e4),
                       sliding_window=0, sliding_pattern=0, query_scale=HEAD_DIM**-0.5, context_length=128,
                       tied_head=tied)
     types = {f"blk.{i}.{k}.weight": t for i, ts in enumerate(LAYER_TYPES) for k, t in zip(KEYS, ts)}
-    types["token_embd.weight" if tied else "output.weight"] = T.Q6_K
+    types["token_embd.weight" if tied else "output.weight"] = head_type
     rng = np.random.default_rng(0)
     tensors = {}
     for j, (name, shape) in enumerate(tensor_shapes(cfg).items()):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from gguf import GGMLQuantizationType as T
 
 pytest.importorskip("triton")
 
@@ -105,14 +106,16 @@ def test_fused_step_close_to_the_dense_model_and_rows_independent(models):
     assert err <= 1e-4 * ref.abs().max().item(), err
 
 
-def test_a_tied_k_quant_embedding_is_read_from_the_heads_layout(tmp_path):
-    """A tied Q6_K embedding: the head's layout is the only copy of its bytes, its rows the loader's
-    values (the dense table's rows bit for bit), and the fused step runs on it."""
-    gf = GGUFFile(write_model(tmp_path / "tied.gguf", tied=True))
+@pytest.mark.parametrize("head_type", [T.Q6_K, T.Q8_0])
+def test_a_tied_embedding_is_read_from_the_heads_layout(tmp_path, head_type):
+    """A tied Q6_K or Q8_0 embedding: the head's layout is the only copy of its bytes (a Q8_0 head
+    keeps no codes and no dense table beside it), its rows the loader's values (the dense table's
+    rows bit for bit), and the fused step runs on it."""
+    gf = GGUFFile(write_model(tmp_path / "tied.gguf", tied=True, head_type=head_type))
     frag = load_model(gf, "cpu", torch.float32, progress=False, file_weights=True, frag=True)
     dense = load_model(gf, "cpu", torch.float32, progress=False)
     assert isinstance(frag.head_weight, FragMatrix) and frag.embed_file is frag.head_weight
-    assert not frag.dense_embed
+    assert not frag.dense_embed and frag.head_q8 is None
     held = {t.data_ptr() for t in frag.embed_tensors()}
     assert held == {t.data_ptr() for t in frag.head_weight.tensors()}
     ids = torch.tensor([0, 17, 16, 260, 5, 17])

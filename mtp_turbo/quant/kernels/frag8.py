@@ -101,6 +101,15 @@ class Frag8Weight:
         vals = vals * scales_from_records(self.sf)[..., None]
         return vals.reshape(nt, nc, ROWS, COLS).permute(0, 2, 1, 3).reshape(nt * ROWS, nc * COLS)[:n, :k]
 
+    def row_values(self, index: torch.Tensor) -> torch.Tensor:
+        """float32 [T, K]: rows `index` (int64 [T], on the layout's device), exact (a block scale times
+        an integer), decoded from their row tiles alone with no host sync: embedding rows."""
+        tiles = index // ROWS
+        pick = (lambda t: None if t is None else t.index_select(0, tiles))
+        sub = Frag8Weight(self.fmt, (index.shape[0] * ROWS, self.shape[1]), pick(self.qf), pick(self.sf), pick(self.hf))
+        vals = sub.dequantize().reshape(index.shape[0], ROWS, -1)
+        return vals[torch.arange(index.shape[0], device=index.device), index % ROWS]
+
     @staticmethod
     def from_packed(w: PackedWeight, slice_rows: int = SLICE_ROWS) -> "Frag8Weight":
         """The same matrix re-laid (exact: the same integers and scales, padding has scale 0), built
