@@ -25,10 +25,11 @@ def row(name, frag, dense):
     llama_pp = (lb.get("pp") or {}).get("tps")
     fl = f.get("floor") or {}
     mem = f.get("memory") or {}
-    model = (f.get("meta") or de.get("meta") or {}).get("model")
+    path = ((f.get("meta") or de.get("meta") or {}).get("engine") or {}).get("model")
+    size = Path(path).stat().st_size / 2**20 if path and Path(path).exists() else None
     cells = {
         "model": name,
-        "file": model,
+        "file MiB": size,
         "llama tg": tg,
         "frag tok/s": fp and fp["decode_tps"],
         "frag x llama": fp and tg and fp["decode_tps"] / tg,
@@ -38,6 +39,7 @@ def row(name, frag, dense):
         "weights MiB": mem.get("weights_MiB"),
         "KV MiB": mem.get("kv_MiB"),
         "allocated MiB": mem.get("allocated_MiB"),
+        "weights / file": size and mem.get("weights_MiB") and mem["weights_MiB"] / size,
         "pp512 frag": (f.get("pp") or {}).get("tps"),
         "pp512 dense": (de.get("pp") or {}).get("tps"),
         "pp512 llama": llama_pp,
