@@ -67,7 +67,7 @@ class Run:
 
     r0: int
     r1: int
-    layout: object  # FragKWeight or PackedWeight
+    layout: object  # FragKWeight (Q4_K, Q6_K) or Frag8Weight (Q8_0, Q5_0, Q4_0), with its counters
     tile: TileConfig
 
 
@@ -106,9 +106,9 @@ class FragMatrix:
         return out[:M]
 
     def row_values(self, index: torch.Tensor) -> torch.Tensor:
-        """float32 [T, K]: the loader's values of rows `index` (a one-run K-quant matrix: a tied
-        embedding gathered from the head's layout, so no second copy of its bytes is held)."""
-        assert len(self.runs) == 1 and hasattr(self.runs[0].layout, "row_values"), "one K-quant run"
+        """float32 [T, K]: the loader's values of rows `index` of a one-run matrix (a tied embedding
+        gathered from the head's layout, so no second copy of its bytes is held)."""
+        assert len(self.runs) == 1, "rows of a one-run matrix"
         return self.runs[0].layout.row_values(index)
 
     def dequantize(self) -> torch.Tensor:
