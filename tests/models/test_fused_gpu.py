@@ -12,7 +12,8 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module", params=[False, True], ids=["dense", "file-weights"])
 def cuda_engine(model_path, request):
-    # dense matrices, and the matrices as the file's own bytes (quant/planes.py)
+    # dense matrices, and the matrices as the file's own bytes (on Hopper the integer tensor cores'
+    # layouts, quant/frag_matrix.py; elsewhere the planes, quant/planes.py)
     from mtp_turbo.engine import Engine, EngineConfig
 
     return Engine(EngineConfig(model=str(model_path), device="cuda", ctx_size=2048, kernels="triton",
