@@ -21,18 +21,17 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "quant"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from blocks import random_blocks  # noqa: E402
 
-from mtp_turbo.models.arch import BlockSpec  # noqa: E402
 from mtp_turbo.models.layer_plan import FusedTiles, LayerPlan  # noqa: E402
 from mtp_turbo.quant.dequant import dequantize  # noqa: E402
 from mtp_turbo.quant.frag_matrix import frag_matrix  # noqa: E402
 
-Q4_K, Q6_K = 12, 14
-D, F, NQKV, V = 2560, 10240, 4096, 262144
+from plane_gemv_bench import D, F, NQKV, PER_TOKEN, Q4_K, Q6_K, SPEC, V  # noqa: E402  (Gemma-3 4B's shapes)
+
 MATS = {"qkv": (NQKV, D, Q4_K, False), "o": (D, 2048, Q4_K, False), "gate_up": (2 * F, D, Q4_K, True),
         "down": (D, F, Q6_K, False), "head": (V, D, Q6_K, False)}
-PER_TOKEN = {"qkv": 34, "o": 34, "gate_up": 34, "down": 34, "head": 1}
 
 
 def main():
@@ -42,9 +41,7 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out")
     a = p.parse_args()
-    spec = BlockSpec(hidden=D, n_heads=8, n_kv_heads=4, head_dim=256, ffn=F, eps=1e-6, query_scale=0.0625,
-                     qk_norm=True, sandwich_norms=True, activation="gelu_tanh", qkv_bias=False)
-    plan = LayerPlan(spec, FusedTiles(tails=False), torch.bfloat16, torch.device("cuda"))
+    plan = LayerPlan(SPEC, FusedTiles(tails=False), torch.bfloat16, torch.device("cuda"))
     kernels = ("frag8", "frag8x")
     splits = (1, 4, 16) if a.quick else (1, 2, 4, 8, 16, 32)
     out, best, dense_t = {}, {}, {}

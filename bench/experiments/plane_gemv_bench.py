@@ -27,6 +27,9 @@ MATS = {"qkv": (NQKV, D, Q4_K, False, "tall"), "o": (D, 2048, Q4_K, False, "tall
         "gate_up": (2 * F, D, Q4_K, True, "gated"), "down": (D, F, Q6_K, False, "tall"),
         "head": (V, D, Q6_K, False, "head")}
 PER_TOKEN = {"qkv": 34, "o": 34, "gate_up": 34, "down": 34, "head": 1}
+# one Gemma-3 4B block (the GEMV tiles' and epilogues' switches)
+SPEC = BlockSpec(hidden=D, n_heads=8, n_kv_heads=4, head_dim=256, ffn=F, eps=1e-6, query_scale=0.0625,
+                 qk_norm=True, sandwich_norms=True, activation="gelu_tanh", qkv_bias=False)
 
 
 def tiles_for(kind, bn, bk, w, st):
@@ -41,8 +44,7 @@ def main():
     p.add_argument("--quick", action="store_true")
     p.add_argument("--out")
     a = p.parse_args()
-    spec = BlockSpec(hidden=D, n_heads=8, n_kv_heads=4, head_dim=256, ffn=F, eps=1e-6, query_scale=0.0625,
-                     qk_norm=True, sandwich_norms=True, activation="gelu_tanh", qkv_bias=False)
+    spec = SPEC
     variants = [(bn, bk, w, 3) for bn in (32, 64, 128) for bk in (128, 256, 512) for w in (4, 8)]
     if a.quick:
         variants = [(32, 256, 4, 3), (64, 256, 4, 3), (128, 256, 8, 3)]

@@ -157,6 +157,14 @@ _BLOCK_FNS = {T.Q8_0: _q8_0, T.Q4_0: _q4_0, T.Q4_1: _q4_1, T.Q5_0: _q5_0, T.Q5_1
 SUPPORTED_TYPES: frozenset[int] = frozenset([T.F32, T.F16, T.BF16, *_BLOCK_FNS])
 
 
+def _block_rows(raw: torch.Tensor, t: T) -> torch.Tensor:
+    """raw's bytes as [blocks, block bytes] (copied where unaligned: the fp16 fields are viewed)."""
+    raw = raw.contiguous().reshape(-1)
+    if raw.data_ptr() % 4:
+        raw = raw.clone()
+    return raw.reshape(-1, GGML_QUANT_SIZES[t][1])
+
+
 # 4-bit formats whose blocks are codes 0..15 with an affine per 32 elements (int4_groups)
 INT4_TYPES: frozenset[int] = frozenset([T.Q4_0, T.Q4_1, T.Q4_K])
 
@@ -168,10 +176,7 @@ def int4_groups(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> tu
     t = T(int(ggml_type))
     assert t in INT4_TYPES and len(shape) == 2, (t, shape)
     n, k = (int(s) for s in shape)
-    raw = raw.contiguous().reshape(-1)
-    if raw.data_ptr() % 4:
-        raw = raw.clone()
-    bl = raw.reshape(-1, GGML_QUANT_SIZES[t][1])
+    bl = _block_rows(raw, t)
     if t == T.Q4_K:
         d, dm = _d_dm_k4(bl)
         q, scale, offset = _nibbles(bl[:, 16:], 32), d, -dm
@@ -197,10 +202,7 @@ def k_fields(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> dict[
     t = T(int(ggml_type))
     assert t in K_FIELD_TYPES and len(shape) == 2, (t, shape)
     n, k = (int(s) for s in shape)
-    raw = raw.contiguous().reshape(-1)
-    if raw.data_ptr() % 4:
-        raw = raw.clone()
-    bl = raw.reshape(-1, GGML_QUANT_SIZES[t][1])
+    bl = _block_rows(raw, t)
     ns = k // QK_K
     if t == T.Q4_K:
         sc, mn = _scale_min_k4(bl[:, 4:16])
