@@ -384,6 +384,7 @@ case $step in
       -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4 ;;
   s34-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_frag
     L=/tmp/llama.cpp/build/bin
+    for i in $(seq 80); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
     for shape in "$@"; do
       for i in $(seq 60); do grep -q SYNTH_DONE /tmp/logs/synth-$shape.log 2>/dev/null && break; sleep 3; done
       timeout 200 $L/llama-quantize /tmp/synth-$shape-f16.gguf /tmp/synth-$shape.gguf Q4_K_M 16 > /tmp/logs/quant-$shape.log 2>&1 \
