@@ -44,6 +44,13 @@ class KVCache:
         self.k[layer].index_put_((pos,), k.to(self.k.dtype))
         self.v[layer].index_put_((pos,), v.to(self.v.dtype))
 
+    def move_cells(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Every layer's K/V of cells src [A] copied to cells dst [A] (a draft tree's accepted path to
+        its positions). Each dst is at most its src and no src is an earlier dst, so one gather then
+        one scatter is the same as copying in order. Capturable."""
+        self.k[:, dst] = self.k[:, src]
+        self.v[:, dst] = self.v[:, src]
+
     # ---- length bookkeeping ------------------------------------------------------------------
     def commit(self, n: int) -> None:
         """Cells [length, n) now hold committed K/V (written by a forward)."""

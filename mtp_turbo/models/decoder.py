@@ -37,8 +37,10 @@ class AttnContext:
     sin: torch.Tensor  # [T, Dh]
     key_pos: torch.Tensor | slice | None  # [S] cells to read (< 0 = padding), a range of cells, or None: all
     mask: torch.Tensor | None  # [T, S] bool, True = attend; None: every cell read is attended
-    # each row's own range of cells, attended row by row (a CPU verify: see Decoder.context)
-    rows: tuple[slice, ...] | None = None
+    # each row's own cells (a range, or a draft tree's index list), attended row by row (a CPU
+    # verify: see Decoder.context)
+    rows: tuple[slice | torch.Tensor, ...] | None = None
+    cells: torch.Tensor | None = None  # [T] where the rows' K/V go (None: cell = position)
 
 
 class EmbeddingRows:
@@ -180,12 +182,12 @@ class Decoder:
         pos, then attends over ctx's cells. Returns the attention output before the o-projection."""
         d, L = self.cfg.block, self.layers[i]
         q, k, v = project_qkv(L, d, h, ctx.cos, ctx.sin)
-        kv.write(i, pos, k, v)
-        if ctx.key_pos is None:  # every cell (captured global layers): no gather copy
-            K, V = kv.k[i], kv.v[i]  # [S = capacity, Hkv, Dh]
-        elif ctx.rows is not None:  # row by row, as one-row steps attend (see context)
+        kv.write(i, pos if ctx.cells is None else ctx.cells, k, v)
+        if ctx.rows is not None:  # row by row, as one-row steps attend (see context)
             return torch.cat([attend(d, q[j:j + 1], kv.k[i][r], kv.v[i][r], None, sdpa=True)
                               for j, r in enumerate(ctx.rows)])
+        if ctx.key_pos is None:  # every cell (captured global layers): no gather copy
+            K, V = kv.k[i], kv.v[i]  # [S = capacity, Hkv, Dh]
         elif isinstance(ctx.key_pos, slice):  # a range of cells (eager forwards): views, no copy
             K, V = kv.k[i][ctx.key_pos], kv.v[i][ctx.key_pos]
         else:
@@ -226,13 +228,53 @@ class Decoder:
         """The attention kinds the layers use: (True,) global only, or (False, True) with sliding layers."""
         return (False, True) if self.cfg.has_sliding else (True,)
 
+    def tree_context(self, is_global: bool, shape, p0: int, by_row: bool | None = None) -> AttnContext:
+        """A draft tree's rows (spec/tree.TreeShape; node n at position p0 + its depth, its K/V in
+        cell p0 + n): each row reads the cells a one-row step at its position reads, with its
+        ancestors' cells in place of the positions past p0 (the same keys in the same order). On
+        the CPU row by row, as a chain's verify (context); elsewhere (or by_row False) one masked attention."""
+        cos_t, sin_t = self.rope[is_global]
+        dev = self.device
+        depths = torch.tensor(shape.depths, device=dev)
+        pos = p0 + depths
+        keys = []
+        for n, anc in enumerate(shape.ancestors):
+            committed = self.key_positions(is_global, p0 + shape.depths[n], 1)
+            path = [p0 + m for m in anc if m >= 0 and p0 + shape.depths[m] >= committed.start]
+            keys.append(torch.cat([torch.arange(committed.start, p0, device=dev), torch.tensor(path, device=dev)]))
+        cells = p0 + torch.arange(shape.nodes, device=dev)
+        if dev.type == "cpu" if by_row is None else by_row:
+            return AttnContext(cos_t[pos], sin_t[pos], None, None, tuple(keys), cells)
+        start = min(int(k[0]) for k in keys)
+        key_pos = torch.arange(start, p0 + shape.nodes, device=dev)
+        mask = torch.zeros(shape.nodes, key_pos.shape[0], dtype=torch.bool, device=dev)
+        for n, k in enumerate(keys):
+            mask[n, k - start] = True
+        return AttnContext(cos_t[pos], sin_t[pos], key_pos, mask, None, cells)
+
     # ---- whole forward ------------------------------------------------------------------------
+    def forward_tree(self, tokens: torch.Tensor, shape, p0: int, kv,
+                     by_row: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eager forward of a draft tree's rows (tokens [N], node 0 the pending token at position p0),
+        their K/V written to cells p0 .. p0 + N - 1; the accepted path's are moved to their positions
+        by kv.move_cells. Returns (logits [N, V] fp32, hidden [N, D]): row n's values are a one-row
+        step's after the path to n."""
+        if p0 + shape.nodes > kv.capacity:
+            raise AssertionError(f"tree past the cache: {p0}+{shape.nodes} > {kv.capacity}")
+        pos = p0 + torch.tensor(shape.depths, device=self.device)
+        ctx = {g: self.tree_context(g, shape, p0, by_row) for g in self.layer_kinds}
+        h = self._layers(tokens, pos, kv, ctx)
+        return self.lm_head(self.final_norm(h)), h
+
     def forward_hidden(self, tokens: torch.Tensor, pos: torch.Tensor, kv, key_pos: dict[bool, torch.Tensor]) -> torch.Tensor:
         """tokens [T], pos [T] absolute positions; key_pos[is_global] -> [S] cells to read (None =
         every cell).
         Returns the last hidden state [T, D] before the final norm."""
-        c = self.cfg
         ctx = {g: self.context(g, pos, key_pos[g], kv) for g in self.layer_kinds}
+        return self._layers(tokens, pos, kv, ctx)
+
+    def _layers(self, tokens: torch.Tensor, pos: torch.Tensor, kv, ctx: dict[bool, AttnContext]) -> torch.Tensor:
+        c = self.cfg
         h = self.embed_tokens(tokens)
         for i in range(c.n_layers):
             h = finish(self.layers[i], c.block, h, self.attention(i, h, pos, kv, ctx[c.is_global(i)]))
