@@ -60,6 +60,30 @@ def fl_of(logits: torch.Tensor, hist: list[int], cfg: SamplerConfig) -> torch.Te
     return final_logits(logits[None].float(), counts, cfg)[0].double()
 
 
+def load_models():
+    """(the CPU engine in fp32, the shipped MTP head in bf16) for the replays."""
+    torch.manual_seed(0)
+    eng = Engine(EngineConfig(device="cpu", cpu_weights="f32", progress=False, cpu_cache=False))
+    head = load_head(str(HEAD), eng.model, device="cpu", dtype=torch.float32, draft_quant="bf16", head_quant="bf16")
+    return eng, head
+
+
+def head_chain(eng: Engine, head, toks: list[int], depth: int) -> list[torch.Tensor]:
+    """The head's teacher-forced chain states along toks, depth steps from every cell (sink 64, window 256)."""
+    model, tt = eng.model, torch.tensor(toks)[None]
+    with torch.no_grad():
+        H = main_hidden(model, tt)
+        src = model.final_norm(H) if head.cfg.hidden_source == "post_norm" else H
+        return chain_states(head.W, head.cfg, _rope(head, len(toks)), model.embed_tokens(tt), src, depth, 64, 256)
+
+
+def head_logits(head, states: list[torch.Tensor], j: int, t0: int, vocab: int) -> torch.Tensor:
+    """The head's logits [vocab] at chain step j from cell t0 (-inf off the head's rows)."""
+    full = torch.full((vocab,), float("-inf"))
+    full[head.vocab_ids if head.vocab_ids is not None else slice(None)] = head.logits(states[j - 1][:, t0], dense=True)[0]
+    return full
+
+
 def sample_path(eng: Engine, ids: list[int], cfg: SamplerConfig, seed: int, n: int) -> list[int]:
     toks = list(ids)
     eng.start(toks)
@@ -104,11 +128,8 @@ def main() -> int:
                     help="bench: mtp-turbo bench's sampled chain (penalties on); default: SamplerConfig's")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    torch.manual_seed(0)
-    eng = Engine(EngineConfig(device="cpu", cpu_weights="f32", progress=False, cpu_cache=False))
+    eng, head = load_models()
     model = eng.model
-    head = load_head(str(HEAD), model, device="cpu", dtype=torch.float32, draft_quant="bf16", head_quant="bf16")
-    ids_map = head.vocab_ids
     extra = SAMPLED if a.chain == "bench" else {}
     cfg = SamplerConfig(temperature=a.temperature, **(extra if a.temperature > 0 else {}))
     V = model.cfg.vocab_size
@@ -120,11 +141,7 @@ def main() -> int:
             toks = sample_path(eng, ids, cfg, seed, a.max_tokens)
             T = len(toks)
             logits = eng.forward_logits(toks, chunk=512)  # [T, V]: row s predicts token s + 1
-            tt = torch.tensor(toks)[None]
-            with torch.no_grad():
-                H = main_hidden(model, tt)
-                src = model.final_norm(H) if head.cfg.hidden_source == "post_norm" else H
-                states = chain_states(head.W, head.cfg, _rope(head, T), model.embed_tokens(tt), src, a.depth, 64, 256)
+            states = head_chain(eng, head, toks, a.depth)
             for t0 in range(len(ids) - 2, T - 1 - a.depth):  # chain start cell t0: step j drafts token t0+j+1
                 acc = {m: True for m in METHODS}
                 n_acc = {m: 0 for m in METHODS}
@@ -133,9 +150,7 @@ def main() -> int:
                     x = toks[s + 1]
                     hist = toks[: s + 1]
                     fp = fl_of(logits[s], hist, cfg)
-                    hq = head.logits(states[j - 1][:, t0], dense=True)[0]
-                    full = torch.full((V,), float("-inf"))
-                    full[ids_map if ids_map is not None else slice(None)] = hq
+                    full = head_logits(head, states, j, t0, V)
                     fq = fl_of(full, hist, cfg)
                     g, _ = noise(seed, s + 1, V)
                     r = accepts(fp, fq, x, g, full)

@@ -27,15 +27,12 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from coupling_sim import HEAD, _rope, fl_of, noise, sample_path  # noqa: E402
+from coupling_sim import fl_of, head_chain, head_logits, load_models, noise, sample_path  # noqa: E402
 
 from accept import load_prompts  # noqa: E402
 
 from mtp_turbo.benchmark.config import SAMPLED  # noqa: E402
-from mtp_turbo.engine import Engine, EngineConfig  # noqa: E402
-from mtp_turbo.models.mtp_load import load_head  # noqa: E402
 from mtp_turbo.sampling.config import SamplerConfig  # noqa: E402
-from mtp_turbo.train.forward import chain_states, main_hidden  # noqa: E402
 
 MAX_RANK = 4  # ranks past this count as "not proposed"
 
@@ -89,31 +86,21 @@ def main() -> int:
     ap.add_argument("--temperature", type=float, default=0.6)
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    torch.manual_seed(0)
-    eng = Engine(EngineConfig(device="cpu", cpu_weights="f32", progress=False, cpu_cache=False))
-    model = eng.model
-    head = load_head(str(HEAD), model, device="cpu", dtype=torch.float32, draft_quant="bf16", head_quant="bf16")
-    ids_map = head.vocab_ids
+    eng, head = load_models()
     cfg = SamplerConfig(temperature=a.temperature, **(SAMPLED if a.temperature > 0 else {}))
-    V = model.cfg.vocab_size
+    V = eng.model.cfg.vocab_size
     seqs = {"argmax": [], "gumbel": []}
     for pi, prompt in enumerate(load_prompts(eng, a.prompts)["mt_bench"]):
         ids = eng.encode_prompt(prompt)
         for seed in range(a.seeds):
             toks = sample_path(eng, ids, cfg, seed, a.max_tokens)
             T = len(toks)
-            tt = torch.tensor(toks)[None]
-            with torch.no_grad():
-                H = main_hidden(model, tt)
-                src = model.final_norm(H) if head.cfg.hidden_source == "post_norm" else H
-                states = chain_states(head.W, head.cfg, _rope(head, T), model.embed_tokens(tt), src, a.depth, 64, 256)
+            states = head_chain(eng, head, toks, a.depth)
             for t0 in range(len(ids) - 2, T - 1 - a.depth):
                 r = {o: [] for o in seqs}
                 for j in range(1, a.depth + 1):
                     s = t0 + j
-                    hq = head.logits(states[j - 1][:, t0], dense=True)[0]
-                    full = torch.full((V,), float("-inf"))
-                    full[ids_map if ids_map is not None else slice(None)] = hq
+                    full = head_logits(head, states, j, t0, V)
                     g, _ = noise(seed, s + 1, V)
                     for o, k in ranks(fl_of(full, toks[: s + 1], cfg), full, g, toks[s + 1]).items():
                         r[o].append(k)
