@@ -1,8 +1,7 @@
 """Draft trees: their shape, and the exact acceptance walk over one verified tree.
 
 Owns: `TreeShape` (a fixed tree of draft nodes: node 0 is the round's pending token t0, every other
-node one draft whose parent comes before it; depths, the ancestor table, how many nodes a depth
-holds) and `accept_tree` (the device rule). Ignores: how the drafts are made, the forward that
+node one draft whose parent comes before it; depths, the ancestor table) and `accept_tree` (the device rule). Ignores: how the drafts are made, the forward that
 verifies them (tree rows attend to the committed cells plus their own ancestors), committing K/V.
 
 The rule (the chain rule of verify.py, generalised): t_n is the token the target draws from node
@@ -76,9 +75,6 @@ class TreeShape:
             rows.append(tuple(row))
         return tuple(rows)
 
-    def is_chain(self) -> bool:
-        return self.parents == tuple(range(-1, self.nodes - 1))
-
 
 def chain_shape(k: int) -> TreeShape:
     """The chain of k drafts as a tree."""
@@ -94,10 +90,12 @@ def accept_tree(t: Tensor, tokens: Tensor, shape: TreeShape) -> tuple[Tensor, Te
     n = shape.nodes
     assert t.shape[-1] == n and tokens.shape == t.shape, "t and tokens [..., nodes]"
     dev = t.device
-    parents = torch.tensor(shape.parents, device=dev).clamp(min=0)
+    up = torch.tensor(shape.parents, device=dev)
+    parents = up.clamp(min=0)
     match = tokens == t[..., parents]  # the child holds its parent's draw
-    # a sibling of the same token after the first never matches (at most one child is accepted)
-    same = (parents[:, None] == parents[None, :]) & torch.ones(n, n, dtype=torch.bool, device=dev).tril(-1)
+    # a sibling of the same token after the first never matches (at most one child is accepted);
+    # the root (parent -1) is no one's sibling
+    same = (up[:, None] == up[None, :]) & torch.ones(n, n, dtype=torch.bool, device=dev).tril(-1)
     dup = (same & (tokens[..., :, None] == tokens[..., None, :])).any(dim=-1)
     match &= ~dup
     match[..., 0] = True

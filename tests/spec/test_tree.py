@@ -40,6 +40,9 @@ def test_walk_by_hand():
     assert (acc.item(), out.tolist(), last.item()) == (1, [5, 1, -1], 1)
     acc, out, last = accept_tree(torch.tensor([4, 7, 8, 0, 9]), tokens, shape)  # no child holds 4
     assert (acc.item(), out.tolist(), last.item()) == (0, [4, -1, -1], 0)
+    # the root's own token is no child's sibling: a child holding it is still accepted
+    acc, out, last = accept_tree(torch.tensor([5, 7, 8, 0, 9]), torch.tensor([5, 5, 6, 7, 8]), shape)
+    assert (acc.item(), out.tolist(), last.item()) == (2, [5, 7, 0], 3)
     # two siblings of one token: the first is taken, its subtree followed
     dup = torch.tensor([0, 5, 5, 7, 8])
     acc, out, last = accept_tree(torch.tensor([5, 7, 8, 3, 9]), dup, shape)
