@@ -226,6 +226,21 @@ class Engine:
         device positions pos [T]."""
         return self.runner.body(tokens, pos)
 
+    def forward_tree(self, tokens: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
+        """A draft tree's rows (spec/tree.TreeShape; tokens [N], node 0 the pending token) at
+        positions kv.length + depth, node n's K/V in cell kv.length + n. Does not commit. ->
+        (logits [N, V], hidden [N, D]). The torch forward's rows (the CPU's kernels): the fused
+        GPU step has no tree attention yet."""
+        assert self.runner.fused is None, "the fused step has no tree attention (generate refuses --draft-tree there)"
+        if self.kv.length + shape.nodes > self.ctx_size:
+            raise AssertionError("tree past the context")
+        with torch.inference_mode():
+            return self.model.forward_tree(tokens, shape, self.kv.length, self.kv)
+
+    def move_cells(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """K/V of cells src [A] into cells dst [A] (a tree's accepted path to its positions)."""
+        self.kv.move_cells(src, dst)
+
     def sample_next(self, logits: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
         """Draw the token at position len(tokens) from logits [1, V]; stays on the device."""
         n = len(self.tokens)
@@ -281,7 +296,12 @@ class Engine:
         speculative = spec is not None and spec.draft != "none"
         if speculative:
             spec = spec.for_sampler(sampler.greedy, cpu=self.device.type == "cpu")
+            if spec.tree is not None and self.runner.fused is not None:
+                raise ConfigError("--draft-tree runs on the torch forward only for now: the fused GPU step has no "
+                                  "tree attention yet (drop --draft-tree, or add --kernels torch)")
             self._use_drafter(spec)
+            if spec.tree is not None and not self.drafter.drafts_trees:
+                raise ConfigError(f"--draft-tree needs a drafter that ranks its candidates (mtp), not {self.drafter.name}")
         elif self.drafter is not None:  # plain decoding does not keep a drafter's cache current
             self.kept.stop_drafting()
         t0 = time.perf_counter()
@@ -290,7 +310,14 @@ class Engine:
             torch.cuda.synchronize()
         stats.prompt_s = time.perf_counter() - t0
         budget = min(max_tokens, self.ctx_size - len(ids))
-        if speculative:
+        if speculative and spec.tree is not None:
+            from .spec.tree_round import tree_tokens
+
+            stats.spec = RoundStats(self.drafter.name, spec.tree.depth)
+            program = self._program(sampler, "exact", None)
+            token_iter = tree_tokens(self, sampler, spec, spec.tree, budget, self.drafter, stats.spec,
+                                     vocab=self.model.cfg.vocab_size)
+        elif speculative:
             from .spec.round import speculative_tokens
 
             stats.spec = RoundStats(self.drafter.name, spec.draft_tokens)

@@ -54,6 +54,8 @@ class SpecConfig:
     draft_coupling: bool = False
     draft_tile: str = ""  # GEMV tile override "KERNEL,BN,BK,W,S[,SPLIT_K]" for A/B ("" = per-matrix defaults)
     draft_head_quant: str = "main"  # drafter LM-head rows: main (the model's own bytes) | bf16 | q8_0 | q5_0 | q4_0
+    # a draft tree instead of a chain (spec/tree.SpineTree: "DEPTH:M1,M2,..", "" = the chain of draft_tokens)
+    draft_tree: str = ""
 
     def __post_init__(self) -> None:
         if self.draft not in DRAFTERS:
@@ -78,6 +80,22 @@ class SpecConfig:
             parse_tile(self.draft_tile)  # ConfigError naming the supported tiles
         if self.draft_head_quant not in ("main", "bf16", "q8_0", "q5_0", "q4_0"):
             raise ConfigError(f"draft-head-quant must be one of main, bf16, q8_0, q5_0, q4_0, got {self.draft_head_quant!r}")
+        if self.draft_tree:
+            try:
+                self.tree
+            except ValueError as e:
+                raise ConfigError(f"draft-tree: {e}") from None
+            if self.draft not in ("mtp", "auto") or self.spec_sample != "exact":
+                raise ConfigError("draft-tree needs the MTP drafter (--draft mtp) and --spec-sample exact")
+
+    @property
+    def tree(self):
+        """draft_tree as a spec.tree.SpineTree (None: chains)."""
+        if not self.draft_tree:
+            return None
+        from .tree import SpineTree
+
+        return SpineTree.parse(self.draft_tree)
 
     def for_sampler(self, greedy: bool, cpu: bool = False) -> "SpecConfig":
         """This config with draft_tokens = 0 (auto) made the k for a temperature-0 (greedy) or a

@@ -34,6 +34,16 @@ class Target(Protocol):
         consecutive device positions pos [T] -> (logits, hidden); no host sync, no commit."""
         ...
 
+    def forward_tree(self, tokens: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
+        """A draft tree's rows (spec/tree.TreeShape; tokens [N], node 0 the pending token) at
+        positions n-1 + depth, node m's K/V in cell n-1 + m, without committing -> (logits
+        [N, V] fp32, hidden [N, D]); each row a one-row step's after the path to it."""
+        ...
+
+    def move_cells(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """The main cache's K/V of cells src [A] into cells dst [A]."""
+        ...
+
     def sample_next(self, logits: torch.Tensor, sampler: SamplerConfig) -> torch.Tensor:
         """The token at position len(tokens) from logits [1, V], history tok_buf[:len(tokens)] -> [1]."""
         ...

@@ -25,7 +25,7 @@ from functools import cached_property
 import torch
 from torch import Tensor
 
-__all__ = ["TreeShape", "accept_tree", "chain_shape"]
+__all__ = ["SpineTree", "TreeShape", "accept_tree", "chain_shape", "path_windows"]
 
 MAX_NODES = 16  # the fused forward's verify rows
 
@@ -81,6 +81,74 @@ def chain_shape(k: int) -> TreeShape:
     return TreeShape(tuple(range(-1, k)))
 
 
+@dataclass(frozen=True)
+class SpineTree:
+    """A chain of `depth` drafts (the spine: the drafter's own chain) with extra[d-1] more children
+    of the spine's node at depth d-1 (leaves: its next best candidates at depth d). Nodes: the
+    root, the spine 1..depth, then the leaves depth by depth. One drafter chain of `depth` steps
+    makes every node (a leaf needs no step of its own); "3" is today's chain of 3 drafts, "3:2,1"
+    that chain with two more candidates at depth 1 and one at depth 2."""
+
+    depth: int
+    extra: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.depth < 1 or len(self.extra) > self.depth or any(m < 0 for m in self.extra):
+            raise ValueError(f"a spine tree has depth >= 1 and at most one leaf count per depth, got "
+                             f"{self.depth}:{self.extra}")
+        if 1 + self.depth + sum(self.extra) > MAX_NODES:
+            raise ValueError(f"draft tree {self.spec}: {1 + self.depth + sum(self.extra)} nodes, at most {MAX_NODES}")
+
+    @classmethod
+    def parse(cls, spec: str) -> "SpineTree":
+        """ "DEPTH" or "DEPTH:M1,M2,..": a chain of DEPTH drafts, M_d more candidates at depth d."""
+        head, _, tail = spec.strip().partition(":")
+        try:
+            depth = int(head)
+            extra = tuple(int(x) for x in tail.split(",") if x.strip()) if tail else ()
+        except ValueError:
+            raise ValueError(f"draft tree {spec!r}: expected DEPTH or DEPTH:M1,M2,.. (e.g. 3:2,1)") from None
+        return cls(depth, extra)
+
+    @property
+    def spec(self) -> str:
+        return f"{self.depth}" + (":" + ",".join(map(str, self.extra)) if self.extra else "")
+
+    @cached_property
+    def shape(self) -> TreeShape:
+        parents = list(range(-1, self.depth))
+        for d, m in enumerate(self.extra, 1):
+            parents += [d - 1] * m
+        return TreeShape(tuple(parents))
+
+    def leaves(self) -> list[tuple[int, int, int]]:
+        """(node, depth, rank among the depth's candidates: 1 = the best after the spine's)."""
+        out, n = [], 1 + self.depth
+        for d, m in enumerate(self.extra, 1):
+            for r in range(1, m + 1):
+                out.append((n, d, r))
+                n += 1
+        return out
+
+
+def path_windows(tok_buf: Tensor, n: int, tokens: Tensor, shape: TreeShape, last_n: int) -> Tensor:
+    """Penalty windows [N, W] (-1 padding) of a tree's rows: row m draws the token at position
+    n + depth(m) after the committed tok_buf[:n] and the drafts on the path to m, so its window is
+    the last last_n tokens of that sequence (-1: all of it; 0: none, W = 0), as sampling.fused's
+    window_rows cuts a chain's from tok_buf. tokens [N]: the nodes' tokens (node 0's not read)."""
+    c = tok_buf.shape[0]
+    w = c if last_n < 0 else min(last_n, n + shape.depth)
+    dev = tokens.device
+    pos = n + torch.tensor(shape.depths, device=dev)  # [N]
+    idx = pos[:, None] - w + torch.arange(w, device=dev)[None, :]  # sequence index of each entry
+    anc = torch.tensor(shape.ancestors, device=dev)  # [N, depth + 1]
+    step = (idx - n + 1).clamp(0, shape.depth)  # a path entry's depth
+    from_path = tokens.gather(0, anc.gather(1, step).clamp(min=0).reshape(-1)).view(idx.shape)
+    from_buf = tok_buf[idx.clamp(0, max(c - 1, 0))]
+    win = torch.where(idx >= n, from_path, from_buf)
+    return torch.where((idx >= 0) & (idx < pos[:, None]), win, -1)
+
+
 def accept_tree(t: Tensor, tokens: Tensor, shape: TreeShape) -> tuple[Tensor, Tensor, Tensor]:
     """The walk from the target's draws t [..., N] at each node and the nodes' tokens [..., N]
     (tokens[..., 0], the root's, is not read). Returns (accepted [...]: the drafts accepted, the
@@ -110,6 +178,6 @@ def accept_tree(t: Tensor, tokens: Tensor, shape: TreeShape) -> tuple[Tensor, Te
     path = tokens.gather(-1, anc[..., 1:].clamp(min=0))  # the path's drafts at depths 1..depth
     j = torch.arange(shape.depth + 1, device=dev)
     a = accepted.unsqueeze(-1)
-    padded = torch.cat([path, torch.full_like(path[..., :1], -1)], dim=-1)
+    padded = torch.cat([path, torch.full((*path.shape[:-1], 1), -1, dtype=path.dtype, device=dev)], dim=-1)
     emitted = torch.where(j < a, padded, torch.where(j == a, t.gather(-1, last.unsqueeze(-1)), -1))
     return accepted, emitted, last

@@ -54,6 +54,7 @@ class MTPDrafter(Drafter):
     name = "mtp"
     reads_hidden = True
     on_device = True
+    drafts_trees = True
 
     def __init__(self, head: MTPHead, capacity: int, sink: int = 64, window: int = 256, main=None,
                  graphs: bool = True, kernels: str = "auto"):
@@ -73,7 +74,7 @@ class MTPDrafter(Drafter):
         self.tokens: list[int] = []
         self._prefill_next: int | None = None
         self.caught_up = 0  # rows the last prepare encoded ahead of its round (see prepare)
-        self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tests)
+        self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tree leaves, tests)
         self.last_drafts: torch.Tensor | None = None  # int64 [k] on the device
         self.use_graphs = bool(graphs) and dev.type == "cuda"
         self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
@@ -317,6 +318,26 @@ class MTPDrafter(Drafter):
             out = self._chain(staged, n, k, want_logits=True)
         self.last_drafts, self.last_logits = out
         return [int(t) for t in out[0].tolist()]  # the one host sync per round
+
+    @torch.inference_mode()
+    def propose_tree(self, tokens: list[int], tree) -> list[int] | None:
+        """The spine: the chain propose() drafts (its picks under the sampler); a depth's leaves:
+        the next best of the head's logits there, the spine's own pick left out."""
+        spine = self.propose(tokens, tree.depth)
+        if len(spine) < tree.depth:
+            return None
+        leaves = tree.leaves()
+        if not leaves:
+            return spine
+        rows = len(tree.extra)
+        most = max(tree.extra)
+        top = self.last_logits[:rows].topk(most + 1, dim=-1).indices
+        ids = self.head.vocab_ids
+        if ids is not None:
+            top = ids[top]
+        top = top.tolist()
+        cands = [[t for t in top[d] if t != spine[d]][:most] for d in range(rows)]
+        return spine + [cands[d - 1][r - 1] for _, d, r in leaves]
 
     def _stage(self, tokens: list[int], c: int, p0: int, k: int) -> torch.Tensor:
         """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
