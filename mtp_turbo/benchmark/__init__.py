@@ -64,7 +64,8 @@ def cmd_bench(args) -> int:
     if cfg.pp >= eng.ctx_size or max(len(eng.tokenizer.encode(p)) for p in prompts) + cfg.max_tokens > eng.ctx_size:
         raise ConfigError(f"the prompts + --max-tokens {cfg.max_tokens} (or --pp {cfg.pp}) exceed the context "
                           f"{eng.ctx_size}: raise --ctx-size")
-    n_rows = sum(1 if m == "none" else len(cfg.k_list) for m in cfg.mode_list) * len(cfg.temp_list)
+    n_rows = (sum(1 if m == "none" else len(cfg.k_list) for m in cfg.mode_list) + len(cfg.tree_list)) \
+        * len(cfg.temp_list)
     total = n_rows * (cfg.warmup + cfg.reps) * len(prompts) + (cfg.reps + cfg.warmup if cfg.pp else 0)
     dev = torch.cuda.get_device_name(eng.device) if eng.device.type == "cuda" else "cpu"
     result: dict = {"meta": {"model": eng.gguf.path.name, "device": dev, "torch": torch.__version__,

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 from ..spec.config import DRAFTERS
+from ..spec.tree_shape import SpineTree
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 PROMPT_SETS = {"mtbench": "mt_bench_first_turns.json", "humaneval": "humaneval_prompts.json"}
@@ -29,6 +30,7 @@ class BenchConfig:
     drafter: str = ""  # the MTP head file of the mtp rows ("" = the one shipped for the model)
     temps: str = "0,0.6"  # 0 = greedy (no penalties); > 0 = the sampled chain at that temperature
     draft_tokens: str = "1,2,3,4"  # k of the speculative rows
+    draft_trees: str = ""  # mtp rows with draft trees too, ";"-separated SpineTree specs (e.g. "3:2,1;3:3,2,1")
     max_tokens: int = 128  # generated per prompt
     prompts: str = "mtbench"  # mtbench | humaneval | FILE (.json list, or one prompt per line)
     n_prompts: int = 8
@@ -57,6 +59,13 @@ class BenchConfig:
         ks = _floats(self.draft_tokens, "draft-tokens")
         if not ks or any(k != int(k) or not 1 <= k <= 7 for k in ks):
             raise ConfigError(f"--draft-tokens takes integers in [1, 7], got {self.draft_tokens!r}")
+        for t in self.tree_list:
+            try:
+                SpineTree.parse(t)
+            except ValueError as e:
+                raise ConfigError(f"--draft-trees: {e}") from None
+        if self.tree_list and "mtp" not in self.mode_list:
+            raise ConfigError("--draft-trees are mtp rows: add mtp to --modes")
         for name in ("max_tokens", "n_prompts", "reps"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}")
@@ -83,6 +92,10 @@ class BenchConfig:
     @property
     def temp_list(self) -> tuple[float, ...]:
         return _floats(self.temps, "temps")
+
+    @property
+    def tree_list(self) -> tuple[str, ...]:
+        return tuple(t.strip() for t in self.draft_trees.split(";") if t.strip())
 
     @property
     def k_list(self) -> tuple[int, ...]:
@@ -117,6 +130,8 @@ HELP = {
     "drafter": "the MTP head file of the mtp rows (default: the head shipped for the model)",
     "temps": "temperatures; 0 = greedy, > 0 = the sampled chain (--top-k ... --penalty-last-n) at that temperature",
     "draft_tokens": "drafts per round (k) of the speculative rows, comma-separated",
+    "draft_trees": "mtp rows drafting trees as well, ';'-separated --draft-tree specs (DEPTH:M1,M2,..; CPU / "
+    "torch forward only for now)",
     "max_tokens": "tokens generated per prompt",
     "prompts": "mtbench (MT-Bench first turns), humaneval (HumanEval prompts) or a FILE (.json list of strings, "
     "or one prompt per line)",

@@ -18,7 +18,7 @@ def peer_ratio(row: dict, result: dict) -> float | None:
 
 
 def label(row: dict) -> str:
-    k = "" if row["k"] is None else f" k={row['k']}"
+    k = f" tree={row['tree']}" if row.get("tree") else "" if row["k"] is None else f" k={row['k']}"
     return f"{row['mode']}{k} T={row['temp']:g}"
 
 
@@ -42,7 +42,7 @@ def table(result: dict) -> str:
     for r in result["rows"]:
         sp = r.get("split", {})
         ratio = peer_ratio(r, result)
-        cells = [r["mode"], "-" if r["k"] is None else str(r["k"]), f"{r['temp']:g}", f"{r['decode_tps']:.1f}",
+        cells = [r["mode"], f"tree {r['tree']}" if r.get("tree") else "-" if r["k"] is None else str(r["k"]), f"{r['temp']:g}", f"{r['decode_tps']:.1f}",
                  f"{r['prompt_tps']:.1f}", f"{r['tokens_per_round']:.2f}", _pct(r["acceptance"]),
                  *(_pct(sp.get(n)) for n in ("device", "draft", "verify", "accept", "host", "other")),
                  "yes" if r["same_text"] else "**NO**", _worst(r.get("worst_prompt")),

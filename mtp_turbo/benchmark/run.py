@@ -88,18 +88,21 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
     from its own first rep, is a bug (exactness: same seed, same text)."""
     stop_ids = () if cfg.ignore_eos else None
     modes = sorted(cfg.mode_list, key=lambda m: m != "none")
-    configs = [(m, None) if m == "none" else (m, k) for m in modes for k in ((None,) if m == "none" else cfg.k_list)]
+    configs = [(m, None, "") if m == "none" else (m, k, "") for m in modes
+               for k in ((None,) if m == "none" else cfg.k_list)]
+    configs += [("mtp", None, t) for t in cfg.tree_list]  # draft trees: mtp rows of their own
     rows, mismatches = [], []
     for temp in cfg.temp_list:
         sampler = sampler_at(base, temp)
         reference: dict[int, list[int]] | None = None
         ref_name = ""
-        for mode, k in configs:
-            spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k, adaptive=cfg.adaptive,
-                                                          round_split=cfg.split,
+        for mode, k, tree in configs:
+            spec = None if mode == "none" else SpecConfig(draft=mode, draft_tokens=k or 0, adaptive=cfg.adaptive,
+                                                          round_split=cfg.split, draft_tree=tree,
                                                           draft_model=cfg.draft_model if mode == "model" else None,
                                                           drafter=(cfg.drafter or None) if mode == "mtp" else None)
-            name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'} temp={temp:g}"
+            name = f"{'plain' if mode == 'none' else mode}{'' if k is None else f' k={k}'}" \
+                   f"{f' tree={tree}' if tree else ''} temp={temp:g}"
             bar.set_description(name)
             if cfg.warmup:  # every prompt once, as timed: each shape the runs use captures its graph here
                 for prompt in prompts:
@@ -126,6 +129,8 @@ def run_rows(eng, cfg, base: SamplerConfig, prompts: list[str], bar) -> tuple[li
                         mismatches.append(f"{name}: prompt {i} differs from {ref_name} at token "
                                           f"{first_difference(ids, reference[i])} of {len(ids)}")
             row = aggregate(mode, k, temp, runs, same)
+            if tree:
+                row["tree"] = tree
             if secs_of is not ref_secs:
                 row["worst_prompt"] = worst_prompt(ref_secs, secs_of)
             rows.append(row)

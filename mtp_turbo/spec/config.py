@@ -93,7 +93,7 @@ class SpecConfig:
         """draft_tree as a spec.tree.SpineTree (None: chains)."""
         if not self.draft_tree:
             return None
-        from .tree import SpineTree
+        from .tree_shape import SpineTree
 
         return SpineTree.parse(self.draft_tree)
 

@@ -33,7 +33,8 @@ from ..sampling.rng import uniforms
 from .drafters.base import Drafter
 from .round import RoundStats, drafter_sampler
 from .target import Target
-from .tree import SpineTree, TreeShape, accept_tree, path_windows
+from .tree import accept_tree, path_windows
+from .tree_shape import SpineTree, TreeShape
 
 ROOT = TreeShape((-1,))  # a plain step: the pending token's row alone
 

@@ -9,7 +9,7 @@ import torch
 
 from mtp_turbo.cache.kv import KVCache
 from mtp_turbo.quant.cpu_linear import quantize_cpu_model
-from mtp_turbo.spec.tree import TreeShape
+from mtp_turbo.spec.tree_shape import TreeShape
 
 sys.path.insert(0, str(Path(__file__).parent))
 from tiny_models import tiny_model  # noqa: E402

@@ -7,7 +7,8 @@ import torch
 from mtp_turbo.sampling.chain import sample_dist
 from mtp_turbo.sampling.config import SamplerConfig
 from mtp_turbo.sampling.draw import sample
-from mtp_turbo.spec.tree import TreeShape, accept_tree, chain_shape
+from mtp_turbo.spec.tree import accept_tree
+from mtp_turbo.spec.tree_shape import TreeShape, chain_shape
 from mtp_turbo.spec.verify import accept_exact
 
 from .test_verify import CFGS, Model, plain
