@@ -229,13 +229,19 @@ class Engine:
     def forward_tree(self, tokens: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
         """A draft tree's rows (spec/tree.TreeShape; tokens [N], node 0 the pending token) at
         positions kv.length + depth, node n's K/V in cell kv.length + n. Does not commit. ->
-        (logits [N, V], hidden [N, D]). The torch forward's rows (the CPU's kernels): the fused
-        GPU step has no tree attention yet."""
-        assert self.runner.fused is None, "the fused step has no tree attention (generate refuses --draft-tree there)"
-        if self.kv.length + shape.nodes > self.ctx_size:
+        (logits [N, V], hidden [N, D]): the fused step's kernels where the engine runs them (eager,
+        for now), else the torch forward's."""
+        p0 = self.kv.length
+        if p0 + shape.nodes > self.ctx_size:
             raise AssertionError("tree past the context")
         with torch.inference_mode():
-            return self.model.forward_tree(tokens, shape, self.kv.length, self.kv)
+            if self.runner.fused is None:
+                return self.model.forward_tree(tokens, shape, p0, self.kv)
+            dev = self.device
+            pos = p0 + torch.tensor(shape.depths, dtype=torch.int64, device=dev)
+            cells = p0 + torch.arange(shape.nodes, dtype=torch.int64, device=dev)
+            anc = torch.tensor(shape.ancestors, dtype=torch.int64, device=dev)
+            return self.runner.fused.forward(tokens, pos, tree=(cells, anc))
 
     def move_cells(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """K/V of cells src [A] into cells dst [A] (a tree's accepted path to its positions)."""
@@ -296,9 +302,9 @@ class Engine:
         speculative = spec is not None and spec.draft != "none"
         if speculative:
             spec = spec.for_sampler(sampler.greedy, cpu=self.device.type == "cpu")
-            if spec.tree is not None and self.runner.fused is not None:
-                raise ConfigError("--draft-tree runs on the torch forward only for now: the fused GPU step has no "
-                                  "tree attention yet (drop --draft-tree, or add --kernels torch)")
+            if spec.tree is not None and self.runner.fused is not None and spec.tree.shape.nodes > self.runner.max_rows:
+                raise ConfigError(f"--draft-tree {spec.draft_tree}: {spec.tree.shape.nodes} nodes, but the fused "
+                                  f"GPU step verifies at most {self.runner.max_rows} rows")
             self._use_drafter(spec)
             if spec.tree is not None and not self.drafter.drafts_trees:
                 raise ConfigError(f"--draft-tree needs a drafter that ranks its candidates (mtp), not {self.drafter.name}")

@@ -160,14 +160,20 @@ class FusedDecoder:
             qk.gemv_packed(x[r0:r1], self.head_w, HEAD_Q8_TILE, self.logits[r0:r1])
         return logits
 
-    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True):
+    def forward(self, tokens: torch.Tensor, pos: torch.Tensor, head: bool = True, tree=None):
         """tokens [T], pos [T] int64 consecutive absolute positions, on the model's device, T <=
         MAX_ROWS (head) or prefill_rows (no head). Writes the rows' K/V at cells pos. Returns views
         (logits [T, V] fp32 or None without the head, hidden [T, D] before the final norm) into
-        buffers reused by the next call. A row's K/V, hidden and logits do not depend on T."""
+        buffers reused by the next call. A row's K/V, hidden and logits do not depend on T.
+        tree: (cells [T], ancestors [T, A]) int64 for a draft tree's rows (spec/tree_shape.py):
+        pos is the root's position + each node's depth, node n's K/V goes to cells[n] (the root's
+        position + n), its attention reads key p0 + j from cell p0 + ancestors[n, j] past the
+        root's position p0, one row an attention block (the tiles of a one-row step: its bits)."""
         m, c, kv, t, plan = self.model, self.model.cfg, self.kv, self.tiles, self.plan
         T = tokens.shape[0]
         assert 1 <= T <= (MAX_ROWS if head else self.rows) and pos.shape == (T,) and pos.dtype == torch.int64
+        cells, anc = tree if tree is not None else (None, None)
+        assert anc is None or (anc.shape[0] == T and anc.dtype == torch.int64 and anc.is_contiguous())
         H, HKV, DH = c.n_heads, c.n_kv_heads, c.head_dim
         # tails for decode / verify rows; a prefill chunk's rows run the same arithmetic (the same
         # [NORM_ROWS]-row tiles) as kernels of their own: a tail's passes over 16 rows are serial (a
@@ -188,15 +194,19 @@ class FusedDecoder:
             cos, sin = m.rope[glob]
             kc, vc = kv.k[i], kv.v[i]  # [capacity, HKV, DH]
             plan.qkv_rope(xn, L["qkv"], L.get("qkv_bias"), self.qkv[:T], self.count[i, 2], pos, L.get("q_norm"),
-                          L.get("k_norm"), cos, sin, self.q, kc, vc)
+                          L.get("k_norm"), cos, sin, self.q, kc, vc, cells)
             window = 0 if glob else c.sliding_window
-            n_ch, n_blk = self.n_chunks[glob], -(-T // self.block)
+            n_ch, rows = self.n_chunks[glob], (1 if tree is not None else self.block)
+            n_blk = -(-T // rows)
+            assert n_ch * HKV * n_blk <= self.op.shape[0], "more attention blocks than the scratch holds"
             fk.attn_partial[(n_ch, HKV, n_blk)](self.q, kc, vc, pos, self.op, self.mx, self.ls, T, window,
                                                 c.query_scale, H=H, HKV=HKV, DH=DH, QR=QR, BS=t.block_keys,
-                                                PREC=plan.prec, num_warps=t.warps_attn, **plan.go)
-            fk.attn_combine[(min(T, self.block) * (H // HKV) * t.combine_split, HKV, n_blk)](
+                                                PREC=plan.prec, num_warps=t.warps_attn, **plan.go,
+                                                **({} if tree is None else dict(ANC=anc, AW=anc.shape[1], TREE=True)))
+            fk.attn_combine[(min(T, rows) * (H // HKV) * t.combine_split, HKV, n_blk)](
                 self.op, self.mx, self.ls, pos, self.att, T, window, n_ch, H=H, HKV=HKV, DH=DH, QR=QR,
-                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps, **plan.go)
+                BS=t.block_keys, CT=t.combine_chunks, DS=t.combine_split, num_warps=t.warps, **plan.go,
+                **({} if tree is None else dict(TREE=True)))
             plan.gemv_residual(self.att[:T].view(T, H * DH), L["o"], self.o, self.count[i, 0], res[cur],
                                L.get("post_attn_norm"), L["ffn_norm"], res[1 - cur], xn)
             cur = 1 - cur

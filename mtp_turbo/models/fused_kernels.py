@@ -274,7 +274,7 @@ if triton is not None:
         j = pid * BN // DH
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
-                _rope_rows(Y, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
+                _rope_rows(Y, POS, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
                            H, HKV, DH, ACT, QKN)
 
     @triton.jit(do_not_specialize=["M"])
@@ -322,15 +322,16 @@ if triton is not None:
         return (nlo * cos - nhi * sin).to(ACT), (nhi * cos + nlo * sin).to(ACT)
 
     @triton.jit
-    def _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, j, eps,
+    def _rope_rows(QKV, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, j, eps,
                    H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, ACT: tl.constexpr, QKN: tl.constexpr):
         # Head j of rows rm [R] (< M) of QKV [M, (H + 2 HKV) DH]: j < H a query head into QOUT
-        # [M, H, DH] (normed with QKN, roped); j < H + HKV a K head (normed, roped) into KC's cells
-        # at POS; else a V head copied into VC's. Loads bypass L1 (.cg): linear_rope's tail reads
-        # what other programs just stored.
+        # [M, H, DH] (normed with QKN, roped at POS); j < H + HKV a K head (normed, roped) into KC's
+        # cells at CELLS (POS itself but for a draft tree's rows); else a V head copied into VC's.
+        # Loads bypass L1 (.cg): linear_rope's tail reads what other programs just stored.
         ok = rm < M
         rh = tl.arange(0, DH // 2)
         p = tl.load(POS + rm, mask=ok, other=0)
+        cell = tl.load(CELLS + rm, mask=ok, other=0)
         src = QKV + (rm * (H + 2 * HKV) + j)[:, None] * DH + rh[None, :]
         lo = tl.load(src, mask=ok[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
         hi = tl.load(src + DH // 2, mask=ok[:, None], other=0.0, cache_modifier=".cg").to(tl.float32)
@@ -342,7 +343,7 @@ if triton is not None:
                 out = QOUT + (rm * H + j)[:, None] * DH + rh[None, :]
             else:
                 wn = KN
-                out = KC + (p * HKV + j - H)[:, None] * DH + rh[None, :]
+                out = KC + (cell * HKV + j - H)[:, None] * DH + rh[None, :]
             wlo = tl.zeros([1, DH // 2], dtype=tl.float32)
             whi = wlo
             if QKN:
@@ -352,23 +353,24 @@ if triton is not None:
             tl.store(out, olo, mask=ok[:, None])
             tl.store(out + DH // 2, ohi, mask=ok[:, None])
         else:
-            out = VC + (p * HKV + j - H - HKV)[:, None] * DH + rh[None, :]
+            out = VC + (cell * HKV + j - H - HKV)[:, None] * DH + rh[None, :]
             tl.store(out, lo.to(ACT), mask=ok[:, None])
             tl.store(out + DH // 2, hi.to(ACT), mask=ok[:, None])
 
     @triton.jit(do_not_specialize=["M"])
-    def qk_rope_write(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, M, eps,
+    def qk_rope_write(QKV, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC, M, eps,
                       H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, RT: tl.constexpr,
                       PDL: tl.constexpr = 0, QKN: tl.constexpr = True):
         """Program (b, j) of a (row tiles, H + 2 HKV) grid: rows b * RT.. (< M) of QKV [M, (H + 2 HKV)
         DH] -> for j < H query head j into QOUT [M, H, DH] (normed, roped); else K head j - H
-        (normed, roped) or V head j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at POS.
+        (normed, roped) or V head j - H - HKV into cache cells KC/VC [capacity, HKV, DH] at CELLS
+        (= POS, but for a draft tree's rows: node n's cell, its position its depth's).
         One head a program, so the heads' loads go out together (4 us a launch one head after
         another: bench/RESULTS.md); the same [RT]-row tiles as linear_rope's tail. COS/SIN [n_pos,
         DH] fp32 tables (both halves equal: rotate-half RoPE). PDL: see pdl_enter."""
         pdl_enter(PDL)
         rm = tl.program_id(0) * RT + tl.arange(0, RT)
-        _rope_rows(QKV, POS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, tl.program_id(1), eps, H, HKV, DH,
+        _rope_rows(QKV, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC, rm, M, tl.program_id(1), eps, H, HKV, DH,
                    KC.dtype.element_ty, QKN)
 
     @triton.jit
@@ -382,24 +384,35 @@ if triton is not None:
     @triton.jit(do_not_specialize=["M"])
     def attn_partial(Q, KC, VC, POS, OP, MX, LS, M, window, scale,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0):
+                     QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, PDL: tl.constexpr = 0,
+                     ANC=None, AW: tl.constexpr = 1, TREE: tl.constexpr = False):
         """Program (s, g, b): key chunk c0 + s (BS cells) against the query rows of KV group g of
         row block b (rows b * QR/REP.., at most QR/REP of the M; c0 from the block's first row).
         Q [M, H, DH]; KC/VC [capacity, HKV, DH]; window 0 = global layer. Writes unnormalised
         O [QR, DH], row max and row sum into OP/MX/LS slot ((b * S + s) * G + g).
         P is rounded to the cache dtype for the P.V dot (tensor cores, as flash attention does) and
-        the row sum is taken over the rounded P, so the weights stay normalised. PDL: see pdl_enter."""
+        the row sum is taken over the rounded P, so the weights stay normalised. PDL: see pdl_enter.
+        TREE: a draft tree's rows (POS: the root's position + each node's depth), one a block; row m
+        reads keys as a one-row step at its position does, those past the root's position from its
+        ancestors' cells: key p0 + j from cell p0 + ANC[m, j] (ANC [M, AW] int64: node m's ancestor at
+        depth j). The same tiles as that one-row step, so the same bits."""
         pdl_enter(PDL)
         attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, tl.program_id(0), tl.program_id(1),
-                          tl.program_id(2), tl.num_programs(0), tl.num_programs(1), H, HKV, DH, QR, BS, PREC, False)
+                          tl.program_id(2), tl.num_programs(0), tl.num_programs(1), H, HKV, DH, QR, BS, PREC, False,
+                          ANC, AW, TREE)
 
     @triton.jit
     def attn_partial_tile(Q, KC, VC, POS, OP, MX, LS, M, window, scale, s, g, b, S, G,
                           H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
-                          QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr):
-        """attn_partial's body: chunk s of S, KV group g of G, row block b (CG: see ld)."""
+                          QR: tl.constexpr, BS: tl.constexpr, PREC: tl.constexpr, CG: tl.constexpr,
+                          ANC=None, AW: tl.constexpr = 1, TREE: tl.constexpr = False):
+        """attn_partial's body: chunk s of S, KV group g of G, row block b (CG: see ld; ANC, AW,
+        TREE: see attn_partial)."""
         REP: tl.constexpr = H // HKV
-        RB: tl.constexpr = QR // REP  # rows a block
+        RB: tl.constexpr = 1 if TREE else QR // REP  # rows a block
+        p0 = 0
+        if TREE:
+            p0 = tl.load(POS)  # the root's position
         POS += b * RB
         Q += b * RB * H * DH
         M = tl.minimum(M - b * RB, RB)
@@ -415,7 +428,11 @@ if triton is not None:
             q = ld(Q + (qm * H + qh)[:, None] * DH + rd[None, :], q_ok[:, None], 0.0, CG)
             rs = start + tl.arange(0, BS)
             k_ok = rs <= p_last
-            kv_off = (rs * HKV + g)[:, None] * DH + rd[None, :]
+            cells = rs
+            if TREE:  # keys past the root's position: this row's path (one row a block)
+                up = k_ok & (rs >= p0)
+                cells = tl.where(up, p0 + tl.load(ANC + b * AW + (rs - p0), mask=up, other=0), rs)
+            kv_off = (cells * HKV + g)[:, None] * DH + rd[None, :]
             k = ld(KC + kv_off, k_ok[:, None], 0.0, CG)
             # V beside K: after the softmax's row max (a barrier) its load would wait a round trip more
             v = ld(VC + kv_off, k_ok[:, None], 0.0, CG)
@@ -437,7 +454,7 @@ if triton is not None:
     def attn_combine(OP, MX, LS, POS, OUT, M, window, S,
                      H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr,
                      QR: tl.constexpr, BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr,
-                     PDL: tl.constexpr = 0):
+                     PDL: tl.constexpr = 0, TREE: tl.constexpr = False):
         """Program (r * DS + d, g, b): merge query row r of group g of row block b (attn_partial's
         blocks) over the chunks into OUT [M, H, DH] (activation dtype), its d-th of DS slices of
         DH (the same weights in every slice: more programs for a deep context, each reading 1/DS of
@@ -446,20 +463,22 @@ if triton is not None:
         c0 depends on its first row; the tiles do not): a chunk with no key for a row, or outside
         the block's range, adds exact zeros, so a row's sum has the same terms in the same tree
         whatever its block. CT chunks a load: at 7000 cells a global layer's 219 chunks are 14
-        loads instead of 219 dependent ones (bench/RESULTS.md). PDL: see pdl_enter."""
+        loads instead of 219 dependent ones (bench/RESULTS.md). PDL: see pdl_enter. TREE: one row a
+        block (attn_partial's)."""
         pdl_enter(PDL)
         attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, tl.program_id(0), tl.program_id(1), tl.program_id(2),
-                          tl.num_programs(1), H, HKV, DH, QR, BS, CT, DS, False)
+                          tl.num_programs(1), H, HKV, DH, QR, BS, CT, DS, False, TREE)
 
     @triton.jit
     def attn_combine_tile(OP, MX, LS, POS, OUT, M, window, S, rd_id, g, b, G,
                           H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, QR: tl.constexpr,
-                          BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr, CG: tl.constexpr):
+                          BS: tl.constexpr, CT: tl.constexpr, DS: tl.constexpr, CG: tl.constexpr,
+                          TREE: tl.constexpr = False):
         """attn_combine's body: (row, slice) rd_id = r * DS + d of group g (of G), row block b."""
         r = rd_id // DS
         d0 = (rd_id % DS) * (DH // DS)
         REP: tl.constexpr = H // HKV
-        RB: tl.constexpr = QR // REP
+        RB: tl.constexpr = 1 if TREE else QR // REP
         if b * RB + r // REP < M:  # a row of the block (the grid covers whole blocks)
             POS += b * RB
             OUT += b * RB * H * DH

@@ -165,17 +165,18 @@ class LayerPlan:
         return y[:M]
 
     # ---- a block's parts ---------------------------------------------------------------------------
-    def qkv_rope(self, xn, w, bias, qkv, cnt, pos, qn, kn, cos, sin, q_out, kc, vc) -> None:
+    def qkv_rope(self, xn, w, bias, qkv, cnt, pos, qn, kn, cos, sin, q_out, kc, vc, cells=None) -> None:
         """The rows' q/k/v from their normed input xn [M, D]: qkv [M, (H + 2 Hkv) Dh] = xn @ w.T
         (+ bias), then (q/k norms where the family has them) RoPE at pos [M], queries into q_out
-        [M, H, Dh], K/V into the cache cells kc/vc [cells, Hkv, Dh] at pos. cnt: int32 [row blocks,
-        H + 2 Hkv] of zeros (the tails' counters). qn/kn: the q/k norm weights (ignored without)."""
+        [M, H, Dh], K/V into the cache cells kc/vc [cells, Hkv, Dh] at pos (at `cells` where given:
+        a draft tree's nodes). cnt: int32 [row blocks, H + 2 Hkv] of zeros (the tails' counters).
+        qn/kn: the q/k norm weights (ignored without)."""
         s, t = self.spec, self.tiles
         M, K = xn.shape
         N = w.shape[0]
         qn = xn if qn is None else qn
         kn = xn if kn is None else kn
-        if t.tails and not isinstance(w, FragMatrix):
+        if t.tails and not isinstance(w, FragMatrix) and cells is None:
             bn, bk, launch = t.gemv(K)
             (wa, wb, split), bk, fmt = weight_args(w, bn, bk)
             fk.linear_rope[(-(-N // bn), -(-M // MP))](
@@ -183,16 +184,16 @@ class LayerPlan:
                 q_out, kc, vc, H=s.n_heads, HKV=s.n_kv_heads, DH=s.head_dim, MP=MP, RT=NORM_ROWS, BN=bn, BK=bk,
                 PREC=self.prec, HAS_BIAS=bias is not None, QKN=s.qk_norm, **fmt, **launch, **self.gemv_go)
             return
-        self.rope_write(self.gemv(xn, w, qkv, bias), pos, qn, kn, cos, sin, q_out, kc, vc)
+        self.rope_write(self.gemv(xn, w, qkv, bias), pos, qn, kn, cos, sin, q_out, kc, vc, cells)
 
-    def rope_write(self, qkv, pos, qn, kn, cos, sin, q_out, kc, vc) -> None:
+    def rope_write(self, qkv, pos, qn, kn, cos, sin, q_out, kc, vc, cells=None) -> None:
         """qkv_rope's second half as its own kernel, on rows qkv [M, (H + 2 Hkv) Dh] (any dtype)."""
         s = self.spec
         M = qkv.shape[0]
         qn = qkv if qn is None else qn
         kn = qkv if kn is None else kn
         fk.qk_rope_write[(-(-M // NORM_ROWS), s.n_heads + 2 * s.n_kv_heads)](
-            qkv, pos, qn, kn, cos, sin, q_out, kc, vc, M, s.eps, H=s.n_heads, HKV=s.n_kv_heads, DH=s.head_dim,
+            qkv, pos, pos if cells is None else cells, qn, kn, cos, sin, q_out, kc, vc, M, s.eps, H=s.n_heads, HKV=s.n_kv_heads, DH=s.head_dim,
             RT=NORM_ROWS, num_warps=self.tiles.warps, QKN=s.qk_norm, **self.go)
 
     def gemv_residual(self, x, w, y, cnt, res, wpost, wpre, hout, xout) -> None:

@@ -39,7 +39,7 @@ def tiny_weights(cfg: ModelConfig, seed=0) -> dict[str, torch.Tensor]:
     return w
 
 
-def tiny_model(family="gemma3", seed=0, head_q8=False, dtype=torch.float32, **shape) -> Decoder:
+def tiny_model(family="gemma3", seed=0, head_q8=False, dtype=torch.float32, device="cpu", **shape) -> Decoder:
     """head_q8: the LM head through Q8_0, kept as codes and scales (as load.py does on CUDA;
     hidden a multiple of 32), the dense head their dequantization."""
     cfg = tiny_config(family, **shape)
@@ -52,4 +52,4 @@ def tiny_model(family="gemma3", seed=0, head_q8=False, dtype=torch.float32, **sh
         pw = PackedWeight.from_dense(w[name], "q8_0")
         q8, w[name] = (pw.qs, pw.scales), pw.dequantize()
     w = {k: v if v.dim() == 1 else v.to(dtype) for k, v in w.items()}
-    return Decoder(cfg, w, "cpu", dtype, head_q8=q8)
+    return Decoder(cfg, w, device, dtype, head_q8=q8)
