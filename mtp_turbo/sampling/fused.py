@@ -230,6 +230,8 @@ def _params_of(cfg: SamplerConfig, dev: torch.device) -> Tensor:
 def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Tensor | None,
             last_n: int, window: int, cfg: SamplerConfig, block: int | None, debug: bool,
             params: Tensor | None = None):
+    # windows: tok_row > 0 or pos None means rows of their own in tok (sample_rows); pos then only
+    # keys the uniforms (u None)
     from . import kernels as K
     from .passes import full_pass
 
@@ -243,16 +245,17 @@ def _launch(logits: Tensor, tok: Tensor, tok_row: int, pos: Tensor | None, u: Te
     out = torch.empty(r, dtype=torch.int64, device=dev)
     fl = torch.full((r, v), float("-inf"), device=dev) if debug else out
     cnt = out
+    end_from_pos = pos is not None and tok_row == 0
     if pen_mode == TABLE:
         cnt = torch.zeros(r, v, dtype=torch.int32, device=dev)
         blk = 1024
         K.count_table[(r, -(-window // blk))](tok, tok_row, pos if pos is not None else out, cnt, v, last_n,
-                                               END_FROM_POS=pos is not None, BLK=blk, enable_fp_fusion=False)
+                                               END_FROM_POS=end_from_pos, BLK=blk, enable_fp_fusion=False)
     if params is None:
         params = _params_of(cfg, dev)
     scal = dict(LAST_N=last_n, PRM=params)
     ws = window if pen_mode == SCAN else 1  # constexpr: only the scan needs it
-    flags = dict(COUNT_MODE=pen_mode, WS=ws, END_FROM_POS=pos is not None,
+    flags = dict(COUNT_MODE=pen_mode, WS=ws, END_FROM_POS=end_from_pos,
                  U_FROM_POS=u is None, HAS_REP=cfg.repeat_penalty != 1.0,
                  HAS_FP=cfg.frequency_penalty != 0.0 or cfg.presence_penalty != 0.0)
     codes = dict(S0=st[0], S1=st[1], S2=st[2], S3=st[3], S4=st[4])
@@ -344,9 +347,13 @@ def _check(logits: Tensor) -> None:
     assert logits.stride(1) == 1, "logits rows must be contiguous"
 
 
-def sample_rows(logits: Tensor, windows: Tensor, u: Tensor, cfg: SamplerConfig, *, backend: str = "auto",
-                block: int | None = None, return_logits: bool = False):
-    """Token ids [R] int64: row r = draw(chain(logits[r], window windows[r]), u[r]).
+def sample_rows(logits: Tensor, windows: Tensor, u: Tensor | None, cfg: SamplerConfig, *, backend: str = "auto",
+                block: int | None = None, return_logits: bool = False, pos: Tensor | None = None,
+                params: Tensor | None = None):
+    """Token ids [R] int64: row r = draw(chain(logits[r], window windows[r]), u[r]); u None: the
+    uniforms of positions pos [R] int64, uniforms(cfg.seed, pos) (the kernels key them from params,
+    cfg's sampler_values on the device as sample_tokens reads them: a captured program serves
+    every seed). A draft tree's rows: windows of their own paths, uniforms of their positions.
 
     windows [R, W] int64: the penalty window of each row (entries < 0 are padding, anywhere);
     cfg.penalty_last_n only switches penalties on or off here (the caller cut the windows).
@@ -357,15 +364,21 @@ def sample_rows(logits: Tensor, windows: Tensor, u: Tensor, cfg: SamplerConfig, 
     logits [R, V] (-inf where masked; greedy: the kept token's value) the draw used.
     """
     _check(logits)
-    assert windows.dim() == 2 and windows.shape[0] == logits.shape[0] and u.shape == logits.shape[:1]
+    assert (u is None) != (pos is None), "u or pos"
+    rows = logits.shape[:1]
+    assert windows.dim() == 2 and windows.shape[0] == rows[0] and (u if u is not None else pos).shape == rows
     if not _use_kernels(logits, backend):
-        ids, fl = _torch_rows(logits, windows, u.to(torch.float64), cfg, return_logits)
+        uu = uniforms(cfg.seed, pos.to(logits.device)) if u is None else u.to(torch.float64)
+        ids, fl = _torch_rows(logits, windows, uu, cfg, return_logits)
         return (ids, fl) if return_logits else ids
     win = windows.to(torch.int64).contiguous()
     w = win.shape[1]
     if w == 0:
-        win = torch.full((1,), -1, dtype=torch.int64, device=logits.device)
-    ids, fl = _launch(logits, win, w, None, u.to(torch.float64).contiguous(), -1, w, cfg, block, return_logits)
+        win = torch.full((rows[0], 1), -1, dtype=torch.int64, device=logits.device)
+    uu = None if u is None else u.to(torch.float64).contiguous()
+    # tok_row >= 1 keeps the windows per row when pos only keys the uniforms
+    ids, fl = _launch(logits, win, max(w, 1), None if pos is None else pos.contiguous(), uu, -1, w, cfg, block,
+                      return_logits, params)
     return (ids, fl) if return_logits else ids
 
 

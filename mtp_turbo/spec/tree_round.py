@@ -28,8 +28,7 @@ import torch
 from ..errors import MtpTurboError
 from ..models.greedy import GreedyPick
 from ..sampling.config import SamplerConfig
-from ..sampling.fused import sample_rows
-from ..sampling.rng import uniforms
+from ..sampling.fused import sample_rows, sampler_values
 from .drafters.base import Drafter
 from .round import RoundStats, drafter_sampler
 from .target import Target
@@ -45,6 +44,8 @@ class TreeRound:
     def __init__(self, target: Target, sampler: SamplerConfig, drafter: Drafter, vocab: int | None = None):
         self.target, self.sampler, self.drafter, self.vocab = target, sampler, drafter, vocab
         self.pick = GreedyPick()  # the temp-0 token of each row without penalties, as plain steps pick it
+        # the sampler's values where the draw kernels read them (as RoundProgram keeps them)
+        self.params = torch.tensor(sampler_values(sampler), dtype=torch.int64, device=target.device)
 
     @torch.inference_mode()
     def run(self, tree: SpineTree | None) -> tuple[int, list[int]]:
@@ -81,7 +82,7 @@ class TreeRound:
             return self.pick(logits)
         pos = n + torch.tensor(shape.depths, dtype=torch.int64, device=logits.device)
         windows = path_windows(self.target.tok_buf, n, toks, shape, s.penalty_last_n)
-        return sample_rows(logits, windows, uniforms(s.seed, pos), s)
+        return sample_rows(logits, windows, None, s, pos=pos, params=self.params)
 
 
 def tree_tokens(target: Target, sampler: SamplerConfig, spec, tree: SpineTree, budget: int, drafter: Drafter,

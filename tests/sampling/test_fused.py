@@ -296,3 +296,25 @@ def test_torch_backend_is_the_chain():
     got = fused.sample_tokens(logits[:2], tok, pos, cfg())  # CPU tensors, auto: the torch chain
     for r in range(2):
         assert int(got[r]) == int(draw(sample_dist(logits[r:r + 1], tok[: 30 + r], cfg()), uniforms(3, pos[r:r + 1])))
+
+
+@pytest.mark.parametrize("c", [cfg(), cfg(temperature=0.0), cfg(penalty_last_n=-1), only(), cfg(penalty_last_n=0)],
+                         ids=["chain", "greedy-penalised", "whole-history", "plain", "no-window"])
+def test_rows_of_their_own_windows_keyed_by_position_are_sample_tokens(c):
+    # a draft tree's rows (spec/tree_round.py): each row's window given, its uniform from its position
+    # and the params buffer; the same tokens as sample_tokens cutting those windows from one sequence
+    g = torch.Generator().manual_seed(7)
+    vocab = 300
+    logits = torch.randn(5, vocab, generator=g) * 3
+    seq = torch.randint(0, vocab, (90,), generator=g)
+    seq[40:80] = logits[0].topk(40).indices  # the top tokens in the windows: the penalties bite
+    pos = torch.tensor([70, 71, 72, 72, 80])
+    win = fused.window_rows(seq, pos, c.penalty_last_n)
+    params = torch.tensor(fused.sampler_values(c), dtype=torch.int64)
+    want = fused.sample_tokens(logits, seq, pos, c, backend="triton")
+    for backend in ("triton", "torch"):
+        got = fused.sample_rows(logits, win, None, c, backend=backend, pos=pos, params=params)
+        assert torch.equal(got, want), (backend, got.tolist(), want.tolist())
+    if c == only():  # no truncation: other positions' uniforms draw other tokens
+        other = fused.sample_rows(logits, win, None, c, backend="triton", pos=pos + 1, params=params)
+        assert not torch.equal(other, want)
