@@ -129,6 +129,7 @@ class Engine:
         self.tokens: list[int] = []
         self._auto: dict = {}  # --draft auto: spec -> the spec it drafts with (None: plain), found once
         self.kept = ProgramCache()  # the device programs and drafters kept between calls
+        self._tree = None  # the TreeRound of --draft-tree calls (spec/tree_round.py), kept with its graphs
         # device copy of the committed tokens (the sampler's penalty window, the forward's inputs),
         # then room for a round's drafts
         self.tok_buf = torch.zeros(ctx + 16, dtype=torch.int64, device=self.device)
@@ -226,22 +227,19 @@ class Engine:
         device positions pos [T]."""
         return self.runner.body(tokens, pos)
 
-    def forward_tree(self, tokens: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
-        """A draft tree's rows (spec/tree.TreeShape; tokens [N], node 0 the pending token) at
-        positions kv.length + depth, node n's K/V in cell kv.length + n. Does not commit. ->
-        (logits [N, V], hidden [N, D]): the fused step's kernels where the engine runs them (eager,
-        for now), else the torch forward's."""
-        p0 = self.kv.length
-        if p0 + shape.nodes > self.ctx_size:
+    def forward_tree(self, tokens: torch.Tensor, shape, p0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A draft tree's rows (spec/tree_shape.TreeShape; tokens [N], node 0 the pending token) at
+        positions p0 + depth, node n's K/V in cell p0 + n; p0 [1] on the device (= kv.length).
+        Does not commit. -> (logits [N, V], hidden [N, D]): the fused step's kernels where the
+        engine runs them (capturable), else the torch forward's."""
+        if self.kv.length + shape.nodes > self.ctx_size:
             raise AssertionError("tree past the context")
-        with torch.inference_mode():
-            if self.runner.fused is None:
-                return self.model.forward_tree(tokens, shape, p0, self.kv)
-            dev = self.device
-            pos = p0 + torch.tensor(shape.depths, dtype=torch.int64, device=dev)
-            cells = p0 + torch.arange(shape.nodes, dtype=torch.int64, device=dev)
-            anc = torch.tensor(shape.ancestors, dtype=torch.int64, device=dev)
-            return self.runner.fused.forward(tokens, pos, tree=(cells, anc))
+        if self.runner.fused is None:
+            return self.model.forward_tree(tokens, shape, self.kv.length, self.kv)
+        from .spec.tree import tables
+
+        tb = tables(shape, self.device)
+        return self.runner.fused.forward(tokens, p0 + tb.depths, tree=(p0 + tb.nodes, tb.ancestors))
 
     def move_cells(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """K/V of cells src [A] into cells dst [A] (a tree's accepted path to its positions)."""
@@ -320,9 +318,9 @@ class Engine:
             from .spec.tree_round import tree_tokens
 
             stats.spec = RoundStats(self.drafter.name, spec.tree.depth)
-            program = self._program(sampler, "exact", None)
+            program = self._tree_round()
             token_iter = tree_tokens(self, sampler, spec, spec.tree, budget, self.drafter, stats.spec,
-                                     vocab=self.model.cfg.vocab_size)
+                                     vocab=self.model.cfg.vocab_size, tree_round=program)
         elif speculative:
             from .spec.round import speculative_tokens
 
@@ -381,6 +379,14 @@ class Engine:
                                  lambda: RoundProgram(self, sampler, mode, drafter, graphs=self.cfg.cuda_graphs,
                                                       split=split, pipeline=self.pipelined,
                                                       vocab=self.model.cfg.vocab_size))
+
+    def _tree_round(self):
+        """The current drafter's TreeRound, kept (with its CUDA graphs) while the drafter is."""
+        from .spec.tree_round import TreeRound
+
+        if self._tree is None or self._tree.drafter is not self.drafter:
+            self._tree = TreeRound(self, self.drafter, self.model.cfg.vocab_size, graphs=self.cfg.cuda_graphs)
+        return self._tree
 
     @property
     def decode_steps(self) -> int:

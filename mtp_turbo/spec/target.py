@@ -34,10 +34,11 @@ class Target(Protocol):
         consecutive device positions pos [T] -> (logits, hidden); no host sync, no commit."""
         ...
 
-    def forward_tree(self, tokens: torch.Tensor, shape) -> tuple[torch.Tensor, torch.Tensor]:
-        """A draft tree's rows (spec/tree.TreeShape; tokens [N], node 0 the pending token) at
-        positions n-1 + depth, node m's K/V in cell n-1 + m, without committing -> (logits
-        [N, V] fp32, hidden [N, D]); each row a one-row step's after the path to it."""
+    def forward_tree(self, tokens: torch.Tensor, shape, p0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A draft tree's rows (spec/tree_shape.TreeShape; tokens [N], node 0 the pending token) at
+        positions p0 + depth, node m's K/V in cell p0 + m (p0 = n-1, [1] on the device), without
+        committing -> (logits [N, V] fp32, hidden [N, D]); each row a one-row step's after the
+        path to it. Device work only where the target captures it (no host sync)."""
         ...
 
     def move_cells(self, src: torch.Tensor, dst: torch.Tensor) -> None:

@@ -20,25 +20,48 @@ Leading batch dims run many sequences through the same rule (the Monte Carlo che
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import lru_cache
+
 import torch
 from torch import Tensor
 
 from .tree_shape import TreeShape
 
-__all__ = ["accept_tree", "path_windows"]
+__all__ = ["ShapeTables", "accept_tree", "path_windows", "tables"]
 
 
-def path_windows(tok_buf: Tensor, n: int, tokens: Tensor, shape: TreeShape, last_n: int) -> Tensor:
+@dataclass(frozen=True)
+class ShapeTables:
+    """A shape's index tables on a device (made once: a captured program copies nothing from the host)."""
+
+    parents: Tensor  # [N], -1 for the root
+    depths: Tensor  # [N]
+    ancestors: Tensor  # [N, depth + 1], -1 below a node's depth
+    nodes: Tensor  # arange(N)
+
+
+@lru_cache(maxsize=64)
+def tables(shape: TreeShape, device: torch.device) -> ShapeTables:
+    def t(x):
+        return torch.tensor(x, dtype=torch.int64, device=device)
+
+    return ShapeTables(t(shape.parents), t(shape.depths), t(shape.ancestors), t(range(shape.nodes)))
+
+
+def path_windows(tok_buf: Tensor, n: int | Tensor, tokens: Tensor, shape: TreeShape, last_n: int) -> Tensor:
     """Penalty windows [N, W] (-1 padding) of a tree's rows: row m draws the token at position
     n + depth(m) after the committed tok_buf[:n] and the drafts on the path to m, so its window is
     the last last_n tokens of that sequence (-1: all of it; 0: none, W = 0), as sampling.fused's
-    window_rows cuts a chain's from tok_buf. tokens [N]: the nodes' tokens (node 0's not read)."""
+    window_rows cuts a chain's from tok_buf. tokens [N]: the nodes' tokens (node 0's not read);
+    n: an int, or a [1] tensor on the device (W does not depend on it: capturable)."""
     c = tok_buf.shape[0]
-    w = c if last_n < 0 else min(last_n, n + shape.depth)
+    w = c if last_n < 0 else last_n
     dev = tokens.device
-    pos = n + torch.tensor(shape.depths, device=dev)  # [N]
+    tb = tables(shape, dev)
+    pos = n + tb.depths  # [N]
     idx = pos[:, None] - w + torch.arange(w, device=dev)[None, :]  # sequence index of each entry
-    anc = torch.tensor(shape.ancestors, device=dev)  # [N, depth + 1]
+    anc = tb.ancestors  # [N, depth + 1]
     step = (idx - n + 1).clamp(0, shape.depth)  # a path entry's depth
     from_path = tokens.gather(0, anc.gather(1, step).clamp(min=0).reshape(-1)).view(idx.shape)
     from_buf = tok_buf[idx.clamp(0, max(c - 1, 0))]
@@ -55,7 +78,8 @@ def accept_tree(t: Tensor, tokens: Tensor, shape: TreeShape) -> tuple[Tensor, Te
     n = shape.nodes
     assert t.shape[-1] == n and tokens.shape == t.shape, "t and tokens [..., nodes]"
     dev = t.device
-    up = torch.tensor(shape.parents, device=dev)
+    tb = tables(shape, dev)
+    up = tb.parents
     parents = up.clamp(min=0)
     match = tokens == t[..., parents]  # the child holds its parent's draw
     # a sibling of the same token after the first never matches (at most one child is accepted);
@@ -67,11 +91,11 @@ def accept_tree(t: Tensor, tokens: Tensor, shape: TreeShape) -> tuple[Tensor, Te
     acc = match
     for _ in range(shape.depth):  # accepted: the node and all its ancestors match
         acc = match & acc[..., parents]
-    depths = torch.tensor(shape.depths, device=dev)
+    depths = tb.depths
     score = torch.where(acc, depths * n + (n - 1 - torch.arange(n, device=dev)), -1)  # the deepest; one a depth
     last = score.argmax(dim=-1)
     accepted = depths[last]
-    anc = torch.tensor(shape.ancestors, device=dev)[last]  # [..., depth + 1]
+    anc = tb.ancestors[last]  # [..., depth + 1]
     path = tokens.gather(-1, anc[..., 1:].clamp(min=0))  # the path's drafts at depths 1..depth
     j = torch.arange(shape.depth + 1, device=dev)
     a = accepted.unsqueeze(-1)

@@ -74,7 +74,7 @@ class MTPDrafter(Drafter):
         self.tokens: list[int] = []
         self._prefill_next: int | None = None
         self.caught_up = 0  # rows the last prepare encoded ahead of its round (see prepare)
-        self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose (tree leaves, tests)
+        self.last_logits: torch.Tensor | None = None  # [k, N] of the last propose or tree (tests)
         self.last_drafts: torch.Tensor | None = None  # int64 [k] on the device
         self.use_graphs = bool(graphs) and dev.type == "cuda"
         self.max_reads = self.cells.config.max_reads  # M: the padded read-cell count of one query
@@ -321,23 +321,34 @@ class MTPDrafter(Drafter):
 
     @torch.inference_mode()
     def propose_tree(self, tokens: list[int], tree) -> list[int] | None:
-        """The spine: the chain propose() drafts (its picks under the sampler); a depth's leaves:
-        the next best of the head's logits there, the spine's own pick left out."""
-        spine = self.propose(tokens, tree.depth)
-        if len(spine) < tree.depth:
+        """The nodes of spec.tree_shape.SpineTree `tree` (Drafter.propose_tree): prepare, then
+        device_tree's work eagerly, and one read."""
+        prep = self.prepare(tokens, tree.depth)
+        if prep is None:
             return None
+        return self.device_tree(prep[1], prep[0], tree).tolist()
+
+    def device_tree(self, staged: torch.Tensor, n: int, tree) -> torch.Tensor:
+        """Device: the tokens [nodes - 1] of `tree`'s nodes 1.. for a round prepared with
+        prepare(tokens, tree.depth) (capturable). The spine: the chain (its picks under the
+        sampler); a depth's leaves: the next best of the head's logits there, the spine's own pick
+        left out."""
+        spine, logits = self._chain(staged, n, tree.depth, want_logits=True)
+        self.last_drafts, self.last_logits = spine, logits
         leaves = tree.leaves()
         if not leaves:
             return spine
-        rows = len(tree.extra)
-        most = max(tree.extra)
-        top = self.last_logits[:rows].topk(most + 1, dim=-1).indices
+        rows, most = len(tree.extra), max(tree.extra)
+        top = logits[:rows].topk(most + 1, dim=-1).indices  # head indices, best first
         ids = self.head.vocab_ids
         if ids is not None:
             top = ids[top]
-        top = top.tolist()
-        cands = [[t for t in top[d] if t != spine[d]][:most] for d in range(rows)]
-        return spine + [cands[d - 1][r - 1] for _, d, r in leaves]
+        other = (top == spine[:rows, None]).to(torch.int8)  # the spine's pick sorts last, the rest keep their order
+        cand = top.gather(1, other.sort(dim=1, stable=True).indices[:, :most])
+        dev = spine.device
+        d = torch.tensor([d - 1 for _, d, _ in leaves], device=dev)
+        r = torch.tensor([r - 1 for _, _, r in leaves], device=dev)
+        return torch.cat([spine, cand[d, r]])
 
     def _stage(self, tokens: list[int], c: int, p0: int, k: int) -> torch.Tensor:
         """Mark the catch-up rows written and return the round's input vector (staged, on the device)."""
