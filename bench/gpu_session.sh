@@ -237,8 +237,8 @@
 #   bench/gpu_session.sh s34-gemma         join; frag vs dense logits (ab_logits); perplexity frag / dense; plain + MTP,
 #                                          frag and dense, beside llama-bench (~5 min)
 #   bench/gpu_session.sh s34-gtest         the real model's GPU tests, dense and frag (~4 min)
-#   bench/gpu_session.sh s34-trees         (session 34) draft trees: fused tree rows bit for bit; MT-Bench tokens a round, chains
-#                                          beside trees, same text (tree rounds eager: no speed figure yet)
+#   bench/gpu_session.sh s34-trees         (session 34) draft trees: fused tree rows bit for bit, captured tree rounds = plain's
+#                                          text; MT-Bench speed and tokens a round, chains beside trees
 #   bench/gpu_session.sh s34-synth SHAPE.. quantize each synthetic model (Q4_K_M); plain frag and dense beside llama-bench
 #                                          (~3 min a shape: gemma3-4b first, then gemma3-1b, qwen2.5-1.5b)
 #   bench/gpu_session.sh s34-blocks SHAPE. gemma3-12b gemma3-27b qwen2.5-7b qwen2.5-14b as random Q4_K_M blocks, the same
@@ -384,9 +384,10 @@ case $step in
   s34-gtest)  # (after s34-gemma) the real model's GPU tests, dense and file weights (frag): fused step, spec
     timeout 500 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py tests/spec -x --model-path /tmp/gguf/gemma.gguf \
       -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4 ;;
-  s34-trees)  # (after s34-gemma) draft trees on the GPU: the fused tree rows against one-row steps bit for bit; MT-Bench
-    # tokens a round and same text, chains beside trees (tree rounds run eagerly: their speed is no figure yet)
-    timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_tree.py -p no:cacheprovider -rf 2>&1 | grep -v Warning \
+  s34-trees)  # (after s34-gemma) draft trees on the GPU: the fused tree rows against one-row steps bit for bit, captured
+    # tree rounds give plain's text; MT-Bench speed, tokens a round and same text, chains beside trees
+    timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_tree.py tests/spec/test_tree_round.py \
+      --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_gpu_trees.txt" | tail -3
     timeout 300 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0.6,0 --draft-tokens 2,3 \
       --draft-trees "3:2,1;3:3,2,1;4:3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \

@@ -141,3 +141,19 @@ def test_bench_rows_of_trees():
         dataclasses.replace(cfg, draft_trees="3:q")
     with pytest.raises(ConfigError, match="mtp"):
         BenchConfig(modes="plain,ngram", draft_trees="3:1")
+
+
+@pytest.mark.gpu
+def test_tree_rounds_on_the_gpu_give_plain_decodings_text(model_path):
+    # the fused tree rows and the captured round: the same text as plain decoding (itself captured),
+    # for two seeds of one sampler shape (the second replays the first one's graphs) and at temp 0
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    eng = Engine(EngineConfig(model=str(model_path), device="cuda", ctx_size=1024, progress=False))
+    for s in (SamplerConfig(temperature=0.6, seed=3, **CHAIN), SamplerConfig(temperature=0.6, seed=9, **CHAIN),
+              SamplerConfig(temperature=0.0)):
+        plain = run(eng, s, SpecConfig(draft="none"), n=64)
+        for tree in ("3:2,1", "4:2,1"):
+            assert run(eng, s, SpecConfig(draft="mtp", draft_tree=tree), n=64) == plain, (s.seed, tree)
+            assert eng.last_stats.spec.accepted > 0
+    assert eng._tree.graphs and eng._tree.captures >= 2
