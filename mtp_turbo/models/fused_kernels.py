@@ -245,7 +245,7 @@ if triton is not None:
                     _norm_rows(RES, Y, WPOST, WPRE, HOUT, XOUT, rm, m_mask, m_mask, N, eps, 2, NP, ACT, True, POST)
 
     @triton.jit(do_not_specialize=["M"])
-    def linear_rope(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+    def linear_rope(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC,
                     H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
                     RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, PREC: tl.constexpr,
                     PDL: tl.constexpr = 0, W0: tl.constexpr = False, HAS_BIAS: tl.constexpr = False,
@@ -253,15 +253,16 @@ if triton is not None:
         """The qkv GEMV (linear, + BIAS with HAS_BIAS; Y [M, (H + 2 HKV) DH]), then qk_rope_write's
         work for each head in the program that finishes that head's DH / BN column tiles of a row
         block last (FusedTiles.tails): query heads (normed with QKN) + roped into QOUT, K heads
-        (normed) + roped and V heads copied into the cache cells at POS, RT rows a pass (_rope_rows:
+        (normed) + roped and V heads copied into the cache cells at CELLS (= POS but for a draft
+        tree's rows: qk_rope_write), RT rows a pass (_rope_rows:
         the same arithmetic as qk_rope_write). CNT: int32 [row blocks, H + 2 HKV], zero before and
         after. PDL, W0: see gemv_tile."""
-        linear_rope_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC,
+        linear_rope_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC,
                          tl.program_id(0), tl.program_id(1), H, HKV, DH, MP, RT, BN, BK, PREC, False, None, PDL, W0,
                          HAS_BIAS, QKN, FA, FB)
 
     @triton.jit
-    def linear_rope_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
+    def linear_rope_tile(X, WA, WB, SPLIT, Y, BIAS, M, N, K, eps, CNT, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC, pid, b,
                          H: tl.constexpr, HKV: tl.constexpr, DH: tl.constexpr, MP: tl.constexpr,
                          RT: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
                          PREC: tl.constexpr, CG: tl.constexpr, ST: tl.constexpr, PDL: tl.constexpr = 0,
@@ -274,7 +275,7 @@ if triton is not None:
         j = pid * BN // DH
         if last_arrival(CNT + b * (H + 2 * HKV) + j, DH // BN):
             for r0 in range(b * MP, tl.minimum(b * MP + MP, M), RT):
-                _rope_rows(Y, POS, POS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
+                _rope_rows(Y, POS, CELLS, QN, KN, COS, SIN, QOUT, KC, VC, r0 + tl.arange(0, RT), M, j, eps,
                            H, HKV, DH, ACT, QKN)
 
     @triton.jit(do_not_specialize=["M"])

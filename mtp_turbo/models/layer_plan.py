@@ -176,11 +176,12 @@ class LayerPlan:
         N = w.shape[0]
         qn = xn if qn is None else qn
         kn = xn if kn is None else kn
-        if t.tails and not isinstance(w, FragMatrix) and cells is None:
+        if t.tails and not isinstance(w, FragMatrix):
             bn, bk, launch = t.gemv(K)
             (wa, wb, split), bk, fmt = weight_args(w, bn, bk)
             fk.linear_rope[(-(-N // bn), -(-M // MP))](
-                xn, wa, wb, split, qkv, xn if bias is None else bias, M, N, K, s.eps, cnt, pos, qn, kn, cos, sin,
+                xn, wa, wb, split, qkv, xn if bias is None else bias, M, N, K, s.eps, cnt, pos,
+                pos if cells is None else cells, qn, kn, cos, sin,
                 q_out, kc, vc, H=s.n_heads, HKV=s.n_kv_heads, DH=s.head_dim, MP=MP, RT=NORM_ROWS, BN=bn, BK=bk,
                 PREC=self.prec, HAS_BIAS=bias is not None, QKN=s.qk_norm, **fmt, **launch, **self.gemv_go)
             return
