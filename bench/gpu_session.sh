@@ -391,7 +391,7 @@ case $step in
       --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_gpu_trees.txt" | tail -3
     timeout 300 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0.6,0 --draft-tokens 2,3 \
-      --draft-trees "3:2,1;3:3,2,1;4:3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \
+      --draft-trees "3:1;3:2,1;3:3,2,1;4:3,2,1;5:4,3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \
       --json "$OUT/bench_trees.json" 2>&1 | tee "$OUT/bench_trees.txt" | tail -14 ;;
   s34-synth)  # SHAPE...: quantize (Q4_K_M) each synthetic model, then bench_frag
     L=/tmp/llama.cpp/build/bin

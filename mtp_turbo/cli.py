@@ -100,8 +100,7 @@ HELP = {
     "per matrix class); rejected unless it is a supported combination",
     "draft_tree": "MTP drafter: draft a tree instead of a chain, DEPTH:M1,M2,.. = a chain of DEPTH drafts with "
     "M1 more candidates at depth 1 (the head's next best), M2 at depth 2, ..; at most 16 nodes with the pending "
-    "token; verified in one forward, exact like the chain (empty = the chain of --draft-tokens; CPU and the "
-    "torch forward only for now)",
+    "token, verified in one forward, exact like the chain (empty = the chain of --draft-tokens)",
     "draft_head_quant": "MTP drafter LM-head rows: main (the main model's stored bytes), bf16, q8_0, q5_0, q4_0",
 }
 

@@ -300,9 +300,6 @@ class Engine:
         speculative = spec is not None and spec.draft != "none"
         if speculative:
             spec = spec.for_sampler(sampler.greedy, cpu=self.device.type == "cpu")
-            if spec.tree is not None and self.runner.fused is not None and spec.tree.shape.nodes > self.runner.max_rows:
-                raise ConfigError(f"--draft-tree {spec.draft_tree}: {spec.tree.shape.nodes} nodes, but the fused "
-                                  f"GPU step verifies at most {self.runner.max_rows} rows")
             self._use_drafter(spec)
             if spec.tree is not None and not self.drafter.drafts_trees:
                 raise ConfigError(f"--draft-tree needs a drafter that ranks its candidates (mtp), not {self.drafter.name}")

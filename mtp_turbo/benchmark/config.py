@@ -130,8 +130,7 @@ HELP = {
     "drafter": "the MTP head file of the mtp rows (default: the head shipped for the model)",
     "temps": "temperatures; 0 = greedy, > 0 = the sampled chain (--top-k ... --penalty-last-n) at that temperature",
     "draft_tokens": "drafts per round (k) of the speculative rows, comma-separated",
-    "draft_trees": "mtp rows drafting trees as well, ';'-separated --draft-tree specs (DEPTH:M1,M2,..; CPU / "
-    "torch forward only for now)",
+    "draft_trees": "mtp rows drafting trees as well, ';'-separated --draft-tree specs (DEPTH:M1,M2,..)",
     "max_tokens": "tokens generated per prompt",
     "prompts": "mtbench (MT-Bench first turns), humaneval (HumanEval prompts) or a FILE (.json list of strings, "
     "or one prompt per line)",

@@ -36,9 +36,10 @@ from .decoder import Decoder
 from .embed import scaled_embedding
 from .layer_plan import MP, NORM_ROWS, FusedTiles, LayerPlan, pow2
 
-__all__ = ["MAX_ROWS", "MP", "NORM_ROWS", "FusedTiles", "FusedDecoder", "available"]
+__all__ = ["MAX_ROWS", "MAX_TREE_ROWS", "MP", "NORM_ROWS", "FusedTiles", "FusedDecoder", "available"]
 
 MAX_ROWS = 8  # verify rows (k+1)
+MAX_TREE_ROWS = 16  # a draft tree's rows (spec/tree_shape.MAX_NODES): past MAX_ROWS on the prefill chunks' plan
 QR = 32  # attention query rows a program computes: QR // (heads / kv_heads) rows of a KV group
 # prefill chunks: the same kernels over row blocks (a grid dimension), no LM head. 128 rows: 117k
 # tok/s a chunk against 76k for 64 on an H200 (bench/RESULTS.md); the attention scratch is 16
@@ -100,14 +101,15 @@ class FusedDecoder:
         self.xn = buf(R, D)  # the normed input of the next GEMV
         self.hidden = buf(R, D)
         self.row_ids = torch.arange(R, device=dev)  # rows 0.. of a gathered embedding (see forward)
-        self.logits = buf(MAX_ROWS, c.vocab_size, dtype=torch.float32)  # the head runs on <= MAX_ROWS rows
+        self.logits = buf(MAX_TREE_ROWS, c.vocab_size, dtype=torch.float32)  # the head's rows at most
         bs = tiles.block_keys
         # key chunks a program grid covers: global layers every chunk of the cache; sliding layers
         # the window plus a row block's rows, starting at any alignment (+1)
         self.n_chunks = {True: -(-kv.capacity // bs)}
         if c.has_sliding:
             self.n_chunks[False] = -(-(c.sliding_window + self.block - 1) // bs) + 1
-        ns = max(self.n_chunks.values()) * c.n_kv_heads * -(-R // self.block)
+        # row blocks: a chunk's, or a tree's rows (one a block)
+        ns = max(self.n_chunks.values()) * c.n_kv_heads * max(-(-R // self.block), MAX_TREE_ROWS)
         self.op = buf(ns, QR, DH, dtype=torch.float32)
         self.mx = buf(ns, QR, dtype=torch.float32)
         self.ls = buf(ns, QR, dtype=torch.float32)
@@ -138,7 +140,7 @@ class FusedDecoder:
         return w
 
     def head(self, x: torch.Tensor) -> torch.Tensor:
-        """fp32 logits [T, V] (a view of self.logits) of T <= MAX_ROWS rows x [T, D] after the final
+        """fp32 logits [T, V] (a view of self.logits) of T <= MAX_TREE_ROWS rows x [T, D] after the final
         norm: the frag8 GEMV on the Q8_0 head (head_w), else the fused GEMV on the dense head.
         A row's logits are the same bits whatever T and the row's place among the rows: frag8's
         arithmetic for a row does not depend on the others. x_frag8 scales and splits each row by
@@ -150,7 +152,7 @@ class FusedDecoder:
         One tile, no split over K (HEAD_Q8_TILE), so every call of 1-4 rows, and either of the two
         launches of 5-8 rows, computes a row alike (tests/models/test_fused*.py check it)."""
         T = x.shape[0]
-        assert 1 <= T <= MAX_ROWS and x.shape[1] == self.model.cfg.hidden, x.shape
+        assert 1 <= T <= MAX_TREE_ROWS and x.shape[1] == self.model.cfg.hidden, x.shape
         logits = self.logits[:T]
         if self.head_w is None:  # the dense head, or the file's bytes where the model keeps them (not Q8_0)
             self.plan.gemv(x, self.model.head_weight, logits, head=True)
@@ -171,7 +173,8 @@ class FusedDecoder:
         root's position p0, one row an attention block (the tiles of a one-row step: its bits)."""
         m, c, kv, t, plan = self.model, self.model.cfg, self.kv, self.tiles, self.plan
         T = tokens.shape[0]
-        assert 1 <= T <= (MAX_ROWS if head else self.rows) and pos.shape == (T,) and pos.dtype == torch.int64
+        most = MAX_TREE_ROWS if tree is not None else MAX_ROWS if head else self.rows
+        assert 1 <= T <= most and pos.shape == (T,) and pos.dtype == torch.int64
         cells, anc = tree if tree is not None else (None, None)
         assert anc is None or (anc.shape[0] == T and anc.dtype == torch.int64 and anc.is_contiguous())
         H, HKV, DH = c.n_heads, c.n_kv_heads, c.head_dim

@@ -13,15 +13,16 @@ pytest.importorskip("triton")
 
 from mtp_turbo.cache.kv import KVCache  # noqa: E402
 from mtp_turbo.models import fused  # noqa: E402
-from mtp_turbo.spec.tree_shape import TreeShape  # noqa: E402
+from mtp_turbo.spec.tree_shape import SpineTree, TreeShape  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tiny_models import tiny_model  # noqa: E402
 
 SHAPE = TreeShape((-1, 0, 0, 1, 1, 2, 3, 5))  # two children at depths 1 and 2, chains below, 8 rows
+BIG = SpineTree(5, (4, 3, 2, 1)).shape  # 16 rows: past the verify step's 8, on the prefill chunks' plan
 
 
-def tree_vs_steps(family, p_len, dev, dtype):
+def tree_vs_steps(family, p_len, dev, dtype, SHAPE=SHAPE):
     m = tiny_model(family, seed=3, dtype=dtype, device=dev)
     c = m.cfg
     g = torch.Generator().manual_seed(4)
@@ -39,22 +40,24 @@ def tree_vs_steps(family, p_len, dev, dtype):
     anc = torch.tensor(SHAPE.ancestors, device=dev)
     logits, hidden = (x.clone() for x in dec.forward(nodes, pos, tree=(cells, anc)))
     tree_k = kv.k[:, p0:p0 + SHAPE.nodes].clone()
-    out = []
-    for n in range(SHAPE.nodes):
+    out = {}
+    ends = [n for n in range(SHAPE.nodes) if n not in SHAPE.parents]  # every node lies on a path to one
+    for n in ends:
         kv.k.copy_(snap[0])
         kv.v.copy_(snap[1])
         path = [a for a in SHAPE.ancestors[n] if a >= 0]
-        for d, a in enumerate(path):  # one-row steps along the path
+        for d, a in enumerate(path):  # one-row steps along the path, each node's outputs as it passes
             lg, h = dec.forward(nodes[a:a + 1], torch.tensor([p0 + d], device=dev))
-        out.append((n, lg[0].clone(), h[0].clone(), kv.k[:, p0 + len(path) - 1].clone()))
-    return logits, hidden, tree_k, out
+            out.setdefault(a, (a, lg[0].clone(), h[0].clone(), kv.k[:, p0 + d].clone()))
+    return logits, hidden, tree_k, [out[n] for n in range(SHAPE.nodes)]
 
 
 @pytest.mark.interpret
-@pytest.mark.parametrize("family,p_len", [("gemma3", 30), ("qwen2", 7)])
-def test_tree_rows_are_fused_one_row_steps_of_their_paths(family, p_len):
+@pytest.mark.parametrize("family,p_len,shape", [("gemma3", 30, SHAPE), ("qwen2", 7, SHAPE), ("gemma3", 24, BIG)],
+                         ids=["gemma3", "qwen2", "gemma3-16-rows"])
+def test_tree_rows_are_fused_one_row_steps_of_their_paths(family, p_len, shape):
     # gemma3: a 16-cell sliding window, so sliding rows start past cell 0; qwen2: biases, no window
-    logits, hidden, tree_k, steps = tree_vs_steps(family, p_len, "cpu", torch.float32)
+    logits, hidden, tree_k, steps = tree_vs_steps(family, p_len, "cpu", torch.float32, shape)
     for n, lg, h, k in steps:
         scale = lg.abs().max()
         assert (logits[n] - lg).abs().max() <= 1e-5 * scale, (family, n)
@@ -65,8 +68,8 @@ def test_tree_rows_are_fused_one_row_steps_of_their_paths(family, p_len):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("family,p_len", [("gemma3", 30), ("qwen2", 7)])
-def test_tree_rows_are_fused_one_row_steps_bit_for_bit_on_the_gpu(family, p_len):
-    logits, hidden, tree_k, steps = tree_vs_steps(family, p_len, "cuda", torch.bfloat16)
+@pytest.mark.parametrize("family,p_len,shape", [("gemma3", 30, SHAPE), ("qwen2", 7, SHAPE), ("gemma3", 24, BIG)])
+def test_tree_rows_are_fused_one_row_steps_bit_for_bit_on_the_gpu(family, p_len, shape):
+    logits, hidden, tree_k, steps = tree_vs_steps(family, p_len, "cuda", torch.bfloat16, shape)
     for n, lg, h, k in steps:
         assert torch.equal(logits[n], lg) and torch.equal(hidden[n], h) and torch.equal(tree_k[:, n], k), (family, n)

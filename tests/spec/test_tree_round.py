@@ -123,15 +123,6 @@ def test_trees_need_the_mtp_drafter_and_the_exact_rule():
             SpecConfig(draft_tree="3:1", **kw)
 
 
-def test_trees_past_the_fused_steps_rows_are_refused_before_anything_runs(e8, monkeypatch):
-    e8.reset()
-    monkeypatch.setattr(e8.runner, "fused", object())
-    monkeypatch.setattr(e8.runner, "max_rows", 8)
-    with pytest.raises(ConfigError, match="at most 8 rows"):
-        e8.generate_ids(PROMPT, max_tokens=4, spec=SpecConfig(draft="mtp", draft_tree="5:2,1"))
-    assert e8.tokens == []  # nothing was prefilled
-
-
 def test_bench_rows_of_trees():
     from mtp_turbo.benchmark.config import BenchConfig
 
