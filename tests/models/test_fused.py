@@ -283,8 +283,8 @@ def test_q8_head_gives_a_row_the_same_bits_in_every_call():
     for n in (1, 2, 3, 4, 5):
         for r0 in range(0, 8 - n + 1, n):
             assert torch.equal(dec.head(x[r0:r0 + n]), full[r0:r0 + n]), (n, r0)
-    with pytest.raises(AssertionError):
-        dec.head(torch.zeros(fused.MAX_ROWS + 1, c.hidden))
+    with pytest.raises(AssertionError):  # a draft tree's rows at most
+        dec.head(torch.zeros(fused.MAX_TREE_ROWS + 1, c.hidden))
 
 
 def _bits(t):
