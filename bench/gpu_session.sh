@@ -366,8 +366,8 @@ case $step in
     llama_build 12 "llama-bench llama-quantize" || exit 1
     synth_f16 ${SHAPES:-gemma3-1b gemma3-4b qwen2.5-1.5b}
     nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu,memory.used --format=csv
-    timeout 240 python3 -m pytest -q -m gpu tests/quant/test_fragk.py tests/quant/test_frag8_gemv.py -p no:cacheprovider -rf \
-      2>&1 | grep -v Warning | tee "$OUT/pytest_fragk.txt" | tail -4
+    timeout 240 python3 -m pytest -q -m gpu tests/quant/test_fragk.py tests/quant/test_frag8_gemv.py tests/models/test_fused_tree.py \
+      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_fragk.txt" | tail -4
     [ "${MICRO:-1}" = 0 ] || timeout 240 python3 bench/experiments/fragk_gemv_bench.py --quick --out "$OUT/fragk_gemv.json" 2>&1 \
       | tee "$OUT/fragk_gemv.txt" ;;
   s34-gemma)  # (pieces copied) join; frag vs dense on the real model: logits, GPU tests, bench beside llama-bench
