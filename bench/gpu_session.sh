@@ -242,7 +242,9 @@
 #   bench/gpu_session.sh s34-synth SHAPE.. quantize each synthetic model (Q4_K_M); plain frag and dense beside llama-bench
 #                                          (~3 min a shape: gemma3-4b first, then gemma3-1b, qwen2.5-1.5b)
 #   bench/gpu_session.sh s34-blocks SHAPE. gemma3-12b gemma3-27b qwen2.5-7b qwen2.5-14b as random Q4_K_M blocks, the same
-#   (30 device minutes do not hold all of it: start (~5), pieces (~3), gemma, gtest, synth gemma3-4b, then the rest)
+#   (30 device minutes do not hold all of it. Order (session 34): start (~3 with MICRO=0: the frag kernels' and the fused
+#   tree rows' GPU tests), synth gemma3-4b (needs no pieces: the 0.97x shape), pieces, gemma, trees, synth gemma3-1b
+#   qwen2.5-1.5b, gtest, blocks)
 set -uo pipefail
 step=$1; shift || true
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT" /tmp/gguf
