@@ -389,6 +389,10 @@ case $step in
       -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -4 ;;
   s34-trees)  # (after s34-gemma) draft trees on the GPU: the fused tree rows against one-row steps bit for bit, captured
     # tree rounds give plain's text; MT-Bench speed, tokens a round and same text, chains beside trees
+    if [ ! -f /tmp/gguf/gemma.gguf ]; then  # (pieces copied, s34-gemma not run)
+      cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
+      echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    fi
     timeout 200 python3 -m pytest -q -m gpu tests/models/test_fused_tree.py tests/spec/test_tree_round.py \
       --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider -rf 2>&1 | grep -v Warning \
       | tee "$OUT/pytest_gpu_trees.txt" | tail -3
