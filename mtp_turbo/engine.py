@@ -314,7 +314,7 @@ class Engine:
         if speculative and spec.tree is not None:
             from .spec.tree_round import tree_tokens
 
-            stats.spec = RoundStats(self.drafter.name, spec.tree.depth)
+            stats.spec = RoundStats(f"{self.drafter.name} tree {spec.tree.spec}", spec.tree.depth)
             program = self._tree_round()
             token_iter = tree_tokens(self, sampler, spec, spec.tree, budget, self.drafter, stats.spec,
                                      vocab=self.model.cfg.vocab_size, tree_round=program)
