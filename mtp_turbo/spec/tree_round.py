@@ -4,8 +4,9 @@ draw at every node, the exact walk (tree.accept_tree), the accepted path's K/V m
 Owns: `TreeRound` (one round's device work, replayed from a CUDA graph per (tree, catch-up rows,
 sampler shape) on CUDA, eager elsewhere; one host read a round) and `tree_tokens` (the loop of tree
 rounds, as round.speculative_tokens is for chains, with the same RoundStats: per depth).
-Ignores: the tree rule and the shapes (tree.py), how the target forwards a tree (the engine and
-models/decoder.forward_tree), how the drafter ranks its candidates (drafters/mtp.py).
+Ignores: the tree rule and the shapes (tree.py, tree_shape.py), how the target forwards a tree
+(the engine: models/fused.py's tree mode, decoder.forward_tree), how the drafter ranks its
+candidates (drafters/mtp.py's device_tree).
 
 Why it gives plain decoding's text: node m's row is a one-row step after the path to m (its K/V in
 cell p0 + m, its attention over the committed cells and its ancestors'), and its token is drawn
@@ -32,10 +33,10 @@ from ..models.greedy import GreedyPick
 from ..sampling.config import SamplerConfig
 from ..sampling.fused import PARAM_WORDS, sample_rows, sampler_values
 from .drafters.base import Drafter
-from .round import RoundStats, drafter_sampler
-from .target import Target
 from .drafters.mtp import GRAPH_ROWS
 from .program import program_shape
+from .round import RoundStats, drafter_sampler
+from .target import Target
 from .tree import accept_tree, path_windows, tables
 from .tree_shape import MAX_NODES, SpineTree, TreeShape
 
@@ -43,10 +44,11 @@ ROOT = TreeShape((-1,))  # a plain step: the pending token's row alone
 
 
 class TreeRound:
-    """One target + sampler + drafter. run(tree) -> (accepted, emitted tokens). The round's device
-    work (drafts, forward, draws, walk, the path's K/V, tokens and states into place) reads the
-    committed count from the device and is replayed from one CUDA graph per (tree, catch-up rows)
-    on CUDA, run eagerly elsewhere (the same ops: a capture failure costs speed only)."""
+    """One target + drafter (+ the sampler of set_sampler). run(tree) -> (accepted, emitted tokens,
+    tree drafted). The round's device work (drafts, forward, draws, walk, the path's K/V, tokens and
+    states into place) reads the committed count from the device and is replayed from one CUDA
+    graph per (tree, catch-up rows, sampler shape) on CUDA, run eagerly elsewhere (the same ops: a
+    capture failure costs speed only)."""
 
     def __init__(self, target: Target, drafter: Drafter, vocab: int | None = None, graphs: bool = True):
         self.target, self.drafter, self.vocab = target, drafter, vocab
