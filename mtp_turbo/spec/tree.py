@@ -26,9 +26,9 @@ from functools import lru_cache
 import torch
 from torch import Tensor
 
-from .tree_shape import TreeShape
+from .tree_shape import SpineTree, TreeShape
 
-__all__ = ["ShapeTables", "accept_tree", "path_windows", "tables"]
+__all__ = ["ShapeTables", "accept_tree", "leaf_index", "path_windows", "tables"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,14 @@ def tables(shape: TreeShape, device: torch.device) -> ShapeTables:
         return torch.tensor(x, dtype=torch.int64, device=device)
 
     return ShapeTables(t(shape.parents), t(shape.depths), t(shape.ancestors), t(range(shape.nodes)))
+
+
+@lru_cache(maxsize=64)
+def leaf_index(tree: SpineTree, device: torch.device) -> tuple[Tensor, Tensor]:
+    """A spine tree's leaves as (depth - 1, rank - 1) index tensors on a device (made once)."""
+    leaves = tree.leaves()
+    return (torch.tensor([d - 1 for _, d, _ in leaves], dtype=torch.int64, device=device),
+            torch.tensor([r - 1 for _, _, r in leaves], dtype=torch.int64, device=device))
 
 
 def path_windows(tok_buf: Tensor, n: int | Tensor, tokens: Tensor, shape: TreeShape, last_n: int) -> Tensor:

@@ -35,6 +35,7 @@ from ...models.mtp_head import DEFAULT_HEAD, MTPHead, shipped_head
 from ...models.mtp_step import MAX_ROWS as MAX_STEP_ROWS
 from ...models.mtp_step import FusedMTPStep, TorchMTPStep
 from ..glue import RoundGlue
+from ..tree import leaf_index
 from .base import Drafter
 from .mtp_sampler import SEQ_WINDOW_MAX, DraftSampler
 from .mtp_stage import RUN_WORDS, RoundStage, needs_repair, repair_cells
@@ -345,9 +346,7 @@ class MTPDrafter(Drafter):
             top = ids[top]
         other = (top == spine[:rows, None]).to(torch.int8)  # the spine's pick sorts last, the rest keep their order
         cand = top.gather(1, other.sort(dim=1, stable=True).indices[:, :most])
-        dev = spine.device
-        d = torch.tensor([d - 1 for _, d, _ in leaves], device=dev)
-        r = torch.tensor([r - 1 for _, _, r in leaves], device=dev)
+        d, r = leaf_index(tree, spine.device)  # (made outside a capture: copied from the host once)
         return torch.cat([spine, cand[d, r]])
 
     def _stage(self, tokens: list[int], c: int, p0: int, k: int) -> torch.Tensor:
