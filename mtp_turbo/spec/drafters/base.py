@@ -25,7 +25,9 @@ class Drafter:
     # device_drafts_after / launched_after, store_hidden_rows: see mtp.py, ngram.py) instead of
     # returning them from propose
     on_device = False
-    drafts_trees = False  # ranks its candidates at each depth: propose_tree
+    # ranks its candidates at each depth: propose_tree, and for a tree round's device program
+    # prepare(tokens, depth) / device_tree(staged, rows, tree) (see mtp.py, spec/tree_round.py)
+    drafts_trees = False
     caught_up = 0  # rows a device drafter's last prepare encoded ahead of its round (a switching cost)
 
     def begin(self, tokens: list[int]) -> None:
