@@ -111,6 +111,18 @@ def test_trees_are_cut_to_the_budget_and_the_context():
     assert 1 + fit(t, 3, 6).depth + sum(fit(t, 3, 6).extra) <= 6
 
 
+def test_trees_run_to_the_end_of_the_context(engine):
+    # the last rounds cut their trees to the cells left (and at one cell a plain step): plain's text
+    from mtp_turbo.engine import Engine, EngineConfig
+
+    small = Engine(EngineConfig(model=str(engine.gguf.path), device="cpu", ctx_size=40, progress=False),
+                   gguf=engine.gguf)
+    s = SamplerConfig(temperature=0.6, seed=5, **CHAIN)
+    plain = run(small, s, SpecConfig(draft="none"), n=64)
+    assert len(plain) == 40 - len(small.encode_prompt(PROMPT))  # it ran into the context's end
+    assert run(small, s, SpecConfig(draft="mtp", draft_tree="5:4,3,2,1"), n=64) == plain
+
+
 @pytest.mark.parametrize("bad", ["x", "3:a", "0", "3:1,1,1,1", "15:3"])
 def test_bad_trees_are_refused(bad):
     with pytest.raises(ConfigError, match="draft-tree"):
