@@ -229,6 +229,9 @@
 #   bench/gpu_session.sh s33-check         (carry .whl) Triton on CUDA; the GPU tests without a model; the real model's GPU
 #                                          tests (fused step, drafters); MT-Bench plain / MTP against session 25's table
 #
+# The carried files (.carry/llama.tar.gz, .whl, .pieces/meta, .pieces/gNN) are git-ignored: a fresh checkout makes them
+# with bench/make_carry.sh.
+#
 # Session 32 (issue 37: the file's bytes on integer tensor cores, FragMatrix; no device was lent in session 32):
 #   bench/gpu_session.sh s34-start         (carry .carry .whl .pieces/meta) llama-bench + llama-quantize built and the
 #                                          synthetic F16 models written in the background; the frag kernels' GPU tests;
