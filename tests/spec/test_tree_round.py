@@ -63,7 +63,9 @@ def test_leaves_are_the_heads_next_best_and_never_the_spines(e8):
     run(e8, s, SpecConfig(draft="mtp", draft_tokens=3), n=6)  # a drafter with the prompt encoded
     d = e8.drafter
     tree = SpineTree(3, (3, 1))
-    nodes = d.propose_tree(e8.tokens, tree)
+    rows, staged = d.prepare(e8.tokens, tree.depth)
+    with torch.inference_mode():
+        nodes = d.device_tree(staged, rows, tree).tolist()
     spine, logits = nodes[:3], d.last_logits
     ids = d.head.vocab_ids
     order = [[int(ids[i]) if ids is not None else int(i) for i in row.argsort(descending=True)[:5]]

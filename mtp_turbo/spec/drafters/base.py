@@ -25,8 +25,8 @@ class Drafter:
     # device_drafts_after / launched_after, store_hidden_rows: see mtp.py, ngram.py) instead of
     # returning them from propose
     on_device = False
-    # ranks its candidates at each depth: propose_tree, and for a tree round's device program
-    # prepare(tokens, depth) / device_tree(staged, rows, tree) (see mtp.py, spec/tree_round.py)
+    # ranks its candidates at each depth: a tree round's device program calls prepare(tokens, depth)
+    # and device_tree(staged, rows, tree) (see mtp.py, spec/tree_round.py)
     drafts_trees = False
     caught_up = 0  # rows a device drafter's last prepare encoded ahead of its round (a switching cost)
 
@@ -35,12 +35,6 @@ class Drafter:
 
     def propose(self, tokens: list[int], k: int) -> list[int]:
         raise NotImplementedError
-
-    def propose_tree(self, tokens: list[int], tree) -> list[int] | None:
-        """The tokens of nodes 1.. of spec.tree.SpineTree `tree` after `tokens` (its spine: the
-        drafter's chain; its leaves: the chain's next best candidates at their depths), or None
-        when nothing can be drafted yet. Only drafters that rank candidates (drafts_trees) do."""
-        raise NotImplementedError(f"the {self.name} drafter does not draft trees")
 
     def observe(self, tokens: list[int], accepted: int, hidden: torch.Tensor | None, stored: bool = False) -> None:
         """stored: a device round already stored the verified rows' states (reads_hidden drafters)."""

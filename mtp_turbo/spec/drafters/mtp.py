@@ -320,15 +320,6 @@ class MTPDrafter(Drafter):
         self.last_drafts, self.last_logits = out
         return [int(t) for t in out[0].tolist()]  # the one host sync per round
 
-    @torch.inference_mode()
-    def propose_tree(self, tokens: list[int], tree) -> list[int] | None:
-        """The nodes of spec.tree_shape.SpineTree `tree` (Drafter.propose_tree): prepare, then
-        device_tree's work eagerly, and one read."""
-        prep = self.prepare(tokens, tree.depth)
-        if prep is None:
-            return None
-        return self.device_tree(prep[1], prep[0], tree).tolist()
-
     def device_tree(self, staged: torch.Tensor, n: int, tree) -> torch.Tensor:
         """Device: the tokens [nodes - 1] of `tree`'s nodes 1.. for a round prepared with
         prepare(tokens, tree.depth) (capturable). The spine: the chain (its picks under the
