@@ -79,7 +79,8 @@ def main():
     # prefill: a 128-row chunk through frag_gemm at several program shapes (a row's bits do not depend
     # on them) against the dense fused GEMV's 128 rows; tok/s of a chunk's GEMVs for the whole model
     from mtp_turbo.quant.kernels import frag_gemm
-    shapes = ((2, 16), (2, 32), (4, 32), (4, 64), (8, 64)) if not a.quick else ((2, 16), (4, 64))
+    shapes = ((2, 16, 4), (4, 64, 4), (4, 64, 8), (8, 64, 8), (4, 128, 8), (8, 32, 4)) if not a.quick \
+        else ((2, 16, 4), (4, 64, 4))
     gemm = {sh: 0.0 for sh in shapes}
     dense_pp = 0.0
     for name, (n, k, t, gated) in MATS.items():
@@ -95,20 +96,20 @@ def main():
         dense_pp += dms * 1e3 * PER_TOKEN[name]
         res = {"dense_us": dms * 1e3}
         run = fm.runs[0]
-        for tb, bm in shapes:
+        for tb, bm, w in shapes:
             try:
-                us = triton.testing.do_bench(lambda: frag_gemm.launch(x, run.layout, run.tile.split_k, y32, tb, bm),
+                us = triton.testing.do_bench(lambda: frag_gemm.launch(x, run.layout, run.tile.split_k, y32, tb, bm, w),
                                              warmup=3, rep=30) * 1e3
             except Exception as e:  # noqa: BLE001
-                res[f"gemm {tb}x{bm}"] = f"error {type(e).__name__}: {e}"[:200]
-                gemm[(tb, bm)] = float("inf")
+                res[f"gemm {tb}x{bm}w{w}"] = f"error {type(e).__name__}: {e}"[:200]
+                gemm[(tb, bm, w)] = float("inf")
                 continue
-            res[f"gemm {tb}x{bm}"] = us
-            gemm[(tb, bm)] += us * PER_TOKEN[name]
+            res[f"gemm {tb}x{bm}w{w}"] = us
+            gemm[(tb, bm, w)] += us * PER_TOKEN[name]
         out[f"{name} {n}x{k} rows 128"] = res
         print(name, 128, json.dumps({kk: round(v, 1) if isinstance(v, float) else v for kk, v in res.items()}), flush=True)
     print(f"a 128-row chunk's layer GEMVs: dense {dense_pp:.0f} us ({128e6 / dense_pp:.0f} tok/s), "
-          + ", ".join(f"gemm {tb}x{bm} {v:.0f} us ({128e6 / v:.0f} tok/s)" for (tb, bm), v in gemm.items()))
+          + ", ".join(f"gemm {tb}x{bm}w{w} {v:.0f} us ({128e6 / v:.0f} tok/s)" for (tb, bm, w), v in gemm.items()))
     for rows in (1, 4):
         d = sum(dense_t[(nm, rows)] * PER_TOKEN[nm] for nm in MATS)
         f = sum(best[(nm, rows)][0] * PER_TOKEN[nm] for nm in MATS)

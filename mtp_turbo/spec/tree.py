@@ -95,15 +95,16 @@ def accept_tree(t: Tensor, tokens: Tensor, shape: TreeShape) -> tuple[Tensor, Te
     same = (up[:, None] == up[None, :]) & torch.ones(n, n, dtype=torch.bool, device=dev).tril(-1)
     dup = (same & (tokens[..., :, None] == tokens[..., None, :])).any(dim=-1)
     match &= ~dup
-    match[..., 0] = True
+    match[..., 0].fill_(True)  # (a Python scalar assigned is a host copy: not capturable)
     acc = match
     for _ in range(shape.depth):  # accepted: the node and all its ancestors match
         acc = match & acc[..., parents]
     depths = tb.depths
     score = torch.where(acc, depths * n + (n - 1 - torch.arange(n, device=dev)), -1)  # the deepest; one a depth
     last = score.argmax(dim=-1)
-    accepted = depths[last]
-    anc = tb.ancestors[last]  # [..., depth + 1]
+    at = last.unsqueeze(-1)  # (a 0-dim index tensor is read on the host: not capturable)
+    accepted = depths[at].squeeze(-1)
+    anc = tb.ancestors[at].squeeze(-2)  # [..., depth + 1]
     path = tokens.gather(-1, anc[..., 1:].clamp(min=0))  # the path's drafts at depths 1..depth
     j = torch.arange(shape.depth + 1, device=dev)
     a = accepted.unsqueeze(-1)

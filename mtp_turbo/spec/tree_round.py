@@ -23,6 +23,8 @@ positions (stored here, marked by observe).
 from __future__ import annotations
 
 import sys
+import traceback
+from pathlib import Path
 import time
 from typing import Iterator
 
@@ -119,7 +121,7 @@ class TreeRound:
         logits, hidden = tg.forward_tree(nodes, shape, p0)
         t = self._draw(logits, nodes, shape, n)
         acc, emitted, last = accept_tree(t, nodes, shape)
-        path = tables(shape, dev).ancestors[last].clamp(min=0)  # the accepted path's nodes (then the root)
+        path = tables(shape, dev).ancestors[last.view(1)][0].clamp(min=0)  # the accepted path's nodes (then the root)
         j = torch.arange(shape.depth + 1, device=dev)
         tg.move_cells(p0 + path, p0 + j)  # past the path: stale cells, rewritten before they are read
         keep = tb[n + j]
@@ -161,8 +163,10 @@ class TreeRound:
         except Exception as e:  # a failure costs speed, never the answer
             torch.cuda.synchronize()
             self.n_dev.copy_(keep)
-            print(f"mtp-turbo: a tree round's CUDA graph failed ({type(e).__name__}: {str(e)[:300]}); running "
-                  "tree rounds eagerly", file=sys.stderr)
+            at = [f for f in traceback.extract_tb(e.__traceback__) if "mtp_turbo" in f.filename][-1:]
+            where = f" at {Path(at[0].filename).name}:{at[0].lineno}" if at else ""
+            print(f"mtp-turbo: a tree round's CUDA graph failed{where} ({type(e).__name__}: {str(e)[:300]}); "
+                  "running tree rounds eagerly", file=sys.stderr)
             self.graphs = False
             return None
         self._graphs[key] = g

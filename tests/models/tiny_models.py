@@ -51,5 +51,5 @@ def tiny_model(family="gemma3", seed=0, head_q8=False, dtype=torch.float32, devi
         name = "token_embd.weight" if cfg.tied_head else "output.weight"
         pw = PackedWeight.from_dense(w[name], "q8_0")
         q8, w[name] = (pw.qs, pw.scales), pw.dequantize()
-    w = {k: v if v.dim() == 1 else v.to(dtype) for k, v in w.items()}
+    w = {k: (v if v.dim() == 1 else v.to(dtype)).to(device) for k, v in w.items()}  # Decoder keeps them where they are
     return Decoder(cfg, w, device, dtype, head_q8=q8)

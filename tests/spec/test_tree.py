@@ -108,3 +108,28 @@ def test_acceptance_is_the_mass_on_the_children():
     sigma = (want * (1 - want) / n) ** 0.5
     assert abs(hits / n - want) < 4 * sigma, (hits / n, want)
     assert want > float(p.max()) + 8 * sigma  # the tree's gain is resolvable at this n
+
+
+def test_the_walk_reads_nothing_from_the_host():
+    # a tree round is replayed from a CUDA graph: no op of the walk may read a value on the host or
+    # copy one from it (a 0-dim index tensor, a Python scalar assigned); checked on the CPU by the ops
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    host = ("item", "_local_scalar_dense", "lift_fresh", "is_nonzero", "nonzero", "equal")
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.seen = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.add(func.__name__.split(".")[0])
+            return func(*args, **(kwargs or {}))
+
+    shape = SHAPES[2]
+    tokens = torch.arange(shape.nodes) % 3
+    t = torch.ones(shape.nodes, dtype=torch.int64)
+    accept_tree(t, tokens, shape)  # the shape's tables made once, outside the check, as the engine does
+    with Ops() as ops:
+        accept_tree(t, tokens, shape)
+    assert ops.seen and not ops.seen & set(host), ops.seen & set(host)

@@ -33,8 +33,8 @@ except ImportError:  # CPU machines without Triton
     triton = None
 
 FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
-TB = 2  # row tiles (16 rows) a program takes
-BM = 16  # x rows a program takes
+TB = 4  # row tiles (16 rows) a program takes: 4 x 64 took 163 ms for a 4B model's 128-row chunk, 2 x 16
+BM = 64  # 389 ms (bench/RESULTS.md session 35); fewer rows than BM take BM = 16 (less masked work)
 
 
 if triton is not None:
@@ -172,14 +172,17 @@ if triton is not None:
         tl.store(Y + rm[None, :] * stride_ym + row[:, None], tot, mask=ok[:, None] & m_ok[None, :])
 
 
-def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int = TB, bm: int = BM) -> None:
+def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int = TB, bm: int | None = None,
+           warps: int = 4) -> None:
     """out[M, N] (float32, unit column stride) = x [M, K] @ values.T for a layout fw (Frag8Weight or
     FragKWeight), each row the bits the frag8 GEMV gives it at split_k (the same chunks a split).
-    tb, bm: row tiles and x rows a program takes (any: a row's bits do not depend on them)."""
+    tb, bm, warps: row tiles and x rows a program takes, its warps (any: a row's bits do not depend
+    on them; bm None: BM, or 16 below BM rows)."""
     from .frag8_gemv import SHIFT
 
     n, k = fw.shape
     m = x.shape[0]
+    bm = bm or (BM if m >= BM else 16)
     assert x.dim() == 2 and x.shape[1] == k and x.stride(1) == 1 and out.stride(1) == 1, (x.shape, out.stride())
     nt, nc = fw.tiles
     cps = -(-nc // split_k)
@@ -187,4 +190,4 @@ def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int = TB, b
     hf = fw.hf if fw.hf is not None else fw.qf
     gemm_frag[(triton.cdiv(nt, tb), triton.cdiv(m, bm))](
         x, fw.qf, hf, fw.sf, getattr(fw, "df", fw.qf), out, m, n, nt, nc, cps, splits, k, x.stride(0), out.stride(0),
-        FMT=FMT_ID[fw.fmt], SHIFT=SHIFT[fw.fmt], TB=tb, BM=bm, num_warps=4)
+        FMT=FMT_ID[fw.fmt], SHIFT=SHIFT[fw.fmt], TB=tb, BM=bm, num_warps=warps)
