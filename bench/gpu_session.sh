@@ -396,6 +396,20 @@ case $step in
     timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0.6,0 --draft-tokens 2,3 \
       --draft-trees "3:2,1;3:3,2,1;5:4,3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \
       --json "$OUT/bench_trees.json" 2>&1 | tee "$OUT/bench_trees.txt" | tail -14 ;;
+  s35-last)  # (pieces and .pieces/meta copied; no llama build: 400 s of budget left) s35-final cut to fit
+    cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    nvidia-smi --query-gpu=name --format=csv,noheader
+    timeout 90 python3 -m pytest -q -m gpu tests/models/test_fused_tree.py tests/spec/test_tree_round.py \
+      --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider -rf 2>&1 | grep -v Warning \
+      | tee "$OUT/pytest_gpu_trees.txt" | tail -3
+    timeout 90 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0.6,0 --draft-tokens 3 \
+      --draft-trees "3:2,1;5:4,3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \
+      --json "$OUT/bench_trees.json" 2>&1 | tee "$OUT/bench_trees.txt" | tail -9
+    timeout 30 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
+      --out /tmp/blocks-gemma3-4b.gguf 2>&1 | tail -1
+    timeout 60 python3 -m mtp_turbo.cli bench --model /tmp/blocks-gemma3-4b.gguf --modes plain --temps 0 --max-tokens 32 \
+      --n-prompts 2 --prompts mtbench --pp 512 --file-weights --no-progress 2>&1 | tee "$OUT/bench_blocks_4b.txt" | tail -4 ;;
   s35-final)  # (pieces and .pieces/meta copied, s35-go's build) the tree capture fix: GPU tree tests, the tree sweep;
     # a 4B shape's pp512 with frag_gemm's new tiles beside llama-bench; the frag_gemm tile sweep
     cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
