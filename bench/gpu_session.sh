@@ -245,9 +245,9 @@
 #   bench/gpu_session.sh s34-synth SHAPE.. quantize each synthetic model (Q4_K_M); plain frag and dense beside llama-bench
 #                                          (~3 min a shape: gemma3-4b first, then gemma3-1b, qwen2.5-1.5b)
 # Session 35: s35-go DIR.. (carry .carry .whl + a piece or .pieces/meta: llama-bench built in the background), one call a
-#   piece, then s35-gemma (tree tests, plain/MTP beside llama-bench, tree sweep) or s35-final (after the tree capture fix)
+#   piece, then s35-gemma (tree tests, plain/MTP beside llama-bench, tree sweep) or s35-last (after the tree capture fix)
 # Next (session 36): s35-go with .carry .whl .pieces/meta, pieces g00..g08, s36-profile (the tree round's fixed ~1 ms),
-#   s35-final's 4B pp512 with frag_gemm's 4 x 64 tiles and the tile sweep (fragk_gemv_bench.py, full)
+#   s35-last's 4B pp512 with frag_gemm's 4 x 64 tiles (beside llama-bench), the tile sweep (fragk_gemv_bench.py, full)
 #   bench/gpu_session.sh s34-blocks SHAPE. gemma3-12b gemma3-27b qwen2.5-7b qwen2.5-14b as random Q4_K_M blocks, the same
 #   (30 device minutes do not hold all of it. Order (session 34): start (~3 with MICRO=0: the frag kernels' and the fused
 #   tree rows' GPU tests), synth gemma3-4b (needs no pieces: the 0.97x shape), pieces, gemma, trees, synth gemma3-1b
@@ -403,7 +403,7 @@ case $step in
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
     timeout 200 python3 bench/experiments/tree_round_profile.py --model /tmp/gguf/gemma.gguf --tree "${TREE:-3:2,1}" \
       2>&1 | tee "$OUT/tree_round_profile.txt" | grep -v "^-" | cut -c1-160 | head -70 ;;
-  s35-last)  # (pieces and .pieces/meta copied; no llama build: 400 s of budget left) s35-final cut to fit
+  s35-last)  # (pieces and .pieces/meta copied; no llama build) tree GPU tests and sweep; a 4B shape's pp512
     cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
     nvidia-smi --query-gpu=name --format=csv,noheader
@@ -417,23 +417,6 @@ case $step in
       --out /tmp/blocks-gemma3-4b.gguf 2>&1 | tail -1
     timeout 60 python3 -m mtp_turbo.cli bench --model /tmp/blocks-gemma3-4b.gguf --modes plain --temps 0 --max-tokens 32 \
       --n-prompts 2 --prompts mtbench --pp 512 --file-weights --no-progress 2>&1 | tee "$OUT/bench_blocks_4b.txt" | tail -4 ;;
-  s35-final)  # (pieces and .pieces/meta copied, s35-go's build) the tree capture fix: GPU tree tests, the tree sweep;
-    # a 4B shape's pp512 with frag_gemm's new tiles beside llama-bench; the frag_gemm tile sweep
-    cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
-    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
-    timeout 120 python3 -m pytest -q -m gpu tests/models/test_fused_tree.py tests/spec/test_tree_round.py \
-      --model-path /tmp/gguf/gemma.gguf -p no:cacheprovider -rf 2>&1 | grep -v Warning \
-      | tee "$OUT/pytest_gpu_trees.txt" | tail -3
-    timeout 150 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0.6,0 --draft-tokens 2,3 \
-      --draft-trees "3:2,1;3:3,2,1;5:4,3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \
-      --json "$OUT/bench_trees.json" 2>&1 | tee "$OUT/bench_trees.txt" | tail -14
-    for i in $(seq 30); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
-    timeout 30 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
-      --out /tmp/blocks-gemma3-4b.gguf 2>&1 | tail -1
-    timeout 150 python3 -m mtp_turbo.cli bench --model /tmp/blocks-gemma3-4b.gguf --modes plain --temps 0 --max-tokens 128 \
-      --n-prompts 8 --prompts mtbench --pp 512 --floor --file-weights --llama-bench /tmp/llama.cpp/build/bin/llama-bench \
-      --llama-args "-ngl 99" --no-progress --json "$OUT/bench_blocks_gemma3-4b.json" 2>&1 | tee "$OUT/bench_blocks_4b.txt" | tail -6
-    timeout 150 python3 bench/experiments/fragk_gemv_bench.py --out "$OUT/fragk_gemv_full.json" 2>&1 | tail -8 ;;
   s34-gemma)  # (pieces copied) join; frag vs dense on the real model: logits, GPU tests, bench beside llama-bench
     cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
