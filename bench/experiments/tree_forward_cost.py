@@ -3,7 +3,6 @@
 
     python bench/experiments/tree_forward_cost.py
 """
-import sys
 import time
 
 import torch

@@ -23,9 +23,9 @@ positions (stored here, marked by observe).
 from __future__ import annotations
 
 import sys
+import time
 import traceback
 from pathlib import Path
-import time
 from typing import Iterator
 
 import torch

@@ -33,8 +33,9 @@ except ImportError:  # CPU machines without Triton
     triton = None
 
 FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
-TB = 4  # row tiles (16 rows) a program takes: 4 x 64 took 163 ms for a 4B model's 128-row chunk, 2 x 16
-BM = 64  # 389 ms (bench/RESULTS.md session 35); fewer rows than BM take BM = 16 (less masked work)
+# (row tiles of 16 rows, x rows) a program takes: 4 x 64 took 163 ms for a 4B model's 128-row chunk, 2 x 16
+# 389 ms (bench/RESULTS.md session 35); fewer rows than 64 keep 2 x 16 (less masked work)
+TILES, SMALL_TILES = (4, 64), (2, 16)
 
 
 if triton is not None:
@@ -172,17 +173,18 @@ if triton is not None:
         tl.store(Y + rm[None, :] * stride_ym + row[:, None], tot, mask=ok[:, None] & m_ok[None, :])
 
 
-def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int = TB, bm: int | None = None,
+def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int | None = None, bm: int | None = None,
            warps: int = 4) -> None:
     """out[M, N] (float32, unit column stride) = x [M, K] @ values.T for a layout fw (Frag8Weight or
     FragKWeight), each row the bits the frag8 GEMV gives it at split_k (the same chunks a split).
     tb, bm, warps: row tiles and x rows a program takes, its warps (any: a row's bits do not depend
-    on them; bm None: BM, or 16 below BM rows)."""
+    on them; None: TILES, or SMALL_TILES below TILES' rows)."""
     from .frag8_gemv import SHIFT
 
     n, k = fw.shape
     m = x.shape[0]
-    bm = bm or (BM if m >= BM else 16)
+    tiles = TILES if m >= TILES[1] else SMALL_TILES
+    tb, bm = tb or tiles[0], bm or tiles[1]
     assert x.dim() == 2 and x.shape[1] == k and x.stride(1) == 1 and out.stride(1) == 1, (x.shape, out.stride())
     nt, nc = fw.tiles
     cps = -(-nc // split_k)
