@@ -273,7 +273,8 @@ def test_prefill_gemm_gives_the_decode_gemv_s_bits(fmt):
     for split in (1, 3):
         cps = -(-nc // split)
         want = _warp_rows(fmt, fw, x, cps)
-        got = torch.full((m, n), float("nan"))
-        frag_gemm.launch(x, fw, split, got)
-        assert np.array_equal(got.numpy().view(np.uint32), want.view(np.uint32)), (
-            split, int((got.numpy() != want).sum()))
+        for tiles in ((None, None), frag_gemm.TILES):  # the small chunks' tiles, then the long ones' (masked rows)
+            got = torch.full((m, n), float("nan"))
+            frag_gemm.launch(x, fw, split, got, *tiles)
+            assert np.array_equal(got.numpy().view(np.uint32), want.view(np.uint32)), (
+                split, tiles, int((got.numpy() != want).sum()))
