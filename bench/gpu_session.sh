@@ -398,6 +398,15 @@ case $step in
     timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0.6,0 --draft-tokens 2,3 \
       --draft-trees "3:2,1;3:3,2,1;5:4,3,2,1" --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 0 --no-progress \
       --json "$OUT/bench_trees.json" 2>&1 | tee "$OUT/bench_trees.txt" | tail -14 ;;
+  s36-a)  # DIR: (carry .whl DIR) the piece folder copied; the frag split / GEMM sweep started in the background
+    mkdir -p /tmp/logs; cp "$1"/* /tmp/gguf/; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+    setsid nohup bash -c "PYTHONPATH=$PYTHONPATH timeout 560 python3 bench/experiments/frag_split_sweep.py \
+      --out /tmp/logs/frag_split_sweep.json > /tmp/logs/frag_split_sweep.txt 2>&1; echo SWEEP_DONE >> /tmp/logs/frag_split_sweep.txt" \
+      > /dev/null 2>&1 &
+    sleep 20; tail -n 3 /tmp/logs/frag_split_sweep.txt ;;
+  s36-wait)  # (after s36-a) the sweep's outputs into $OUT once it is done
+    for i in $(seq ${WAIT:-100}); do grep -q SWEEP_DONE /tmp/logs/frag_split_sweep.txt && break; sleep 5; done
+    cp /tmp/logs/frag_split_sweep.* "$OUT"/; grep -v "^ *$" /tmp/logs/frag_split_sweep.txt | cut -c1-400 | tail -n 80 ;;
   s36-profile)  # (pieces copied) where a replayed tree round's time goes, beside a chain round (torch.profiler)
     [ -f /tmp/gguf/gemma.gguf ] || { cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]; }
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
