@@ -407,6 +407,47 @@ case $step in
   s36-wait)  # (after s36-a) the sweep's outputs into $OUT once it is done
     for i in $(seq ${WAIT:-100}); do grep -q SWEEP_DONE /tmp/logs/frag_split_sweep.txt && break; sleep 5; done
     cp /tmp/logs/frag_split_sweep.* "$OUT"/; grep -v "^ *$" /tmp/logs/frag_split_sweep.txt | cut -c1-400 | tail -n 80 ;;
+  s36-start)  # (carry .carry .whl .pieces/meta) llama-bench built in the background; frag GPU tests (the prefill GEMM's
+    # rows against the GEMV's bits); the prefill GEMM per tile at three shapes; a 4B shape's plain decode profiled
+    mkdir -p /tmp/logs; cp .pieces/meta/* /tmp/gguf/
+    [ -d /tmp/llama.cpp ] || llama_build 16 "llama-bench" || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader
+    timeout 200 python3 -m pytest -q -m gpu tests/quant/test_fragk.py tests/quant/test_frag8_gemv.py -p no:cacheprovider -rf \
+      2>&1 | grep -v Warning | tee "$OUT/pytest_frag.txt" | tail -3
+    timeout 240 python3 bench/experiments/frag_split_sweep.py --rows "" --out "$OUT/gemm_sweep.json" 2>&1 \
+      | tee "$OUT/gemm_sweep.txt" | grep "chunk\|error" | cut -c1-700
+    timeout 60 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
+      --out /tmp/blocks-gemma3-4b.gguf 2>&1 | tail -1
+    timeout 150 python3 bench/round_profile.py --model /tmp/blocks-gemma3-4b.gguf --modes "" --n-prompts 2 --max-tokens 64 \
+      --top 24 --out "$OUT/profile_4b.json" 2>&1 | tee "$OUT/profile_4b.txt" | grep -v "^ *$" | cut -c1-200 | tail -45 ;;
+  s36-models)  # (after s36-start, llama-bench built) plain decode + pp512 on the file's bytes beside llama-bench at the
+    # 4B, 1B and Qwen 1.5B shapes (random Q4_K_M blocks); dense beside at 1B and 1.5B
+    L=/tmp/llama.cpp/build/bin
+    for i in $(seq 80); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    for shape in gemma3-4b gemma3-1b qwen2.5-1.5b; do
+      like=/tmp/gguf/gemma-meta.gguf; case $shape in qwen*) like=/tmp/gguf/qwen-meta.gguf ;; esac
+      [ -f /tmp/blocks-$shape.gguf ] || timeout 120 python3 bench/synth_model.py --like $like --shape $shape --blocks \
+        --out /tmp/blocks-$shape.gguf 2>&1 | tail -1
+      if [ $shape = gemma3-4b ]; then
+        timeout 240 python3 -m mtp_turbo.cli bench --model /tmp/blocks-$shape.gguf --modes plain --temps 0 --max-tokens 128 \
+          --n-prompts 8 --prompts mtbench --pp 512 --floor --file-weights --llama-bench $L/llama-bench --llama-args "-ngl 99" \
+          --no-progress --json "$OUT/bench_blocks_${shape}_frag.json" 2>&1 | tee "$OUT/bench_blocks_${shape}_frag.txt" | tail -8
+      else
+        bench_frag blocks_$shape /tmp/blocks-$shape.gguf --no-progress
+      fi
+      rm -f /tmp/blocks-$shape.gguf
+    done
+    python3 bench/scaling_table.py "$OUT" --md | tee "$OUT/scaling.md" ;;
+  s36-gemma)  # (pieces copied, llama-bench built) join; the real model's fused GPU tests (prefill chunks = one-row
+    # steps, speculative text = plain's) on the file's bytes; plain + MTP beside llama-bench
+    [ -f /tmp/gguf/gemma.gguf ] || { cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]; }
+    echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
+    timeout 240 python3 -m pytest -q -m gpu tests/models/test_fused_gpu.py --model-path /tmp/gguf/gemma.gguf \
+      -p no:cacheprovider -rf 2>&1 | grep -v Warning | tee "$OUT/pytest_gpu_gemma.txt" | tail -3
+    L=/tmp/llama.cpp/build/bin
+    timeout 200 python3 -m mtp_turbo.cli bench --model /tmp/gguf/gemma.gguf --modes plain,mtp --temps 0,0.6 --draft-tokens 3 \
+      --max-tokens 128 --n-prompts 8 --prompts mtbench --pp 512 --floor --llama-bench $L/llama-bench --llama-args "-ngl 99" \
+      --no-progress --json "$OUT/bench_gemma.json" 2>&1 | tee "$OUT/bench_gemma.txt" | tail -12 ;;
   s36-profile)  # (pieces copied) where a replayed tree round's time goes, beside a chain round (torch.profiler)
     [ -f /tmp/gguf/gemma.gguf ] || { cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]; }
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1

@@ -63,12 +63,12 @@ def main():
     p.add_argument("--shapes", default="gemma3-4b,gemma3-1b,qwen2.5-1.5b")
     p.add_argument("--rows", default="1,2,3,4")
     p.add_argument("--splits", default="1,2,4,8,16,32")
-    p.add_argument("--gemm", default="2x16w4,4x64w4,4x64w8,8x64w8,4x128w8,8x128w8")
+    p.add_argument("--gemm", default="2x16w4,2x64w4,4x32w4,4x64w4,4x64w8,8x64w8,4x128w8,8x128w8")
     p.add_argument("--out")
     a = p.parse_args()
     from mtp_turbo.quant.kernels import frag_gemm
 
-    rows_list = [int(r) for r in a.rows.split(",")]
+    rows_list = [int(r) for r in a.rows.split(",") if r]  # --rows "": the prefill GEMM alone
     splits = [int(s) for s in a.splits.split(",")]
     out = {}
     for shape in a.shapes.split(","):
@@ -76,6 +76,8 @@ def main():
         plan = LayerPlan(spec_of(shape), FusedTiles(tails=False), torch.bfloat16, torch.device("cuda"))
         step = {}  # (rows, what) -> us a step
         for name, (n, k, t, gated) in ms.items():
+            if name == "head" and not rows_list:
+                continue
             per = 1 if name == "head" else layers
             raw = torch.from_numpy(random_blocks(t, n, k, 0, scale=1e-4)).cuda()
             fm0 = frag_matrix([(raw, t, (n, k))])

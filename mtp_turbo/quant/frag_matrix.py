@@ -95,8 +95,9 @@ class FragMatrix:
         M, K = x.shape
         assert K == self.shape[1] and out.dtype == torch.float32 and out.shape[1] == self.shape[0], (x.shape, out.shape)
         if M > GEMM_ROWS:  # a prefill chunk: the GEMM with the GEMV's arithmetic (each row the same bits)
+            pieces = frag_gemm.make_pieces(x, self.runs[0].layout.tiles[1])  # x's pieces once for every run
             for r in self.runs:
-                frag_gemm.launch(x, r.layout, r.tile.split_k, out[:M, r.r0:r.r1])
+                frag_gemm.launch(x, r.layout, r.tile.split_k, out[:M, r.r0:r.r1], pieces=pieces)
             return out[:M]
         for m0 in range(0, M, ROWS):
             m1 = min(M, m0 + ROWS)

@@ -145,6 +145,32 @@ def test_gpu_kernel_is_exact_repeatable_and_row_invariant(t):
             seen[split] = rows
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("t", TYPES)
+def test_gpu_prefill_gemm_rows_are_the_gemv_s_bits(t):
+    """CUDA: frag_gemm (x's pieces made once, splits on their own programs, summed in order) gives each
+    of 70 rows the bits the decode GEMV gives it alone, whole and split, at the default and other tiles."""
+    from mtp_turbo.quant.kernels import frag_gemm
+
+    n, k, m = 300, 2048, 70
+    fw, x, _, _ = _case(t, n, k, m, "cuda")
+    for split in (1, 4, 16):
+        one = torch.stack([_row(fw, x[i:i + 1].contiguous(), split) for i in range(m)])
+        for tiles in ((None, None), (2, 16), (4, 64), (8, 32)):
+            out = torch.full((m, n), float("nan"), device="cuda")
+            frag_gemm.launch(x, fw, split, out, *tiles)
+            assert torch.equal(out, one), (split, tiles, int((out != one).sum()))
+
+
+def _row(fw, x1, split):
+    from mtp_turbo.quant.kernels import frag8_gemv
+
+    out = torch.full((1, fw.shape[0]), float("nan"), device="cuda")
+    frag8_gemv.launch(x1, fw, TileConfig("frag8x", 32, 64, 4, 2, split), out)
+    return out[0]
+
+
 @pytest.mark.parametrize("t", TYPES)
 def test_a_layout_built_in_row_slices_is_the_same(t):
     """Built from slices of 32 rows (the loader uses 16384: bounded temporaries) with a short last
