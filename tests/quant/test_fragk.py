@@ -163,6 +163,27 @@ def test_gpu_prefill_gemm_rows_are_the_gemv_s_bits(t):
             assert torch.equal(out, one), (split, tiles, int((out != one).sum()))
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_gemv_into_a_column_slice_of_a_wider_output():
+    """CUDA: a run's columns of a wider output (a FragMatrix of two formats writes out[:, r0:r1]), split
+    over K, 2-4 rows: the same bits as into an output of its own (the split partials once took the
+    wide output's row stride in a buffer of the run's width, and rows past the first overwrote them)."""
+    from mtp_turbo.quant.kernels import frag8_gemv
+
+    n, k = 300, 2048
+    fw, x, _, _ = _case(T.Q4_K, n, k, 4, "cuda")
+    for m in (2, 3, 4):
+        for kernel in ("frag8", "frag8x"):
+            tile = TileConfig(kernel, 32, 64, 4, 2, 8)
+            own = torch.full((m, n), float("nan"), device="cuda")
+            frag8_gemv.launch(x[:m].contiguous(), fw, tile, own)
+            wide = torch.full((m, n + 200), float("nan"), device="cuda")
+            frag8_gemv.launch(x[:m].contiguous(), fw, tile, wide[:, 100:100 + n])
+            assert torch.equal(wide[:, 100:100 + n], own), (m, kernel)
+            assert wide[:, :100].isnan().all() and wide[:, 100 + n:].isnan().all()
+
+
 def _row(fw, x1, split):
     from mtp_turbo.quant.kernels import frag8_gemv
 

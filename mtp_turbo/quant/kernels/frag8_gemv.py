@@ -331,7 +331,8 @@ def launch(x: torch.Tensor, w: PackedWeight | Frag8Weight | FragKWeight, tile, o
     if not x.is_cuda:
         out.copy_(emulate(fw, xf, xe, m))
         return
-    y = out if splits == 1 else torch.empty(splits, m, n, dtype=torch.float32, device=x.device)
+    # the partials take out's row stride: the kernel addresses both with it (out may be a column slice)
+    y = out if splits == 1 else torch.empty(splits, m, out.stride(0), dtype=torch.float32, device=x.device)
     hf = fw.hf if fw.hf is not None else fw.qf  # an unused pointer unless q5_0
     w_ = tile.num_warps
     grid0 = triton.cdiv(nt, 2 * w_)

@@ -35,7 +35,7 @@ except ImportError:  # CPU machines without Triton
 FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
 # (row tiles of 16 rows, x rows) a program takes: 4 x 64 took 163 ms for a 4B model's 128-row chunk, 2 x 16
 # 389 ms (bench/RESULTS.md session 35); fewer rows than 64 keep 2 x 16 (less masked work)
-TILES, SMALL_TILES = (4, 64), (2, 16)
+TILES, SMALL_TILES = (2, 64), (2, 16)
 
 
 if triton is not None:
