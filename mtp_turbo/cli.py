@@ -48,7 +48,7 @@ HELP = {
     "cpu_cache": "keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about "
     "the model file's size) so that later runs map them instead of quantizing again (about 1 s of a 2-core start)",
     "file_weights": "on CUDA with the fused kernels, hold the matrices, the embedding and the LM head as the model "
-    "file's own bytes: on Hopper GPUs in integer tensor-core layouts (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K; outputs within "
+    "file's own bytes: on Hopper GPUs in integer tensor-core layouts (Q8_0, Q5_0, Q4_0, Q4_K, Q5_K, Q6_K; outputs within "
     "float32 rounding of the file's exact values, so not the dense bf16 copy's bits), elsewhere dequantized "
     "inside the GEMVs to the dense values (measured slower); GPU memory near the file's size (off, the default, "
     "until it is measured faster than the dense bf16 copies)",

@@ -11,6 +11,9 @@ frag_gemm at several program shapes (TB row tiles x BM rows) against the dense G
 a step's GEMVs ~1.4 ms against dense's 3.5 ms.
 
     python bench/experiments/fragk_gemv_bench.py [--quick] [--out FILE.json]
+
+Superseded by frag_split_sweep.py (session 36): do_bench times a single launch from Python, and for these
+4-30 us GEMVs that is the host's launch time, not the GPU's; its decode figures (session 35) are not used.
 """
 import argparse
 import dataclasses

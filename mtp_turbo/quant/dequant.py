@@ -190,23 +190,28 @@ def int4_groups(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> tu
 
 
 # K-quant formats whose integer fields int-exact GEMVs read (k_fields, quant/kernels/fragk.py)
-K_FIELD_TYPES: frozenset[int] = frozenset([T.Q4_K, T.Q6_K])
+K_FIELD_TYPES: frozenset[int] = frozenset([T.Q4_K, T.Q5_K, T.Q6_K])
 
 
 def k_fields(raw: torch.Tensor, ggml_type: int, shape: tuple[int, int]) -> dict[str, torch.Tensor]:
-    """A Q4_K / Q6_K matrix [N, K] as its integer fields, with dequantize's value of element (n, k)
-    (sub-block j = k // 32 (Q4_K) or k // 16 (Q6_K), super-block s = k // 256):
+    """A Q4_K / Q5_K / Q6_K matrix [N, K] as its integer fields, with dequantize's value of element (n, k)
+    (sub-block j = k // 32 (Q4_K, Q5_K) or k // 16 (Q6_K), super-block s = k // 256):
     Q4_K: q uint8 [N, K] 0..15, sc / m uint8 [N, K // 32] 0..63, d / dmin float16 [N, K // 256];
           value = (d sc) q - (dmin m).
+    Q5_K: as Q4_K with q 0..31 (the nibble and the 5th bit).
     Q6_K: q uint8 [N, K] 0..63, sc int8 [N, K // 16], d float16 [N, K // 256]; value = (d sc) (q - 32)."""
     t = T(int(ggml_type))
     assert t in K_FIELD_TYPES and len(shape) == 2, (t, shape)
     n, k = (int(s) for s in shape)
     bl = _block_rows(raw, t)
     ns = k // QK_K
-    if t == T.Q4_K:
+    if t in (T.Q4_K, T.Q5_K):
         sc, mn = _scale_min_k4(bl[:, 4:16])
-        return {"q": _nibbles(bl[:, 16:], 32).reshape(n, k), "sc": sc.to(torch.uint8).reshape(n, 8 * ns),
+        if t == T.Q4_K:
+            q = _nibbles(bl[:, 16:], 32)
+        else:  # bit j of high byte i is the 5th bit of element 32 j + i
+            q = _nibbles(bl[:, 48:], 32).reshape(-1, 8, 32).bitwise_or_(_bits(bl[:, 16:48], 1).bitwise_left_shift_(4))
+        return {"q": q.reshape(n, k), "sc": sc.to(torch.uint8).reshape(n, 8 * ns),
                 "m": mn.to(torch.uint8).reshape(n, 8 * ns),
                 "d": bl[:, 0:2].contiguous().view(torch.float16).reshape(n, ns),
                 "dmin": bl[:, 2:4].contiguous().view(torch.float16).reshape(n, ns)}

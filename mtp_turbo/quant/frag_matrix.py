@@ -1,7 +1,7 @@
 """A matrix held as int8 fragment layouts of the file's own bytes, for the frag8 GEMV on integer tensor cores.
 
 Owns: `FragMatrix` (the rows of one fused GEMV: runs of rows in one format, each a layout: a
-FragKWeight for Q4_K / Q6_K (kernels/fragk.py), a Frag8Weight for Q8_0 / Q5_0 / Q4_0 (kernels/frag8.py),
+FragKWeight for Q4_K / Q5_K / Q6_K (kernels/fragk.py), a Frag8Weight for Q8_0 / Q5_0 / Q4_0 (kernels/frag8.py),
 each with its split counters), `frag_matrix` (built from the parts' GGUF bytes; None when a part's
 format has no layout), its GEMV (1-4 rows a launch, each run with one fixed split; more rows, the
 prefill chunks, through kernels/frag_gemm.py with the same bits a row), its values (`dense`, the
@@ -28,7 +28,7 @@ from .gemv import TileConfig
 from .repack import PackedWeight, fmt_name
 
 BLOCK_TYPES = (T.Q8_0, T.Q5_0, T.Q4_0)  # frag8's formats (a PackedWeight's layout)
-K_TYPES = (T.Q4_K, T.Q6_K)  # fragk's
+K_TYPES = (T.Q4_K, T.Q5_K, T.Q6_K)  # fragk's
 FRAG_TYPES = frozenset(int(t) for t in BLOCK_TYPES + K_TYPES)
 K_INTS = frozenset(int(t) for t in K_TYPES)
 ROWS = 4  # rows one launch takes (two mma groups of two)
@@ -67,7 +67,7 @@ class Run:
 
     r0: int
     r1: int
-    layout: object  # FragKWeight (Q4_K, Q6_K) or Frag8Weight (Q8_0, Q5_0, Q4_0), with its counters
+    layout: object  # FragKWeight (Q4_K, Q5_K, Q6_K) or Frag8Weight (Q8_0, Q5_0, Q4_0), with its counters
     tile: TileConfig
 
 

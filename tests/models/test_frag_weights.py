@@ -1,6 +1,6 @@
 """A model whose matrices are the file's bytes in the integer tensor cores' layouts (load_model(file_weights=True,
 frag=True), quant/frag_matrix.py) over test_file_weights.py's mixed-format file: the matrices that have a
-layout (Q8_0, Q5_0, Q4_0, Q4_K, Q6_K) are FragMatrix, the rest planes; the torch forward gives the dense
+layout (Q8_0, Q5_0, Q4_0, Q4_K, Q5_K, Q6_K) are FragMatrix, the rest planes; the torch forward gives the dense
 model's bits (the layouts hold the loader's values); the fused step is within float32 rounding of it
 (x kept to 2^-28 of its chunk, exact block sums: not the dense bits); a verify's rows and a prefill
 chunk's K/V agree with one-row steps (to fp32 rounding in the interpreter).
@@ -65,9 +65,10 @@ def _steps(model, tokens, chunks):
 def test_which_matrices_take_the_layouts(models):
     frag, dense = models
     L0, L1 = frag.layers
-    # layer 0: q|k Q4_K + v Q6_K (two runs), o Q5_K and gate Q4_0 + up Q4_1 have no layout, down Q5_0
+    # layer 0: q|k Q4_K + v Q6_K (two runs), o Q5_K, gate Q4_0 + up Q4_1 (Q4_1 has no layout), down Q5_0
     assert isinstance(L0["qkv"], FragMatrix) and len(L0["qkv"].runs) == 2
-    assert isinstance(L0["o"], FusedWeight) and isinstance(L0["gate_up"], FusedWeight)
+    assert isinstance(L0["o"], FragMatrix) and L0["o"].runs[0].layout.fmt == "q5_k"
+    assert isinstance(L0["gate_up"], FusedWeight)
     assert isinstance(L0["down"], FragMatrix)
     assert all(isinstance(L1[k], FragMatrix) for k in ("qkv", "o", "gate_up", "down"))
     assert isinstance(frag.head_weight, FragMatrix)  # the untied Q6_K head

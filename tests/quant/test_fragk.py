@@ -21,13 +21,13 @@ from mtp_turbo.quant.kernels.fragk import FragKWeight
 sys.path.insert(0, str(Path(__file__).parent))
 from blocks import random_blocks  # noqa: E402
 
-TYPES = [T.Q4_K, T.Q6_K]
+TYPES = [T.Q4_K, T.Q5_K, T.Q6_K]
 
 
 def exact_values(raw: torch.Tensor, t: T, shape) -> torch.Tensor:
     """float64 [N, K]: the file's values from its integer fields, in exact arithmetic."""
     f = k_fields(raw, t, shape)
-    if t == T.Q4_K:
+    if t in (T.Q4_K, T.Q5_K):
         d = (f["d"].double().repeat_interleave(8, 1) * f["sc"].double()).repeat_interleave(32, 1)
         m = (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).repeat_interleave(32, 1)
         return d * f["q"].double() - m
@@ -65,15 +65,15 @@ def test_layout_decodes_to_the_file_values(t, n):
     assert not torch.equal(FragKWeight(fw.fmt, fw.shape, fw.qf, fw.sf, df, fw.hf).dequantize(), want)
     if fw.hf is not None:
         hf = fw.hf.clone()
-        hf[0, 2, 9, 1] ^= 1 << 8
+        hf.view(-1)[2 * hf[0, 0].numel() + 9 * hf.shape[-1]] ^= 1 << 8  # tile 0, chunk 2, lane 9: a high bit
         assert not torch.equal(FragKWeight(fw.fmt, fw.shape, fw.qf, fw.sf, fw.df, hf).dequantize(), want)
 
 
 def test_resident_bytes():
     """The layout's size against the file's (n a multiple of 16): Q4_K 4.625 bits a weight (the
-    file 4.5), Q6_K 6.5625 (the file's)."""
+    file 4.5), Q5_K 5.625 (the file 5.5), Q6_K 6.5625 (the file's)."""
     n, k = 64, 1024
-    for t, bits in ((T.Q4_K, 4.625), (T.Q6_K, 6.5625)):
+    for t, bits in ((T.Q4_K, 4.625), (T.Q5_K, 5.625), (T.Q6_K, 6.5625)):
         raw = torch.from_numpy(random_blocks(t, n, k, seed=1))
         fw = FragKWeight.from_gguf(raw, t, (n, k))
         assert fw.nbytes * 8 / (n * k) == bits
@@ -92,7 +92,7 @@ def _case(t, n, k, m, device):
     ref = x.double() @ w.t()
     f = k_fields(raw, t, (n, k))
     mag = w.abs()
-    if t == T.Q4_K:  # the offsets' share is summed apart
+    if t in (T.Q4_K, T.Q5_K):  # the offsets' share is summed apart
         mag = mag + 2 * (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).abs().repeat_interleave(32, 1)
     return fw, x.to(device), ref, 1e-6 * (x.double().abs() @ mag.t())
 

@@ -172,15 +172,15 @@ def _warp_gemv(asm, nt, nc, mm, m, operands, cps=None):
 
 
 @pytest.mark.parametrize("m", [1, 2, 3, 4])
-@pytest.mark.parametrize("fmt", ["q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q4_k", "q5_k", "q6_k"])
 def test_fragk_asm_matches_the_file_values(fmt, m):
-    """fragk_asm over every tile and chunk of a random Q4_K / Q6_K matrix (N with a padded tile), the
+    """fragk_asm over every tile and chunk of a random Q4_K / Q5_K / Q6_K matrix (N with a padded tile), the
     operands as frag8_gemv passes them: within fp32 rounding of x @ the file's exact values."""
     from gguf import GGMLQuantizationType as GT
 
     from mtp_turbo.quant.dequant import k_fields
 
-    t = {"q4_k": GT.Q4_K, "q6_k": GT.Q6_K}[fmt]
+    t = {"q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K}[fmt]
     n, k = 24, 512
     raw = torch.from_numpy(_blocks().random_blocks(t, n, k, seed=m, scale=0.05))
     fw = FragKWeight.from_gguf(raw, t, (n, k))
@@ -191,7 +191,7 @@ def test_fragk_asm_matches_the_file_values(fmt, m):
     xd = x.double().numpy()
     ref = xd @ wv.T
     mag = np.abs(wv)
-    if fmt == "q4_k":  # the offset's share is summed apart: its terms bound the rounding too
+    if fmt in ("q4_k", "q5_k"):  # the offset's share is summed apart: its terms bound the rounding too
         f = k_fields(raw, t, (n, k))
         off = (f["dmin"].double().repeat_interleave(8, 1) * f["m"].double()).repeat_interleave(32, 1).numpy()
         mag = mag + 2 * np.abs(off)
@@ -211,7 +211,7 @@ def _blocks():
 def _warp_rows(fmt, fw, x, cps):
     """The decode GEMV's float32 outputs for every row of x: the PTX in the warp interpreter, 4 rows a
     launch (x_frag8's words for each launch), split into chunks of cps."""
-    asm_of = fragk_asm if fmt in ("q4_k", "q6_k") else frag8_asm
+    asm_of = fragk_asm if fmt in SHIFT_K else frag8_asm
     shift = SHIFT_K[fmt] if fmt in SHIFT_K else SHIFT[fmt]
     nt, nc = fw.tiles
     k = x.shape[1]
@@ -229,9 +229,11 @@ def _warp_rows(fmt, fw, x, cps):
         xf, xe = u32(xf), u32(xe)
 
         def operands(tile, c):
-            if fmt in ("q4_k", "q6_k"):
+            if fmt in SHIFT_K:
                 rec = u32(fw.record())
                 ops = [qf[tile, c, :, i] for i in range(4)]
+                if fmt == "q5_k":
+                    ops += [hf[tile, c]] * 4
                 if fmt == "q6_k":
                     ops += [hf[tile, c, :, i % 2] for i in range(4)]
                 ops += [rec[tile, c, G, i] for i in range(4)]
@@ -249,7 +251,7 @@ def _warp_rows(fmt, fw, x, cps):
     return np.concatenate(ys)[:, :fw.shape[0]]
 
 
-@pytest.mark.parametrize("fmt", ["q8_0", "q5_0", "q4_0", "q4_k", "q6_k"])
+@pytest.mark.parametrize("fmt", ["q8_0", "q5_0", "q4_0", "q4_k", "q5_k", "q6_k"])
 def test_prefill_gemm_gives_the_decode_gemv_s_bits(fmt):
     """frag_gemm.gemm_frag (the prefill chunks' GEMM, Triton interpreter) against the decode GEMV's PTX
     (the warp interpreter, 4 rows a launch): the same float32 bits for every row, whole and split
@@ -264,8 +266,8 @@ def test_prefill_gemm_gives_the_decode_gemv_s_bits(fmt):
     gen = torch.Generator().manual_seed(11)
     x = torch.randn(m, k, generator=gen) * torch.exp2(torch.randint(-6, 6, (m, k), generator=gen).float())
     x[3] = 0.0  # a zero row: E = 0, every piece 0
-    if fmt in ("q4_k", "q6_k"):
-        t = {"q4_k": GT.Q4_K, "q6_k": GT.Q6_K}[fmt]
+    if fmt in ("q4_k", "q5_k", "q6_k"):
+        t = {"q4_k": GT.Q4_K, "q5_k": GT.Q5_K, "q6_k": GT.Q6_K}[fmt]
         fw = FragKWeight.from_gguf(torch.from_numpy(random_blocks(t, n, k, seed=5, scale=0.05)), t, (n, k))
     else:
         fw = Frag8Weight.from_packed(PackedWeight.from_dense(torch.randn(n, k, generator=gen), fmt))

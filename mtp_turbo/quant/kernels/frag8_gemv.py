@@ -33,7 +33,7 @@ try:
 except ImportError:  # CPU machines without Triton (or a Triton without Gluon): not available
     triton = None
 
-FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
+FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4, "q5_k": 5}
 SHIFT = {**SHIFT8, **fragk.SHIFT}  # log2 of the int8 multiple an A register holds, per format
 KERNELS = ("frag8", "frag8x")  # frag8x: the same GEMV making x's words itself (one launch, not two)
 
@@ -52,8 +52,10 @@ if triton is not None:
     _C4_1, _C4_2 = gl.constexpr(frag8_constraints("q4_0", 1)), gl.constexpr(frag8_constraints("q4_0", 2))
     _K4_1, _K4_2 = gl.constexpr(fragk_asm("q4_k", 1)), gl.constexpr(fragk_asm("q4_k", 2))
     _K6_1, _K6_2 = gl.constexpr(fragk_asm("q6_k", 1)), gl.constexpr(fragk_asm("q6_k", 2))
+    _K5_1, _K5_2 = gl.constexpr(fragk_asm("q5_k", 1)), gl.constexpr(fragk_asm("q5_k", 2))
     _CK4_1, _CK4_2 = gl.constexpr(fragk_constraints("q4_k", 1)), gl.constexpr(fragk_constraints("q4_k", 2))
     _CK6_1, _CK6_2 = gl.constexpr(fragk_constraints("q6_k", 1)), gl.constexpr(fragk_constraints("q6_k", 2))
+    _CK5_1, _CK5_2 = gl.constexpr(fragk_constraints("q5_k", 1)), gl.constexpr(fragk_constraints("q5_k", 2))
     _E_MIN = gl.constexpr(frag8_x.E_MIN)
 
     @gluon.jit
@@ -65,7 +67,7 @@ if triton is not None:
     @gluon.jit
     def _loads(QF, HF, SF, DF, tile, c, lane, j, NC, FMT: gl.constexpr, W: gl.constexpr, L4: gl.constexpr):
         # The weights of chunk c of this lane's tile: words (w1: q8_0's second half, q5_0's qh
-        # copies, q6_k's high fields (word j % 2), else w0 again) and scales (the K-quants' int32
+        # copies, q6_k's high fields (word j % 2), q5_k's 5th-bit word copies, else w0 again) and scales (the K-quants' int32
         # record: words 0-1 from SF [NT, NC, 8, 2], 2-3 from the super-block's DF [NT, NC / 4, 8, DW]).
         # No masks: callers clamp tile and c to existing ones (a chunk loaded past the end is not used).
         rec = ((tile * NC + c) * 32 + lane)[:, None]  # this lane's record in [NT, NC, 32]
@@ -80,8 +82,10 @@ if triton is not None:
                 w1 = gl.load(HF + rec) + gl.zeros([32 * W, 4], gl.int32, L4)
             if FMT == 4:
                 w1 = gl.load(HF + rec * 2 + j % 2)
+            if FMT == 5:
+                w1 = gl.load(HF + rec) + gl.zeros([32 * W, 4], gl.int32, L4)
         if FMT >= 3:
-            DW: gl.constexpr = 2 if FMT == 3 else 1
+            DW: gl.constexpr = 1 if FMT == 4 else 2
             g8 = (tile * NC + c) * 8 + lane // 4
             d8 = (tile * (NC // 4) + c // 4) * 8 + lane // 4
             s = gl.load(SF + (g8 * 2)[:, None] + j, mask=j < 2, other=0) + \
@@ -127,6 +131,13 @@ if triton is not None:
                                                 is_pure=True, pack=4)
             else:
                 acc = gl.inline_asm_elementwise(_K6_2, _CK6_2, [w0, w1, s, x[0], x[1], x[2], acc],
+                                                dtype=gl.float32, is_pure=True, pack=4)
+        elif FMT == 5:
+            if MM == 1:
+                acc = gl.inline_asm_elementwise(_K5_1, _CK5_1, [w0, w1, s, x[0], x[1], acc], dtype=gl.float32,
+                                                is_pure=True, pack=4)
+            else:
+                acc = gl.inline_asm_elementwise(_K5_2, _CK5_2, [w0, w1, s, x[0], x[1], x[2], acc],
                                                 dtype=gl.float32, is_pure=True, pack=4)
         elif MM == 1:
             if FMT == 0:

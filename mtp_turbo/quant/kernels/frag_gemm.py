@@ -14,7 +14,8 @@ columns gathered to match); the float steps are the PTX's, per output and x row:
   pairs (pieces 0, 1: xe = 2^(E - 14 - SHIFT); pieces 2, 3: 2^(E - 28 - SHIFT)):
     f = float(c_first * 128 + c_second)                    (cvt.rn of the exact int32 join)
     acc = fma(f, scale * xe, acc)                          (q4_k: then fma(float(sum x join), (-dmin m) xe, acc);
-                                                            q6_k: the two 16-column halves, low then high)
+                                                            q6_k: the two 16-column halves, low then high;
+                                                            q5_k: as q4_k)
   P_s = acc_first_pair + acc_second_pair;  y = P_0 (one split) or ((0 + P_0) + P_1) + ...
 The x pieces are x_frag8's rule (frag8_x.py): E from the row's largest |x| in the 64-column chunk,
 V = trunc(x 2^(28 - E)), p0 = V >> 21, p1..p3 its 7-bit digits.
@@ -32,7 +33,7 @@ try:
 except ImportError:  # CPU machines without Triton
     triton = None
 
-FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4}
+FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4, "q5_k": 5}
 # (row tiles of 16 rows, x rows) a program takes: 4 x 64 took 163 ms for a 4B model's 128-row chunk, 2 x 16
 # 389 ms (bench/RESULTS.md session 35); fewer rows than 64 keep 2 x 16 (less masked work)
 TILES, SMALL_TILES = (2, 64), (2, 16)
@@ -115,6 +116,9 @@ if triton is not None:
                 a = (nib << 4) ^ 0x80
             elif FMT == 3:  # q4_k: the code itself
                 a = nib
+            elif FMT == 5:  # q5_k: the code itself, its 5th bit from hf (byte i, bit 4 b + r)
+                h = tl.load(HF + base * 32 + lane)
+                a = nib | (((h[:, :, None, None] >> (8 * i + 4 * b + 2 * rk + rr)) & 1) << 4)
             else:  # q6_k: nibble at bits 2-5, the stored high field at 6-7: 4 (q - 32)
                 h = tl.load(HF + (base * 32 + lane) * 2 + b)
                 a = (nib << 2) | (((h[:, :, None, None] >> (8 * i + 4 * rk + 2 * rr)) & 3) << 6)
@@ -176,7 +180,7 @@ if triton is not None:
                     acc_b = tl.fma(hi_b, s_hi[:, None] * xe_b, acc_b)
                 else:
                     fa, fb = _dot4(w, p0, p1, p2, p3)
-                    if FMT == 3:  # q4_k: (d sc) x the codes' sum, then (-dmin m) x the block's sum of x
+                    if FMT == 3 or FMT == 5:  # q4_k, q5_k: (d sc) x the codes' sum, then (-dmin m) x sum(x)
                         sh = 8 * (2 * b + rr)
                         dd = tl.load(DF + sup * 2 + rr)
                         al = _f16(dd) * ((tl.load(SF + rec * 2) >> sh) & 0xFF).to(tl.float32)

@@ -1,6 +1,6 @@
-"""The K-quant int8 fragment layout: a Q4_K or Q6_K matrix in the order of `mma.m16n8k32.s8` A registers.
+"""The K-quant int8 fragment layout: a Q4_K, Q5_K or Q6_K matrix in the order of `mma.m16n8k32.s8` A registers.
 
-Owns: `FragKWeight` (one [N, K] Q4_K / Q6_K matrix from the file's block bytes, re-laid on frag8.py's
+Owns: `FragKWeight` (one [N, K] Q4_K / Q5_K / Q6_K matrix from the file's block bytes, re-laid on frag8.py's
 geometry so that the frag8 GEMV's lanes load their A registers' codes in one 16-byte load, plus a
 per-lane record of the sub-block scales), its exact decoding (`dequantize`: the tests and the CPU
 emulation) and its split counters. Ignores: the kernel (frag8_gemv.py), the PTX (ptx.py), the x
@@ -20,6 +20,9 @@ two 32-blocks b; K is a multiple of 256 (one super-block = 4 chunks). Lane L = (
         record of lane group g (4 registers): (sc bytes (row g b0, g+8 b0, g b1, g+8 b1), m bytes in the
         same order, f16x2 (d, dmin) of row g, f16x2 (d, dmin) of row g+8); the first two words in
         sf int32 [NT, NC, 8, 2], the last two, once a super-block, in df int32 [NT, NC / 4, 8, 2].
+  q5_k  value = (d sc) q - (dmin m) per 32-block, q in 0..31: q4_k's record and words (the low 4 bits),
+        plus the 5th bits: hf int32 [NT, NC, 32]: byte i has in bit 4 b + r the 5th bit of register r's
+        byte i in block b (a shift and `& 0x10101010` put it at bit 4). A register = q, MULT 1.
   q6_k  value = (d sc_j) (q - 32) per 16 columns j, q in 0..63. A register = 4 (q - 32) =
         (low nibble << 2 | high 2 bits << 6) ^ 0x80, MULT 4; the xor is stored: the high field is
         kept as (q >> 4) ^ 2. Registers a0, a1 hold a block's columns 0-15 and a2, a3 its columns
@@ -31,7 +34,8 @@ two 32-blocks b; K is a multiple of 256 (one super-block = 4 chunks). Lane L = (
         register order), the same for block 1, f16x2 (d of row g, d of row g+8), unused); the first
         two words in sf int32 [NT, NC, 8, 2], the third once a super-block in df int32 [NT, NC / 4, 8, 1].
 The kernels gather a lane's 4 record registers from sf and df. Bytes: 4.625 bits a weight for q4_k
-(the file 4.5: its 12 scale bytes a super-block unpacked to 16), 6.5625 for q6_k (the file's).
+(the file 4.5: its 12 scale bytes a super-block unpacked to 16), 5.625 for q5_k (the file 5.5), 6.5625
+for q6_k (the file's).
 """
 
 from __future__ import annotations
@@ -44,8 +48,8 @@ from gguf import GGMLQuantizationType as T
 from ..dequant import k_fields
 from .frag8 import COLS, ROWS, SLICE_ROWS, lane_codes, lane_rows_cols, nibble_words, to_i32
 
-FORMATS = {T.Q4_K: "q4_k", T.Q6_K: "q6_k"}
-MULT = {"q4_k": 1, "q6_k": 4}  # the int8 an A register holds = MULT x the sub-block's integer
+FORMATS = {T.Q4_K: "q4_k", T.Q5_K: "q5_k", T.Q6_K: "q6_k"}
+MULT = {"q4_k": 1, "q5_k": 1, "q6_k": 4}  # the int8 an A register holds = MULT x the sub-block's integer
 SHIFT = {f: m.bit_length() - 1 for f, m in MULT.items()}
 SUPER = 256  # columns of a super-block (4 chunks)
 
@@ -69,14 +73,14 @@ def _rows_g(a: torch.Tensor, nt: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 @dataclass(frozen=True, eq=False)
 class FragKWeight:
-    """A Q4_K / Q6_K matrix in the int8 fragment layout (module docstring). Build with `from_gguf`."""
+    """A Q4_K / Q5_K / Q6_K matrix in the int8 fragment layout (module docstring). Build with `from_gguf`."""
 
     fmt: str
     shape: tuple[int, int]  # (N, K) of the matrix (unpadded rows; K a multiple of 256)
     qf: torch.Tensor
     sf: torch.Tensor  # the record's chunk words, int32 [NT, NC, 8, 2]
-    df: torch.Tensor  # the record's super-block words, int32 [NT, NC / 4, 8, 2 (q4_k) or 1 (q6_k)]
-    hf: torch.Tensor | None = None  # q6_k's high fields
+    df: torch.Tensor  # the record's super-block words, int32 [NT, NC / 4, 8, 2 (q4_k, q5_k) or 1 (q6_k)]
+    hf: torch.Tensor | None = None  # q5_k's 5th bits, q6_k's high fields
     counters: torch.Tensor | None = None  # int32 [NT]: the GEMV's split-K arrival counters (zeros between calls)
 
     @property
@@ -125,7 +129,12 @@ class FragKWeight:
         v = lane_codes(codes)  # [NT, NC, 2, 32, 4 r, 4 i]
         qf = nibble_words(v)
         hf = None
-        if fmt == "q4_k":
+        if fmt == "q5_k":  # the 5th bits: byte i, bit 4 b + r
+            ar = torch.arange(4, device=dev)
+            sh = 4 * torch.arange(2, device=dev)[:, None, None] + 8 * ar[None, :, None] + ar[None, None, :]  # [b, i, r]
+            fifth = ((v >> 4) & 1).permute(0, 1, 3, 2, 5, 4)  # [NT, NC, 32 L, 2 b, 4 i, 4 r]
+            hf = to_i32((fifth << sh).sum((-3, -2, -1)))  # [NT, NC, 32]
+        if fmt in ("q4_k", "q5_k"):
             sc, m = (rows(f[key]).reshape(nt, ROWS, nc, 2) for key in ("sc", "m"))
 
             def order(a):  # [NT, 16, NC, 2] -> [NT, NC, 8 g, 4]: (g b0, g+8 b0, g b1, g+8 b1)
@@ -149,7 +158,7 @@ class FragKWeight:
                                torch.zeros_like(regs[0][..., 0], dtype=torch.int64)], -1)
             hf = to_i32(hf)
         rec = to_i32(rec)  # [NT, NC, 8, 4]; its last words are the same in a super-block's 4 chunks
-        df = rec[:, ::4, :, 2:4] if fmt == "q4_k" else rec[:, ::4, :, 2:3]
+        df = rec[:, ::4, :, 2:3] if fmt == "q6_k" else rec[:, ::4, :, 2:4]
         return FragKWeight(fmt, (n, k), to_i32(qf), rec[..., :2].contiguous(), df.contiguous(), hf,
                            torch.zeros(nt, dtype=torch.int32, device=dev))
 
@@ -189,8 +198,12 @@ class FragKWeight:
         lane = torch.arange(32, device=dev)
         g = lane // 4
         r = torch.arange(4, device=dev)
-        if self.fmt == "q4_k":
+        if self.fmt in ("q4_k", "q5_k"):
             ints = nib  # MULT 1
+            if self.fmt == "q5_k":  # the 5th bit of block b's register r, byte i: bit 8 i + 4 b + r
+                hw = (hf.to(torch.int64) & 0xFFFFFFFF)[:, :, None, :, None, None]  # [NT, NC, 1, L, 1, 1]
+                sh = (8 * r[None, None, :] + 4 * torch.arange(2, device=dev)[:, None, None] + r[None, :, None])
+                ints = nib | (((hw >> sh[:, None]) & 1) << 4)  # sh [b, 1, r, i]
             # per (tile, chunk, lane, block, register r): rows g (r even) / g + 8 (r odd)
             scb = torch.stack([byte(rec[..., 0], 2 * b + h) for b in range(2) for h in range(2)], -1)  # [NT,NC,8,(b,h)]
             mb = torch.stack([byte(rec[..., 1], 2 * b + h) for b in range(2) for h in range(2)], -1)

@@ -76,30 +76,39 @@ def fragk_asm(fmt: str, mmas: int = 1) -> str:
     q4_k: A registers = the codes (`and`, `shr` + `and` a word); one mma of them and one of all-ones
       A registers (the block's sum of x, the same for every row) against x's pieces; a row's
       accumulator += (d sc) x the first + (-dmin m) x the second, each times the lane's x scale.
+    q5_k: as q4_k, each A register's bytes taking their 5th bit from the hf words (`shl` + `and` +
+      `lop3` a register).
     q6_k: A registers = 4 (q - 32) (nibble shifted to bits 2-5, the stored high field to bits 6-7:
       two shifts, an `and`, a `lop3`); one mma of registers a0, a1 (columns 0-15) and one of a2, a3
       (columns 16-31): each half times its own d sc.
     The sums join as in frag8_asm (c_even 2^7 + c_odd, exact); outputs $0..$3 as frag8_asm's."""
-    assert mmas in (1, 2) and fmt in ("q4_k", "q6_k"), (fmt, mmas)
+    assert mmas in (1, 2) and fmt in ("q4_k", "q5_k", "q6_k"), (fmt, mmas)
+    offsets = fmt in ("q4_k", "q5_k")  # (d sc) q - (dmin m): the block's sum of x times the offset
     i_w = 4
-    i_h = i_w + 4  # q6_k: the high-field words (2 used of 4)
-    i_s = i_h + (4 if fmt == "q6_k" else 0)  # the record (4 registers)
+    i_h = i_w + 4  # q5_k / q6_k: the 5th-bit word (1 used of 4) / high-field words (2 used of 4)
+    i_s = i_h + (0 if fmt == "q4_k" else 4)  # the record (4 registers)
     i_e = i_s + 4
     i_x = i_e + 4
     i_acc = i_x + 4 * mmas
     text = ["{", ".reg .b32 a0, a1, a2, a3, t, u, one, zb;", ".reg .s32 z, c0, c1, c2, c3, e0, e1, e2, e3;",
             ".reg .f32 f0, f1, f2, f3, dg, d8, mg, m8, s0, s1, s2, s3, q0, q1, q2, q3;", ".reg .f16 h0, h1;",
             "mov.s32 z, 0; mov.b32 zb, 0; mov.b32 one, 0x01010101;"]
-    if fmt == "q4_k":
+    if offsets:
         text.append(f"mov.b32 {{h0, h1}}, ${i_s + 2}; cvt.f32.f16 dg, h0; cvt.f32.f16 mg, h1; neg.f32 mg, mg;")
         text.append(f"mov.b32 {{h0, h1}}, ${i_s + 3}; cvt.f32.f16 d8, h0; cvt.f32.f16 m8, h1; neg.f32 m8, m8;")
     else:
         text.append(f"mov.b32 {{h0, h1}}, ${i_s + 2}; cvt.f32.f16 dg, h0; cvt.f32.f16 d8, h1;")
     for b in range(2):
-        if fmt == "q4_k":
+        if offsets:
             for h in range(2):
                 w = f"${i_w + 2 * b + h}"
                 text.append(f"and.b32 a{h}, {w}, 0x0F0F0F0F; shr.b32 t, {w}, 4; and.b32 a{h + 2}, t, 0x0F0F0F0F;")
+            if fmt == "q5_k":  # register r's 5th bits: bit 4 b + r of each byte of the hf word, to bit 4
+                for r in range(4):
+                    s = 4 - 4 * b - r
+                    move = f"shl.b32 u, ${i_h}, {s}; " if s > 0 else f"shr.b32 u, ${i_h}, {-s}; " if s < 0 else \
+                        f"mov.b32 u, ${i_h}; "
+                    text.append(f"{move}and.b32 u, u, 0x10101010; lop3.b32 a{r}, a{r}, 0x0F0F0F0F, u, 0xEA;")
             # (d sc, -dmin m) of rows g (s0, s2) and g + 8 (s1, s3): record bytes 2 b, 2 b + 1
             for reg, (sv, dv) in ((i_s, ("s0", "dg")), (i_s, ("s1", "d8")), (i_s + 1, ("s2", "mg")),
                                   (i_s + 1, ("s3", "m8"))):
@@ -122,7 +131,7 @@ def fragk_asm(fmt: str, mmas: int = 1) -> str:
             xs = f"{{${x}, ${x + 1}}}"
             e = f"${i_e + j}"
             acc = [f"${i_acc + 2 * j}" if b == 0 else f"${2 * j}", f"${i_acc + 2 * j + 1}" if b == 0 else f"${2 * j + 1}"]
-            if fmt == "q4_k":
+            if offsets:
                 text.append(f"{_MMA} {{c0, c1, c2, c3}}, {{a0, a1, a2, a3}}, {xs}, {{z, z, z, z}};")
                 text.append(f"{_MMA} {{e0, e1, e2, e3}}, {{one, one, one, one}}, {xs}, {{z, z, z, z}};")
                 text.append("mad.lo.s32 c0, c0, 128, c1; mad.lo.s32 c2, c2, 128, c3; mad.lo.s32 e0, e0, 128, e1; "
@@ -146,7 +155,7 @@ def fragk_asm(fmt: str, mmas: int = 1) -> str:
 
 
 def fragk_constraints(fmt: str, mmas: int = 1) -> str:
-    """fragk_asm's operand constraints: 4 accumulators out; in: the code words (4), q6_k's high-field
-    words (4), the record (4), the lane's x scales (4), x (4 a group), accumulators (4)."""
-    n_w = 12 if fmt == "q6_k" else 8
+    """fragk_asm's operand constraints: 4 accumulators out; in: the code words (4), q5_k's 5th-bit /
+    q6_k's high-field words (4), the record (4), the lane's x scales (4), x (4 a group), accumulators (4)."""
+    n_w = 8 if fmt == "q4_k" else 12
     return "=f," * 4 + "r," * n_w + "f," * 4 + "r," * 4 * mmas + "f,f,f,f"
