@@ -7,7 +7,8 @@ decode profiled (torch.profiler, CUDA kernels, graph replays included); prints d
 profiled runs (profiler on: read the ratios, not the speeds), kernels per round and the device time
 per kernel name per round (a round: a plain token, or a speculative round).
 
-    python bench/round_profile.py --model M [--modes mtp,ngram] [--draft-tokens K] [--long FILE] --out OUT.json
+    python bench/round_profile.py --model M [--modes mtp,ngram] [--draft-tokens K] [--long FILE] [--file-weights]
+        --out OUT.json
 """
 
 from __future__ import annotations
@@ -84,6 +85,7 @@ def main() -> int:
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--modes", default="mtp", help="drafters profiled beside plain decoding (comma list: mtp, ngram)")
     ap.add_argument("--draft-tokens", type=int, default=0, help="k (0 = the default: 3 at temp 0, 2 when sampling)")
+    ap.add_argument("--file-weights", action="store_true", help="the matrices as the file's bytes (EngineConfig.file_weights)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     sets = {"short": load_prompts("mtbench", a.n_prompts)}
@@ -91,7 +93,8 @@ def main() -> int:
         sets["long"] = json.load(open(a.long))[:1]
     out = []
     for name, prompts in sets.items():
-        eng = Engine(EngineConfig(model=a.model, ctx_size=4096 if name == "short" else 16384, progress=False))
+        eng = Engine(EngineConfig(model=a.model, ctx_size=4096 if name == "short" else 16384, progress=False,
+                                  file_weights=a.file_weights))
         for temp in (0.0, 0.6):
             sampler = SamplerConfig(temperature=0.0) if temp == 0 else SamplerConfig(temperature=temp, **CHAIN)
             specs = [None] + [SpecConfig(draft=m, draft_tokens=a.draft_tokens).for_sampler(temp == 0)

@@ -87,11 +87,13 @@ def tensors_for(cfg: ModelConfig, seed: int = 0) -> dict:
     return out
 
 
-Q5_0, Q8_0, Q4_K, Q6_K = 6, 8, 12, 14
+Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K = 6, 7, 8, 12, 13, 14
 # fp16 block scales giving weights of std ~0.02: Q4_K d*scale*code - dmin*min (scale, min < 64,
-# code < 16); Q6_K d*scale*(code - 32) (|scale| < 128); Q5_0 d*(code - 16); Q8_0 d*code
-BLOCK_SCALE = {Q4_K: 1e-4, Q6_K: 2e-5, Q5_0: 2.5e-3, Q8_0: 3e-4}
-FALLBACK = {Q4_K: Q5_0, Q6_K: Q8_0}  # llama-quantize's type for rows that are no multiple of 256
+# code < 16; Q5_K code < 32); Q6_K d*scale*(code - 32) (|scale| < 128); Q5_0 d*(code - 16); Q5_1
+# d*code + m; Q8_0 d*code
+BLOCK_SCALE = {Q4_K: 1e-4, Q5_K: 5e-5, Q6_K: 2e-5, Q5_0: 2.5e-3, Q5_1: 1.2e-3, Q8_0: 3e-4}
+FALLBACK = {Q4_K: Q5_0, Q5_K: Q5_1, Q6_K: Q8_0}  # llama-quantize's type for rows that are no multiple of 256
+MIXES = {"q4_k_m": (Q4_K, 15), "q5_k_m": (Q5_K, 17)}  # the mix's main type, its general.file_type
 
 
 def more_bits(i: int, n: int) -> bool:
@@ -104,20 +106,21 @@ def block_pool(t: int, rng, blocks: int) -> np.ndarray:
 
     _, size = GGML_QUANT_SIZES[GGMLQuantizationType(t)]
     b = rng.integers(0, 256, (blocks, size), dtype=np.uint8)
-    first, count = (208, 1) if t == Q6_K else (0, 2) if t == Q4_K else (0, 1)
+    first, count = (208, 1) if t == Q6_K else (0, 2) if t in (Q4_K, Q5_K, Q5_1) else (0, 1)
     sc = (np.abs(rng.standard_normal((blocks, count))) * BLOCK_SCALE[t]).astype(np.float16)
     b[:, first:first + 2 * count] = sc.view(np.uint8).reshape(blocks, 2 * count)
     return b.reshape(-1)
 
 
-def block_tensors_for(cfg: ModelConfig, seed: int = 0) -> dict:
-    """Q4_K_M's type mix written directly as random blocks (no F16 file, no llama-quantize):
-    Q6_K for the embedding and for attn_v / ffn_down of the more_bits layers, Q4_K elsewhere (Q8_0
-    / Q5_0 for rows that are no multiple of 256)."""
+def block_tensors_for(cfg: ModelConfig, seed: int = 0, mix: str = "q4_k_m") -> dict:
+    """Q4_K_M's (or Q5_K_M's) type mix written directly as random blocks (no F16 file, no llama-quantize):
+    Q6_K for the embedding and for attn_v / ffn_down of the more_bits layers, Q4_K (Q5_K) elsewhere
+    (Q8_0 / Q5_0 (Q5_1) for rows that are no multiple of 256)."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
     rng = np.random.default_rng(seed)
-    pools = {t: block_pool(t, rng, 1 << 20) for t in (Q4_K, Q6_K, Q5_0, Q8_0)}
+    main_type = MIXES[mix][0]
+    pools = {t: block_pool(t, rng, 1 << 20) for t in (main_type, Q6_K, FALLBACK[main_type], Q8_0)}
     out = {}
     for name, shape in tensor_shapes(cfg).items():
         n = int(np.prod(shape))
@@ -128,7 +131,7 @@ def block_tensors_for(cfg: ModelConfig, seed: int = 0) -> dict:
         layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
         six = name == "token_embd.weight" or (name.endswith(("attn_v.weight", "ffn_down.weight"))
                                               and more_bits(layer, cfg.n_layers))
-        t = Q6_K if six else Q4_K
+        t = Q6_K if six else main_type
         if shape[-1] % 256:
             t = FALLBACK[t]
         block, size = GGML_QUANT_SIZES[GGMLQuantizationType(t)]
@@ -146,6 +149,7 @@ def main(argv=None) -> int:
     p.add_argument("--blocks", action="store_true",
                    help="write Q4_K_M's type mix as random blocks directly (no llama-quantize step): for the "
                    "speed of the file-bytes kernels; the F16 file + llama-quantize is what llama.cpp is run on")
+    p.add_argument("--mix", default="q4_k_m", choices=sorted(MIXES), help="--blocks: the file's type mix")
     a = p.parse_args(argv)
     t0 = time.time()
     real = GGUFFile(a.like).metadata
@@ -153,13 +157,13 @@ def main(argv=None) -> int:
     cfg = shape_config(a.shape, vocab)
     if real.get("general.architecture") != cfg.family:
         raise SystemExit(f"--like is a {real.get('general.architecture')} file, --shape {a.shape} a {cfg.family} one")
-    tensors = block_tensors_for(cfg) if a.blocks else tensors_for(cfg)
+    tensors = block_tensors_for(cfg, mix=a.mix) if a.blocks else tensors_for(cfg)
     md = metadata_for(real, cfg)
     if a.blocks:
-        md["general.file_type"] = 15  # MOSTLY_Q4_K_M
+        md["general.file_type"] = MIXES[a.mix][1]  # MOSTLY_Q4_K_M / MOSTLY_Q5_K_M
     write_gguf(a.out, cfg.family, md, tensors)
     size = os.path.getsize(a.out)
-    kind = "Q4_K_M mix (random blocks)" if a.blocks else "F16"
+    kind = f"{a.mix.upper()} mix (random blocks)" if a.blocks else "F16"
     print(f"{a.out}: {a.shape}, {size / 1e9:.2f} GB {kind} in {time.time() - t0:.1f} s")
     return 0
 
