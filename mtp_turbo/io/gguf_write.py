@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from .gguf_file import _ARRAY, _SCALAR, _STRING, GGML_TYPES  # the value-type table the reader uses
+from .gguf_header import ARRAY_TYPE, GGML_TYPES, SCALAR_TYPES, STRING_TYPE  # the value-type table the reader uses
 
 def _value_type(v: Any) -> tuple[Any, int, int | None]:
     """(value for the writer, GGUF value type, array element type) for one metadata value."""
     if isinstance(v, (bool, np.bool_)):
         return bool(v), 7, None
     if isinstance(v, np.generic):
-        for vt, (_, dt) in _SCALAR.items():
+        for vt, (_, dt) in SCALAR_TYPES.items():
             if v.dtype == dt:
                 return v.item(), vt, None
         raise ValueError(f"no GGUF type for numpy scalar {v.dtype}")
@@ -31,13 +31,13 @@ def _value_type(v: Any) -> tuple[Any, int, int | None]:
     if isinstance(v, float):
         return v, 6, None
     if isinstance(v, (str, bytes)):
-        return v, _STRING, None
+        return v, STRING_TYPE, None
     if isinstance(v, np.ndarray):
         if v.size == 0:
             raise ValueError("empty metadata arrays cannot be written by gguf.GGUFWriter")
-        for vt, (_, dt) in _SCALAR.items():
+        for vt, (_, dt) in SCALAR_TYPES.items():
             if v.dtype == dt:
-                return v.tolist(), _ARRAY, vt
+                return v.tolist(), ARRAY_TYPE, vt
         raise ValueError(f"no GGUF type for numpy array of {v.dtype}")
     if isinstance(v, (list, tuple)):
         if not v:
@@ -47,12 +47,12 @@ def _value_type(v: Any) -> tuple[Any, int, int | None]:
         if len(kinds) > 1:
             if all(vt in (4, 5, 10, 11) for vt, _ in kinds):  # mixed ints: widen to one type
                 vt = 11 if any(x < 0 for x in v) else 10
-                return list(v), _ARRAY, vt
+                return list(v), ARRAY_TYPE, vt
             raise ValueError(f"metadata array mixes value types {sorted(kinds, key=str)}")
         vt, st = kinds.pop()
-        if vt == _ARRAY:
+        if vt == ARRAY_TYPE:
             raise ValueError("nested metadata arrays are not supported by write_gguf")
-        return [x for x, _, _ in items], _ARRAY, vt
+        return [x for x, _, _ in items], ARRAY_TYPE, vt
     raise ValueError(f"no GGUF type for metadata value of type {type(v).__name__}")
 
 
