@@ -155,10 +155,12 @@ def test_tree_rounds_on_the_gpu_give_plain_decodings_text(model_path):
     from mtp_turbo.engine import Engine, EngineConfig
 
     eng = Engine(EngineConfig(model=str(model_path), device="cuda", ctx_size=1024, progress=False))
-    for s in (SamplerConfig(temperature=0.6, seed=3, **CHAIN), SamplerConfig(temperature=0.6, seed=9, **CHAIN),
-              SamplerConfig(temperature=0.0)):
+    for i, s in enumerate((SamplerConfig(temperature=0.6, seed=3, **CHAIN),
+                           SamplerConfig(temperature=0.6, seed=9, **CHAIN), SamplerConfig(temperature=0.0))):
         plain = run(eng, s, SpecConfig(draft="none"), n=64)
         for tree in ("3:2,1", "4:2,1"):
             assert run(eng, s, SpecConfig(draft="mtp", draft_tree=tree), n=64) == plain, (s.seed, tree)
             assert eng.last_stats.spec.accepted > 0
-    assert eng._tree.graphs and eng._tree.captures >= 2
+            if i < 2:  # a round's graph captured at its shape's first use (a failed capture runs
+                # eagerly: none counted), replayed for the next seed of the same sampler shape
+                assert (eng.last_stats.captures > 0) == (i == 0), (i, tree, eng.last_stats.captures)
