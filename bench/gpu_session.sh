@@ -407,6 +407,38 @@ case $step in
   s36-wait)  # (after s36-a) the sweep's outputs into $OUT once it is done
     for i in $(seq ${WAIT:-100}); do grep -q SWEEP_DONE /tmp/logs/frag_split_sweep.txt && break; sleep 5; done
     cp /tmp/logs/frag_split_sweep.* "$OUT"/; grep -v "^ *$" /tmp/logs/frag_split_sweep.txt | cut -c1-400 | tail -n 80 ;;
+  s37-start)  # (carry .carry .whl .pieces/meta) llama-bench + llama-quantize built in the background; the frag GPU
+    # tests (Q5_K included); the prefill GEMM's pipelining depth; where a 4B shape's frag decode step goes
+    mkdir -p /tmp/logs; cp .pieces/meta/* /tmp/gguf/
+    [ -d /tmp/llama.cpp ] || llama_build 16 "llama-bench llama-quantize" || exit 1
+    nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,memory.used --format=csv,noheader
+    timeout 200 python3 -m pytest -q -m gpu tests/quant/test_fragk.py tests/quant/test_frag8_gemv.py -p no:cacheprovider -rf \
+      2>&1 | grep -v Warning | tee "$OUT/pytest_frag.txt" | tail -3
+    timeout 240 python3 bench/experiments/frag_split_sweep.py --rows "" --shapes gemma3-4b,qwen2.5-1.5b \
+      --gemm 2x64w4,2x64w4s1,2x64w4s2,2x64w4s3,2x64w4s4,1x64w4s3,2x32w4s3,2x128w8s2 --out "$OUT/gemm_stages.json" 2>&1 \
+      | tee "$OUT/gemm_stages.txt" | grep "chunk\|error" | cut -c1-700
+    timeout 60 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
+      --out /tmp/blocks-gemma3-4b.gguf 2>&1 | tail -1
+    timeout 150 python3 bench/round_profile.py --model /tmp/blocks-gemma3-4b.gguf --modes "" --n-prompts 2 --max-tokens 64 \
+      --top 24 --file-weights --out "$OUT/profile_4b_frag.json" 2>&1 | tee "$OUT/profile_4b_frag.txt" | grep -v "^ *$" \
+      | cut -c1-200 | tail -30 ;;
+  s37-models)  # (after s37-start, llama-bench built) the file's bytes beside llama-bench: Gemma-3 4B Q4_K_M and
+    # Q5_K_M, 1B, Qwen2.5 1.5B (random blocks); dense beside at 1B and 1.5B
+    L=/tmp/llama.cpp/build/bin
+    for i in $(seq 80); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
+    for sm in gemma3-4b:q4_k_m gemma3-4b:q5_k_m gemma3-1b:q4_k_m qwen2.5-1.5b:q4_k_m; do
+      shape=${sm%%:*}; mix=${sm#*:}; f=/tmp/blocks-$shape-$mix.gguf
+      like=/tmp/gguf/gemma-meta.gguf; case $shape in qwen*) like=/tmp/gguf/qwen-meta.gguf ;; esac
+      timeout 120 python3 bench/synth_model.py --like $like --shape $shape --blocks --mix $mix --out $f 2>&1 | tail -1
+      if [ $shape = gemma3-4b ]; then
+        timeout 240 python3 -m mtp_turbo.cli bench --model $f --modes plain --temps 0 --max-tokens 128 --n-prompts 8 \
+          --prompts mtbench --pp 512 --floor --file-weights --llama-bench $L/llama-bench --llama-args "-ngl 99" \
+          --no-progress --json "$OUT/bench_blocks_${shape}_${mix}_frag.json" 2>&1 | tail -6
+      else
+        bench_frag blocks_$shape /tmp/blocks-$shape-$mix.gguf --no-progress
+      fi
+      rm -f $f
+    done ;;
   s36-start)  # (carry .carry .whl .pieces/meta) llama-bench built in the background; frag GPU tests (the prefill GEMM's
     # rows against the GEMV's bits); the prefill GEMM per tile at three shapes; a 4B shape's plain decode profiled
     mkdir -p /tmp/logs; cp .pieces/meta/* /tmp/gguf/

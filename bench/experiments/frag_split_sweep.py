@@ -117,12 +117,14 @@ def main():
                 y32 = torch.zeros(128, n, dtype=torch.float32, device="cuda")
                 y = torch.zeros(128, nout, dtype=torch.bfloat16, device="cuda")
                 g = {"dense": time_graph([lambda w=w: plan.gemv(x, w, y, gated=gated) for w in denses]) * 1e6}
-                for sh in a.gemm.split(","):
+                for sh in a.gemm.split(","):  # TBxBMwWARPS[sSTAGES]
                     tb, rest = sh.split("x")
                     bm, w = rest.split("w")
+                    w, _, st = w.partition("s")
                     try:
                         g[sh] = time_graph([lambda f=f: frag_gemm.launch(x, f.runs[0].layout, f.runs[0].tile.split_k,
-                                                                         y32, int(tb), int(bm), int(w))
+                                                                         y32, int(tb), int(bm), int(w),
+                                                                         stages=int(st) if st else None)
                                             for f in fms], reps=3, warm_ms=5, rep_ms=1) * 1e6
                     except Exception as e:  # noqa: BLE001
                         g[sh] = f"error {type(e).__name__}: {e}"[:160]

@@ -34,8 +34,9 @@ except ImportError:  # CPU machines without Triton
     triton = None
 
 FMT_ID = {"q8_0": 0, "q5_0": 1, "q4_0": 2, "q4_k": 3, "q6_k": 4, "q5_k": 5}
-# (row tiles of 16 rows, x rows) a program takes: 4 x 64 took 163 ms for a 4B model's 128-row chunk, 2 x 16
-# 389 ms (bench/RESULTS.md session 35); fewer rows than 64 keep 2 x 16 (less masked work)
+# (row tiles of 16 rows, x rows) a program takes: 2 x 64 was the fastest of 8 shapes at three model shapes
+# (a 4B model's 128-row chunk: 23.8 ms; 4 x 64 38.3, 2 x 16 59.7; bench/RESULTS.md session 36); fewer rows
+# than 64 keep 2 x 16 (less masked work)
 TILES, SMALL_TILES = (2, 64), (2, 16)
 
 
@@ -212,12 +213,13 @@ if triton is not None:
 
 
 def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int | None = None, bm: int | None = None,
-           warps: int = 4, pieces: tuple[torch.Tensor, ...] | None = None) -> None:
+           warps: int = 4, pieces: tuple[torch.Tensor, ...] | None = None, stages: int | None = None) -> None:
     """out[M, N] (float32, unit column stride) = x [M, K] @ values.T for a layout fw (Frag8Weight or
     FragKWeight), each row the bits the frag8 GEMV gives it at split_k (the same chunks a split).
     tb, bm, warps: row tiles and x rows a program takes, its warps (any: a row's bits do not depend
     on them; None: TILES, or SMALL_TILES below TILES' rows). pieces: `make_pieces(x)` when several
-    matrices read the same x (made here otherwise)."""
+    matrices read the same x (made here otherwise). stages: the chunk loop's software pipelining
+    depth (None: Triton's default; a sweep's knob)."""
     from .frag8_gemv import SHIFT
 
     n, k = fw.shape
@@ -235,7 +237,7 @@ def launch(x: torch.Tensor, fw, split_k: int, out: torch.Tensor, tb: int | None 
     gemm_frag[(triton.cdiv(nt, tb), triton.cdiv(m, bm), splits)](
         p, xexp, xs, fw.qf, hf, fw.sf, getattr(fw, "df", fw.qf), y, m, n, nt, nc, cps, 64 * nc,
         y.stride(-2), 0 if splits == 1 else y.stride(0), FMT=FMT_ID[fw.fmt], SHIFT=SHIFT[fw.fmt], TB=tb, BM=bm,
-        num_warps=warps)
+        num_warps=warps, **({} if stages is None else {"num_stages": stages}))
     if splits > 1:
         block = 1024
         sum_splits[(triton.cdiv(m * n, block),)](y, out, m, n, splits, out.stride(0), BLOCK=block, num_warps=4)
