@@ -1,8 +1,10 @@
 """The frag GEMV's arithmetic for many rows: prefill chunks on the same layouts, each row the frag8 GEMV's bits.
 
-Owns: `gemm_frag` (a Triton kernel: a [16 TB output rows, BM x rows] tile per program, int8 tl.dot
-of the layout's A values against x's int8 pieces, then the PTX's float32 steps in the PTX's order)
-and `launch`. Ignores: the layouts (frag8.py, fragk.py), the decode GEMV (frag8_gemv.py) whose bits
+Owns: `x_pieces` (x's int8 pieces, each chunk's exponent and each block's exact piece sums, made once
+a chunk of rows: `make_pieces`), `gemm_frag` (a Triton kernel: a [16 TB output rows, BM x rows] tile
+of one split per program, int8 tl.dot of the layout's A values against the pieces, then the PTX's
+float32 steps in the PTX's order), `sum_splits` (the splits' sums added in the GEMV's order) and
+`launch`. Ignores: the layouts (frag8.py, fragk.py), the decode GEMV (frag8_gemv.py) whose bits
 it reproduces, which rows go where (frag_matrix.py).
 
 Why: the decode GEMV takes 4 rows a launch, so a 128-row prefill chunk would read every matrix 32
