@@ -354,18 +354,18 @@ bench_pair() {  # NAME MODEL [bench args]: plain decode with the file's bytes an
     --json "$OUT/bench_$n.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" \
     | tee "$OUT/bench_$n.txt" | tail -12
   timeout 150 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
-    --prompts mtbench --pp 512 --floor --no-file-weights "$@" --json "$OUT/bench_${n}_dense.json" 2>&1 | tr '\r' '\n' \
+    --prompts mtbench --pp 512 --floor --file-weights off "$@" --json "$OUT/bench_${n}_dense.json" 2>&1 | tr '\r' '\n' \
     | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" | tee "$OUT/bench_${n}_dense.txt" | tail -8
 }
 
 bench_frag() {  # NAME MODEL [bench args]: plain decode on the frag layouts and on dense matrices, llama-bench beside
   local n=$1 m=$2 L=/tmp/llama.cpp/build/bin; shift 2
   timeout 240 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
-    --prompts mtbench --pp 512 --floor --file-weights --llama-bench $L/llama-bench --llama-args "-ngl 99" "$@" \
+    --prompts mtbench --pp 512 --floor --file-weights on --llama-bench $L/llama-bench --llama-args "-ngl 99" "$@" \
     --json "$OUT/bench_${n}_frag.json" 2>&1 | tr '\r' '\n' | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" \
     | tee "$OUT/bench_${n}_frag.txt" | tail -12
   timeout 150 python3 -m mtp_turbo.cli bench --model $m --modes ${MODES:-plain} --temps 0 --max-tokens 128 --n-prompts 8 \
-    --prompts mtbench --pp 512 --floor --no-file-weights "$@" --json "$OUT/bench_${n}_dense.json" 2>&1 | tr '\r' '\n' \
+    --prompts mtbench --pp 512 --floor --file-weights off "$@" --json "$OUT/bench_${n}_dense.json" 2>&1 | tr '\r' '\n' \
     | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]" | tee "$OUT/bench_${n}_dense.txt" | tail -8
 }
 
@@ -432,7 +432,7 @@ case $step in
       timeout 120 python3 bench/synth_model.py --like $like --shape $shape --blocks --mix $mix --out $f 2>&1 | tail -1
       if [ $shape = gemma3-4b ]; then
         timeout 240 python3 -m mtp_turbo.cli bench --model $f --modes plain --temps 0 --max-tokens 128 --n-prompts 8 \
-          --prompts mtbench --pp 512 --floor --file-weights --llama-bench $L/llama-bench --llama-args "-ngl 99" \
+          --prompts mtbench --pp 512 --floor --file-weights on --llama-bench $L/llama-bench --llama-args "-ngl 99" \
           --no-progress --json "$OUT/bench_blocks_${shape}_${mix}_frag.json" 2>&1 | tail -6
       else
         bench_frag blocks_$shape /tmp/blocks-$shape-$mix.gguf --no-progress
@@ -462,7 +462,7 @@ case $step in
         --out /tmp/blocks-$shape.gguf 2>&1 | tail -1
       if [ $shape = gemma3-4b ]; then
         timeout 240 python3 -m mtp_turbo.cli bench --model /tmp/blocks-$shape.gguf --modes plain --temps 0 --max-tokens 128 \
-          --n-prompts 8 --prompts mtbench --pp 512 --floor --file-weights --llama-bench $L/llama-bench --llama-args "-ngl 99" \
+          --n-prompts 8 --prompts mtbench --pp 512 --floor --file-weights on --llama-bench $L/llama-bench --llama-args "-ngl 99" \
           --no-progress --json "$OUT/bench_blocks_${shape}_frag.json" 2>&1 | tee "$OUT/bench_blocks_${shape}_frag.txt" | tail -8
       else
         bench_frag blocks_$shape /tmp/blocks-$shape.gguf --no-progress
@@ -498,7 +498,7 @@ case $step in
     timeout 30 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
       --out /tmp/blocks-gemma3-4b.gguf 2>&1 | tail -1
     timeout 60 python3 -m mtp_turbo.cli bench --model /tmp/blocks-gemma3-4b.gguf --modes plain --temps 0 --max-tokens 32 \
-      --n-prompts 2 --prompts mtbench --pp 512 --file-weights --no-progress 2>&1 | tee "$OUT/bench_blocks_4b.txt" | tail -4 ;;
+      --n-prompts 2 --prompts mtbench --pp 512 --file-weights on --no-progress 2>&1 | tee "$OUT/bench_blocks_4b.txt" | tail -4 ;;
   s34-gemma)  # (pieces copied) join; frag vs dense on the real model: logits, GPU tests, bench beside llama-bench
     cat /tmp/gguf/gemma.0[0-9] > /tmp/gguf/gemma.gguf && rm -f /tmp/gguf/gemma.0[0-9]
     echo "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  /tmp/gguf/gemma.gguf" | sha256sum -c - || exit 1
@@ -506,7 +506,7 @@ case $step in
     timeout 120 python3 bench/ab_logits.py --model /tmp/gguf/gemma.gguf --set file_weights=False --out /tmp/ab_dense.pt 2>&1 | tail -1
     python3 bench/ab_logits.py --compare /tmp/ab_dense.pt /tmp/ab_file.pt | tee "$OUT/ab_frag_vs_dense.txt"
     for i in $(seq 60); do grep -q BUILD_DONE /tmp/logs/llama-build.log && break; sleep 5; done; tail -n 1 /tmp/logs/llama-build.log
-    for fw in --file-weights --no-file-weights; do  # the fused step's logits (scoring.step_logits), 16 chunks of 512
+    for fw in "--file-weights on" "--file-weights off"; do  # the fused step's logits (scoring.step_logits), 16 chunks of 512
       timeout 120 python3 -m mtp_turbo.cli perplexity bench/data/tempest.txt --model /tmp/gguf/gemma.gguf --ctx 512 \
         --chunks 16 --no-progress $fw 2>&1 | tail -1 | sed "s/^/gemma $fw: /"
     done | tee "$OUT/ppl_frag.txt"
@@ -569,7 +569,7 @@ case $step in
       like=/tmp/gguf/gemma-meta.gguf; case $shape in qwen*) like=/tmp/gguf/qwen-meta.gguf ;; esac
       timeout 60 python3 bench/synth_model.py --like $like --shape $shape --blocks --out /tmp/blocks.gguf 2>&1 | tail -1
       timeout 120 python3 -m mtp_turbo.cli bench --model /tmp/blocks.gguf --modes plain --temps 0 --max-tokens 64 \
-        --n-prompts 4 --prompts mtbench --pp 0 --floor --file-weights --json "$OUT/bench_mem_$shape.json" 2>&1 \
+        --n-prompts 4 --prompts mtbench --pp 0 --floor --file-weights on --json "$OUT/bench_mem_$shape.json" 2>&1 \
         | tr '\r' '\n' | grep "^| plain\|memory\|floor"
     done ;;
   s29-planes)  # (carry .whl .pieces/meta) the plane GEMV per matrix and tile at 4B; a 4B model of random Q4_K_M blocks:
@@ -579,9 +579,9 @@ case $step in
       | tee "$OUT/plane_gemv.txt" | tail -14
     timeout 60 python3 bench/synth_model.py --like /tmp/gguf/gemma-meta.gguf --shape gemma3-4b --blocks \
       --out /tmp/blocks-4b.gguf 2>&1 | tail -1
-    for fw in --file-weights --no-file-weights; do
+    for fw in "--file-weights on" "--file-weights off"; do
       timeout 150 python3 -m mtp_turbo.cli bench --model /tmp/blocks-4b.gguf --modes plain --temps 0 --max-tokens 128 \
-        --n-prompts 8 --prompts mtbench --pp 512 --floor $fw --json "$OUT/bench_blocks4b$fw.json" 2>&1 | tr '\r' '\n' \
+        --n-prompts 8 --prompts mtbench --pp 512 --floor $fw --json "$OUT/bench_blocks4b${fw// /_}.json" 2>&1 | tr '\r' '\n' \
         | grep -v "run/s\]\|s/run\]\|tensor/s\]\|it/s\]\|layer/s\]\|^|---" | tail -6
     done ;;
   s29-start)  # (carry .carry .whl .pieces/meta)

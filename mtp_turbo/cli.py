@@ -47,11 +47,12 @@ HELP = {
     "for the products in auto and int8 (about 4x faster than f32)",
     "cpu_cache": "keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about "
     "the model file's size) so that later runs map them instead of quantizing again (about 1 s of a 2-core start)",
-    "file_weights": "on CUDA with the fused kernels, hold the matrices, the embedding and the LM head as the model "
-    "file's own bytes: on Hopper GPUs in integer tensor-core layouts (Q8_0, Q5_0, Q4_0, Q4_K, Q5_K, Q6_K; outputs within "
-    "float32 rounding of the file's exact values, so not the dense bf16 copy's bits), elsewhere dequantized "
-    "inside the GEMVs to the dense values (measured slower); GPU memory near the file's size (off, the default, "
-    "until it is measured faster than the dense bf16 copies)",
+    "file_weights": "hold the matrices, the embedding and the LM head as the model file's own bytes (CUDA, fused "
+    "kernels): on Hopper GPUs in integer tensor-core layouts (Q8_0, Q5_0, Q4_0, Q4_K, Q5_K, Q6_K; outputs within "
+    "float32 rounding of the file's exact values, so not the dense bf16 copy's bits), elsewhere dequantized inside "
+    "the GEMVs (slower); GPU memory near the file's size instead of ~3.5x it. auto: on only where the dense bf16 "
+    "copy and the K/V cache would not fit the GPU's free memory (the dense path is faster on small models); "
+    "on; off",
     "threads": "CPU threads a step uses (0 = auto: all cores, or one when measuring shows it faster, e.g. beside "
     "another busy process)",
     "kernels": "decode/verify steps: triton (fused Triton kernels, batch-invariant: a verify gives the "

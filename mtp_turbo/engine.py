@@ -28,7 +28,8 @@ from .errors import CacheError, ConfigError, MtpTurboError
 from .io.gguf_file import GGUFFile
 from .io.registry import resolve_model
 from .io.tokenizer import GGUFTokenizer
-from .models.load import load_model
+from .models.load import load_model, model_config
+from .models.memory import dense_bytes, file_weights_needed, kv_bytes
 from .models.step import StepRunner
 from .sampling.chain import sample_dist
 from .sampling.config import SamplerConfig
@@ -112,7 +113,7 @@ class Engine:
         self.model = load_model(self.gguf, self.device, progress=cfg.progress, max_positions=cfg.ctx_size,
                                 cpu_int8=cfg.cpu_weights in ("auto", "int8"), cpu_cache=cfg.cpu_cache,
                                 cpu_int4=cfg.cpu_weights == "auto",
-                                file_weights=cfg.file_weights and kernels == "triton")
+                                file_weights=kernels == "triton" and self._file_weights(cfg))
         c = self.model.cfg
         ctx = min(cfg.ctx_size, c.context_length)
         self.kv = KVCache(c.n_layers, ctx, c.n_kv_heads, c.head_dim, self.device, self.model.dtype)
@@ -333,6 +334,21 @@ class Engine:
             yield from self._stream(token_iter, stops, stats, max_tokens, budget, special)
         finally:
             stats.captures = program.captures - before
+
+    def _file_weights(self, cfg: EngineConfig) -> bool:
+        """--file-weights on / off, or auto: on where the dense copy and the K/V cache would not fit
+        the GPU's free memory (said once on stderr)."""
+        if cfg.file_weights != "auto":
+            return cfg.file_weights == "on"
+        mc = model_config(self.gguf)
+        dense, kv = dense_bytes(self.gguf, mc), kv_bytes(mc, cfg.ctx_size)
+        free = torch.cuda.mem_get_info(self.device)[0]
+        if not file_weights_needed(dense, kv, free):
+            return False
+        print(f"mtp-turbo: the dense bf16 weights ({dense / 2**30:.1f} GiB) and the K/V cache ({kv / 2**30:.1f} GiB) "
+              f"do not fit the GPU's {free / 2**30:.1f} GiB free: holding the matrices as the file's bytes "
+              f"(--file-weights on)", file=sys.stderr)
+        return True
 
     def _auto_spec(self, spec):
         """--draft auto: what spec/auto.py chooses for this model (None: plain decoding), kept per

@@ -33,10 +33,11 @@ class EngineConfig:
     # keep the CPU's int8 matrices in the user's cache ($XDG_CACHE_HOME/mtp-turbo/cpu-int8/, about the
     # model file's size): a later load maps them instead of quantizing again (~1 s of a 2-core start)
     cpu_cache: bool = True
-    # CUDA with the fused kernels: the matrices held as the file's own bytes, dequantized inside the
-    # GEMVs to the dense values (quant/planes.py): 3.1 GB instead of 8.1 at a 4B shape, but slower than
-    # the dense bf16 copies at every size measured (bench/RESULTS.md session 27), hence off by default
-    file_weights: bool = False
+    # CUDA with the fused kernels: the matrices held as the file's own bytes (on Hopper in integer
+    # tensor-core layouts, quant/frag_matrix.py; elsewhere dequantized inside the GEMVs): about the file's
+    # size instead of ~3.5x it, faster than dense at a 4B shape but slower at 1-1.5B and in prefill
+    # (bench/RESULTS.md session 36). auto: only where the dense copy would not fit the free memory
+    file_weights: str = "auto"  # auto | on | off (True / False are taken as on / off)
     # CPU threads of a step: 0 = auto (all the cores this process may use, or one when that is
     # faster: measured while decoding, so another busy process does not stall every step)
     threads: int = 0
@@ -56,5 +57,9 @@ class EngineConfig:
             raise ConfigError(f"threads must be >= 0 (0 = auto), got {self.threads}")
         if self.cpu_weights not in ("auto", "int8", "f32"):
             raise ConfigError(f"cpu-weights must be auto, int8 or f32, got {self.cpu_weights!r}")
+        if isinstance(self.file_weights, bool):  # Python callers' switch
+            object.__setattr__(self, "file_weights", "on" if self.file_weights else "off")
+        if self.file_weights not in ("auto", "on", "off"):
+            raise ConfigError(f"file-weights must be auto, on or off, got {self.file_weights!r}")
         if self.prefill_chunk < 1:
             raise ConfigError(f"prefill-chunk must be >= 1, got {self.prefill_chunk}")

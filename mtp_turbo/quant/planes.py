@@ -11,7 +11,8 @@ a model has (models/load.py), the drafter's packed weights (repack.py).
 Why planes: ggml's blocks (34, 22, 210 bytes) put a row's codes at odd offsets; split by field, a
 tile's codes load as aligned vectors. The planes hold exactly the file's bytes (plus at most 15
 bytes of alignment each): resident memory stays the file's size. Measured slower than dense bf16
-matrices at every size so far (bench/RESULTS.md session 27): EngineConfig.file_weights is off by default.
+matrices at every size so far (bench/RESULTS.md session 27): EngineConfig.file_weights is auto, on only
+where the dense copy would not fit.
 """
 
 from __future__ import annotations
