@@ -18,7 +18,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from ..quant.planes import weight_tensors
 from .arch import ModelConfig, layer_tensors

@@ -34,7 +34,7 @@ from ..quant.gemv import TileConfig, device_capability, runs_on
 from . import fused_kernels as fk
 from .decoder import Decoder
 from .embed import scaled_embedding
-from .layer_plan import MP, NORM_ROWS, FusedTiles, LayerPlan, pow2
+from .layer_plan import MP, NORM_ROWS, FusedTiles, LayerPlan
 
 __all__ = ["MAX_ROWS", "MAX_TREE_ROWS", "MP", "NORM_ROWS", "FusedTiles", "FusedDecoder", "available"]
 

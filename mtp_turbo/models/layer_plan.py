@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..quant.frag_matrix import FragMatrix
-from ..quant.planes import DENSE, FusedWeight
+from ..quant.planes import DENSE
 from . import fused_kernels as fk
 from .arch import SILU, BlockSpec
 
