@@ -98,7 +98,8 @@ if triton is not None:
         # tt[n], clamped by the caller), the k axis in the order (t, rk, i) (register r = 2 rk + rr,
         # byte i of lane 4 g + t): each lane word loaded once, its bytes / nibbles taken by broadcasting
         n = tl.arange(0, BN)
-        rr = ((n % 16) // 8)[:, None, None, None]
+        half = (n % 16) // 8  # rr of each row
+        rr = half[:, None, None, None]
         g = n % 8
         t = tl.arange(0, 4)
         rk = tl.arange(0, 2)[None, None, :, None]
@@ -107,10 +108,10 @@ if triton is not None:
         base = (tt * NC + c)[:, None]
         if FMT == 0:  # q8_0: the bytes are the values (register r = 2 rk + rr)
             w = tl.load(QF + (((base * 2 + b) * 32 + lane) * 4)[:, :, None] + 2 * tl.arange(0, 2)[None, None, :]
-                        + ((n % 16) // 8)[:, None, None])
+                        + half[:, None, None])
             a = (w[:, :, :, None] >> (8 * i)) & 0xFF
         else:
-            w = tl.load(QF + (base * 32 + lane) * 4 + 2 * b + ((n % 16) // 8)[:, None])
+            w = tl.load(QF + (base * 32 + lane) * 4 + 2 * b + half[:, None])
             nib = (w[:, :, None, None] >> (8 * i + 4 * rk)) & 0xF
             if FMT == 1:  # q5_0: nibble at bits 3-6, NOT the 5th bit at bit 7: 8 (q - 16)
                 h = tl.load(HF + base * 32 + lane)
